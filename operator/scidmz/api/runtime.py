@@ -1,0 +1,202 @@
+"""The resolved runtime configuration: a policy with every default filled in, in SI units.
+
+The operator writes it into the policy's ConfigMap (key ``config.yaml``); ``scidmz collector``
+and ``scidmz controller`` read it with ``--config``. Resolution is a pure function of the
+spec, so the same policy always renders byte-identical config (the ConfigMap is only
+rewritten when the policy really changed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from scidmz.api.policy import ActuatorType, CongestionControl, DTNTransferPolicySpec, Strategy
+from scidmz.api.units import parse_duration, parse_rate
+
+CONFIG_KEY = "config.yaml"
+DEFAULT_MAX_STEP_FRACTION = 0.2
+
+# Paper table 4: GA-tuned anti-windup PI gains (Kp, Ki, Kw) per DTN congestion control.
+PAPER_GAINS: dict[str, tuple[float, float, float]] = {
+    "cubic": (0.285, 1.486, 1.565),
+    "bbr": (0.388, 1.918, 1.340),
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GainsConfig(_Frozen):
+    kp: float = Field(ge=0)
+    ki: float = Field(ge=0)
+    kw: float = Field(ge=0)
+
+
+class SwitchConfig(_Frozen):
+    address: str
+    device_id: int
+    election_id: int
+    campus_port: int
+    dtn_port: int
+    bottleneck_port: int
+    pipeline_config_map: str | None = None
+    p4info_key: str | None = None
+    device_config_key: str | None = None
+    tls_secret: str | None = None
+
+
+class ControllerConfig(_Frozen):
+    strategy: Strategy
+    gains: GainsConfig
+    min_rate_bps: float = Field(ge=0)
+    max_rate_bps: float = Field(gt=0)
+    max_step_bps: float = Field(gt=0)
+    desired_dtn_rtt_s: float | None = None
+    desired_campus_rtt_s: float | None = None
+
+
+class ActuatorConfig(_Frozen):
+    type: ActuatorType
+    tc_node_name: str | None = None
+    tc_interface: str | None = None
+    sim_address: str | None = None
+
+
+class FailsafeConfig(_Frozen):
+    stale_after_s: float = Field(gt=0)
+    rate_bps: float = Field(ge=0)
+
+
+class RuntimeConfig(_Frozen):
+    """Everything the collector and controller need, with units in the field names."""
+
+    api_version: Literal["scidmz.io/runtime/v1"] = "scidmz.io/runtime/v1"
+    policy: str
+    namespace: str
+    generation: int
+    target_rate_bps: float = Field(gt=0)
+    bottleneck_capacity_bps: float = Field(gt=0)
+    sample_time_s: float = Field(gt=0)
+    dtn_prefix: str
+    dtn_congestion_control: CongestionControl
+    campus_prefix: str
+    switch: SwitchConfig
+    controller: ControllerConfig
+    actuator: ActuatorConfig
+    failsafe: FailsafeConfig
+    collector_address: str = Field(
+        description="host:port of the collector's sample stream, as the controller dials it."
+    )
+
+
+class ConfigError(ValueError):
+    """A runtime config file that cannot be used; the message names the problem."""
+
+
+def resolve_runtime_config(
+    name: str,
+    namespace: str,
+    generation: int,
+    spec: DTNTransferPolicySpec,
+    collector_address: str,
+) -> RuntimeConfig:
+    """Fill every default of ``spec`` (paper table 4 gains, limits, fail-safe rate)."""
+    target = parse_rate(spec.target_rate)
+    capacity = parse_rate(spec.bottleneck_capacity)
+    ctl = spec.controller
+    kp, ki, kw = PAPER_GAINS[spec.dtn.congestion_control]
+    gains = (
+        GainsConfig(kp=ctl.gains.kp, ki=ctl.gains.ki, kw=ctl.gains.kw)
+        if ctl.gains is not None
+        else GainsConfig(kp=kp, ki=ki, kw=kw)
+    )
+    limits = ctl.limits
+    desired = ctl.desired_state
+    pipeline = spec.switch.pipeline
+    trivial_rate = capacity - target
+    failsafe_rate = trivial_rate if spec.failsafe.rate == "trivial" else parse_rate(
+        spec.failsafe.rate
+    )
+    act = spec.actuator
+    return RuntimeConfig(
+        policy=name,
+        namespace=namespace,
+        generation=generation,
+        target_rate_bps=target,
+        bottleneck_capacity_bps=capacity,
+        sample_time_s=parse_duration(spec.sample_time),
+        dtn_prefix=spec.dtn.receiver_prefix,
+        dtn_congestion_control=spec.dtn.congestion_control,
+        campus_prefix=spec.campus.remote_prefix,
+        switch=SwitchConfig(
+            address=spec.switch.address,
+            device_id=spec.switch.device_id,
+            election_id=spec.switch.election_id,
+            campus_port=spec.switch.ports.campus,
+            dtn_port=spec.switch.ports.dtn,
+            bottleneck_port=spec.switch.ports.bottleneck,
+            pipeline_config_map=pipeline.config_map_ref.name if pipeline else None,
+            p4info_key=pipeline.config_map_ref.p4info_key if pipeline else None,
+            device_config_key=pipeline.config_map_ref.device_config_key if pipeline else None,
+            tls_secret=spec.switch.tls.secret_name if spec.switch.tls else None,
+        ),
+        controller=ControllerConfig(
+            strategy=ctl.strategy,
+            gains=gains,
+            min_rate_bps=parse_rate(limits.min),
+            max_rate_bps=parse_rate(limits.max) if limits.max is not None else capacity,
+            max_step_bps=(
+                parse_rate(limits.max_step)
+                if limits.max_step is not None
+                else DEFAULT_MAX_STEP_FRACTION * capacity
+            ),
+            desired_dtn_rtt_s=parse_duration(desired.dtn_rtt) if desired.dtn_rtt else None,
+            desired_campus_rtt_s=(
+                parse_duration(desired.campus_rtt) if desired.campus_rtt else None
+            ),
+        ),
+        actuator=ActuatorConfig(
+            type=act.type,
+            tc_node_name=act.tc.node_name if act.tc else None,
+            tc_interface=act.tc.interface if act.tc else None,
+            sim_address=(
+                (act.sim.address if act.sim and act.sim.address else spec.switch.address)
+                if act.type == "sim"
+                else None
+            ),
+        ),
+        failsafe=FailsafeConfig(
+            stale_after_s=parse_duration(spec.failsafe.stale_after), rate_bps=failsafe_rate
+        ),
+        collector_address=collector_address,
+    )
+
+
+def dump_runtime_config(config: RuntimeConfig) -> str:
+    """Deterministic YAML (stable key order) so unchanged policies render identical bytes."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=True)
+
+
+def load_runtime_config(path: Path) -> RuntimeConfig:
+    """Read and validate a config file; raise :class:`ConfigError` naming what is wrong."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"config {path} is not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
+    try:
+        return RuntimeConfig.model_validate(raw)
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
+            for e in error.errors()
+        )
+        raise ConfigError(f"config {path} is invalid: {problems}") from None

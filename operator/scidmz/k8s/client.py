@@ -1,0 +1,183 @@
+"""The one module that talks to the Kubernetes API (outside kopf's own watching).
+
+It speaks plain dicts: server-side apply with a single field manager, get, status patch with
+an optimistic-concurrency precondition, and Events. Errors come out as :class:`KubeApiError`
+with predicates, so callers classify them once (see :mod:`scidmz.k8s.reconcile`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final
+
+import kubernetes
+import urllib3
+
+from scidmz.api.policy import GROUP, PLURAL, VERSION
+
+FIELD_MANAGER: Final = "scidmz-operator"
+
+_PLURALS: Final[dict[str, str]] = {
+    "ConfigMap": "configmaps",
+    "Service": "services",
+    "ServiceAccount": "serviceaccounts",
+    "Secret": "secrets",
+    "Event": "events",
+    "Deployment": "deployments",
+    "DTNTransferPolicy": PLURAL,
+}
+
+
+class KubeApiError(Exception):
+    """A failed API call: HTTP status (0 for transport errors), reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def is_not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def is_conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def is_transient(self) -> bool:
+        """Worth retrying later: transport failures, throttling, server errors."""
+        return self.status in (0, 429) or self.status >= 500
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+
+def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None,
+                  subresource: str | None = None) -> str:
+    """REST path of a namespaced object (or its collection when ``name`` is None)."""
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{_PLURALS[kind]}"
+    if name is not None:
+        path += f"/{name}"
+    if subresource is not None:
+        path += f"/{subresource}"
+    return path
+
+
+class KubeClient:
+    """Blocking client over kubernetes' ApiClient; kopf runs sync handlers in threads."""
+
+    def __init__(self, api_client: kubernetes.client.ApiClient) -> None:
+        self._api = api_client
+
+    @classmethod
+    def from_environment(cls, pool_size: int = 32) -> KubeClient:
+        """In-cluster credentials when running in a pod, else $KUBECONFIG / ~/.kube/config."""
+        configuration = kubernetes.client.Configuration()
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config(client_configuration=configuration)
+        configuration.connection_pool_maxsize = pool_size
+        return cls(kubernetes.client.ApiClient(configuration))
+
+    def close(self) -> None:
+        self._api.close()
+
+    def _call(self, method: str, path: str, body: Any = None,
+              query: list[tuple[str, str]] | None = None,
+              content_type: str = "application/json") -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            _, url, headers, body, _ = self._api.param_serialize(
+                method, path, query_params=query or [], header_params=headers, body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self._api.call_api(method, url, header_params=headers, body=body,
+                                          _request_timeout=30)
+            data = response.read()
+        except (urllib3.exceptions.HTTPError, OSError) as error:
+            raise KubeApiError(0, "TransportError", str(error)) from error
+        payload: dict[str, Any] = json.loads(data) if data else {}
+        if response.status >= 400:
+            raise KubeApiError(
+                response.status, str(payload.get("reason", response.reason)),
+                str(payload.get("message", data[:500])),
+            )
+        return payload
+
+    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+        """Server-side apply ``obj`` as the operator's single field manager.
+
+        An unchanged object is a no-op on the server: its resourceVersion stays put.
+        """
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
+        if force:
+            query.append(("force", "true"))
+        return self._call("PATCH", path, body=obj, query=query,
+                          content_type="application/apply-patch+yaml")
+
+    def get(self, api_version: str, kind: str, namespace: str,
+            name: str) -> dict[str, Any] | None:
+        """The object, or None when it does not exist."""
+        try:
+            return self._call("GET", resource_path(api_version, kind, namespace, name))
+        except KubeApiError as error:
+            if error.is_not_found:
+                return None
+            raise
+
+    def list(self, api_version: str, kind: str, namespace: str,
+             label_selector: str) -> list[dict[str, Any]]:
+        path = resource_path(api_version, kind, namespace)
+        items: list[dict[str, Any]] = self._call(
+            "GET", path, query=[("labelSelector", label_selector)]
+        ).get("items", [])
+        return items
+
+    def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name)
+
+    def patch_policy_status(self, namespace: str, name: str, resource_version: str,
+                            status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource; 409 if the object changed since it was read."""
+        path = resource_path(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name,
+                             "status")
+        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        return self._call("PATCH", path, body=body,
+                          content_type="application/merge-patch+json")
+
+    def emit_event(self, involved: dict[str, Any], event_type: str, reason: str,
+                   message: str) -> None:
+        """Record a core/v1 Event on ``involved`` (a full object with metadata.uid)."""
+        meta = involved["metadata"]
+        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:12]}",
+                         "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": involved["apiVersion"],
+                               "kind": involved["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid", "")},
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        self._call("POST", resource_path("v1", "Event", meta["namespace"]), body=event)

@@ -1,0 +1,288 @@
+"""A real local Kubernetes control plane: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok, started as child processes with generated certificates.
+
+No kubelet runs here: kwok plays the kubelet for nodes annotated ``kwok.x-k8s.io/node=fake``
+so Deployment pods reach Running and Ready. Used by the test suite, the demo, the
+benchmarks and ``scidmz testenv up``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from scidmz.testenv.certs import PkiPaths, generate_pki
+
+FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "testenv" / "build.sh"
+_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
+             "kwok")
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be built or did not come up; the message says which part."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """Where the binaries and kwok stages live (a version-keyed cache directory)."""
+
+    bin_dir: Path
+    kwok_stages: Path
+
+    def path(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+
+def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
+    """Return the cached toolchain, building it with ``hack/testenv/build.sh`` if missing.
+
+    ``SCIDMZ_TESTENV_BIN`` points at a directory of prebuilt binaries instead.
+    """
+    override = os.environ.get("SCIDMZ_TESTENV_BIN")
+    if override:
+        bin_dir = Path(override)
+    else:
+        if not BUILD_SCRIPT.exists():
+            raise ControlPlaneError(
+                f"{BUILD_SCRIPT} not found; set SCIDMZ_TESTENV_BIN to prebuilt binaries"
+            )
+        log("testenv: checking the control-plane build cache (first build takes ~10 min)")
+        result = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True, check=False
+        )
+        if result.returncode != 0:
+            raise ControlPlaneError(f"{BUILD_SCRIPT} failed with exit code {result.returncode}")
+        bin_dir = Path(result.stdout.strip().splitlines()[-1])
+    missing = [b for b in _BINARIES if not (bin_dir / b).exists()]
+    if missing:
+        raise ControlPlaneError(f"missing binaries in {bin_dir}: {', '.join(missing)}")
+    return Toolchain(bin_dir=bin_dir, kwok_stages=bin_dir.parent / "kwok-stages.yaml")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ControlPlane:
+    """A running control plane. Stop it with :meth:`stop` (or use :func:`control_plane`)."""
+
+    workdir: Path
+    kubeconfig: Path
+    server: str
+    pki: PkiPaths
+    toolchain: Toolchain
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    owns_workdir: bool = False
+
+    def kubectl(self, *args: str, input_text: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run the matching kubectl against this control plane."""
+        return subprocess.run(
+            [self.toolchain.path("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input_text, capture_output=True, text=True, check=check,
+        )
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def stop(self) -> None:
+        # Reverse start order: the apiserver must go before etcd or it logs errors for a while.
+        for name in reversed(list(self.processes)):
+            _terminate(self.processes[name])
+        self.processes.clear()
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, name: str, lines: int = 30) -> str:
+        path = self.workdir / "logs" / f"{name}.log"
+        if not path.exists():
+            return ""
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def _write_kubeconfig(path: Path, server: str, pki: PkiPaths) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "scidmz-testenv",
+                      "cluster": {"server": server,
+                                  "certificate-authority": str(pki.ca_cert)}}],
+        "users": [{"name": "admin",
+                   "user": {"client-certificate": str(pki.admin_cert),
+                            "client-key": str(pki.admin_key)}}],
+        "contexts": [{"name": "scidmz-testenv",
+                      "context": {"cluster": "scidmz-testenv", "user": "admin"}}],
+        "current-context": "scidmz-testenv",
+    }
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+
+
+def _wait_ready(server: str, pki: PkiPaths, proc: subprocess.Popen[bytes],
+                deadline: float) -> None:
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
+    last_error = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ControlPlaneError(f"kube-apiserver exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{server}/readyz", context=context, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError) as error:
+            last_error = str(error)
+        time.sleep(0.1)
+    raise ControlPlaneError(f"kube-apiserver not ready in time: {last_error}")
+
+
+def _fake_node(name: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                       "kubernetes.io/arch": "amd64", "type": "kwok"},
+        },
+    }
+
+
+def start_control_plane(
+    workdir: Path | None = None,
+    nodes: tuple[str, ...] = ("kwok-node-0",),
+    log: Callable[[str], None] = print,
+    toolchain: Toolchain | None = None,
+    timeout_s: float = 60.0,
+) -> ControlPlane:
+    """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+
+    Returns once the apiserver is ready and the fake nodes exist. Raises
+    :class:`ControlPlaneError` (with the failing component's log tail) otherwise.
+    """
+    tools = toolchain or ensure_toolchain(log)
+    owns = workdir is None
+    root = Path(tempfile.mkdtemp(prefix="scidmz-testenv-")) if workdir is None else workdir
+    root.mkdir(parents=True, exist_ok=True)
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    pki = generate_pki(root / "pki")
+    etcd_port, etcd_peer, api_port = free_port(), free_port(), free_port()
+    server = f"https://127.0.0.1:{api_port}"
+    kubeconfig = root / "kubeconfig"
+    _write_kubeconfig(kubeconfig, server, pki)
+    plane = ControlPlane(workdir=root, kubeconfig=kubeconfig, server=server, pki=pki,
+                         toolchain=tools, owns_workdir=owns)
+    # etcd reads any ETCD_* variable as a setting; a stray one must not reconfigure it.
+    clean_env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+
+    def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = (logs / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [tools.path(name), *args], stdout=out, stderr=subprocess.STDOUT,
+            env=clean_env, start_new_session=True,
+        )
+        plane.processes[name] = proc
+        return proc
+
+    started = time.monotonic()
+    try:
+        spawn("etcd", [
+            "--name=default", f"--data-dir={root / 'etcd'}",
+            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+            "--unsafe-no-fsync", "--log-level=warn",
+        ])
+        apiserver = spawn("kube-apiserver", [
+            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            "--bind-address=127.0.0.1", f"--secure-port={api_port}",
+            "--advertise-address=127.0.0.1",
+            f"--cert-dir={root / 'apiserver-certs'}",
+            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            "--authorization-mode=RBAC",
+            "--endpoint-reconciler-type=none",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
+            "--profiling=false",
+        ])
+        _wait_ready(server, pki, apiserver, started + timeout_s)
+        log(f"testenv: kube-apiserver ready at {server} after "
+            f"{time.monotonic() - started:.1f}s")
+        kube_flags = [f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+                      "--kube-api-qps=500", "--kube-api-burst=1000"]
+        spawn("kube-controller-manager", [
+            *kube_flags, "--secure-port=0",
+            f"--root-ca-file={pki.ca_cert}",
+            f"--service-account-private-key-file={pki.sa_key}",
+            "--controllers=*,-nodeipam",
+            "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20",
+            "--concurrent-gc-syncs=40", "--concurrent-service-endpoint-syncs=20",
+        ])
+        spawn("kube-scheduler", [*kube_flags, "--secure-port=0"])
+        for node in nodes:
+            plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(_fake_node(node)))
+        spawn("kwok", [
+            f"--kubeconfig={kubeconfig}", f"--config={tools.kwok_stages}",
+            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+            "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
+        ])
+        for name, proc in plane.processes.items():
+            if proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with code {proc.returncode}:\n{plane.log_tail(name)}"
+                )
+    except BaseException:
+        plane.stop()
+        raise
+    log(f"testenv: control plane up in {time.monotonic() - started:.1f}s "
+        f"(KUBECONFIG={kubeconfig})")
+    return plane
+
+
+@contextlib.contextmanager
+def control_plane(**kwargs: object) -> Iterator[ControlPlane]:
+    """``with control_plane() as plane:`` — started on entry, stopped on exit."""
+    plane = start_control_plane(**kwargs)  # type: ignore[arg-type]
+    try:
+        yield plane
+    finally:
+        plane.stop()

@@ -1,1 +1,143 @@
-def app() -> None: ...
+"""The ``scidmz`` command: one entry point for every component."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scidmz.api.runtime import ConfigError
+
+app = typer.Typer(
+    help="scidmz: keep Science DMZ transfers at their target rate on a shared campus link.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+testenv_app = typer.Typer(help="A local Kubernetes control plane (etcd, apiserver, kwok).",
+                          no_args_is_help=True)
+app.add_typer(testenv_app, name="testenv")
+
+ConfigOption = Annotated[
+    Path, typer.Option("--config", help="Runtime config rendered by the operator (YAML).")
+]
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+@app.command()
+def operator(
+    namespace: Annotated[str | None, typer.Option(
+        help="Watch only this namespace (default: all; env SCIDMZ_NAMESPACE).")] = None,
+    standalone: Annotated[bool, typer.Option(
+        help="No peering: a single replica (development).")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the DTNTransferPolicy operator (kopf)."""
+    import os
+
+    import kopf
+
+    from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
+    from scidmz.k8s.settings import OperatorSettings
+
+    if namespace:
+        os.environ["SCIDMZ_NAMESPACE"] = namespace
+    if standalone:
+        os.environ["SCIDMZ_STANDALONE"] = "true"
+    settings = OperatorSettings()
+    kopf.configure(verbose=verbose, log_prefix=False)
+    kopf.run(
+        clusterwide=settings.namespace is None,
+        namespaces=[settings.namespace] if settings.namespace else [],
+        standalone=settings.standalone,
+        peering_name=settings.peering_name,
+        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+    )
+
+
+@app.command()
+def collector(config: ConfigOption) -> None:
+    """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
+    from scidmz.workload import run_placeholder
+
+    try:
+        run_placeholder("collector", config, default_port=9460)
+    except ConfigError as error:
+        _fail(str(error))
+
+
+@app.command()
+def controller(config: ConfigOption) -> None:
+    """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T."""
+    from scidmz.workload import run_placeholder
+
+    try:
+        run_placeholder("controller", config, default_port=9461)
+    except ConfigError as error:
+        _fail(str(error))
+
+
+@app.command()
+def crd(
+    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")]
+    = None,
+) -> None:
+    """Print the DTNTransferPolicy CRD generated from the API models."""
+    from scidmz.api.crd import render_crd_yaml
+
+    text = render_crd_yaml()
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+
+
+@testenv_app.command("up")
+def testenv_up(
+    workdir: Annotated[Path | None, typer.Option("--dir",
+        help="Keep state here (default: a temporary directory).")] = None,
+) -> None:
+    """Start the local control plane and keep it running until Ctrl-C."""
+    import signal
+    import threading
+
+    from scidmz.testenv.cluster import ControlPlaneError, start_control_plane
+
+    try:
+        plane = start_control_plane(workdir=workdir)
+    except ControlPlaneError as error:
+        _fail(str(error))
+        return
+    typer.echo(f"export KUBECONFIG={plane.kubeconfig}\nCtrl-C stops it.")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    plane.stop()
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option(
+        help="Leave everything running until Ctrl-C instead of cleaning up at once.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 60.0,
+) -> None:
+    """Local control plane + operator + examples/*.yaml, showing their status."""
+    from scidmz.demo import DemoError, run_demo
+
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        run_demo(keep=keep, timeout_s=timeout)
+    except DemoError as error:
+        _fail(str(error))
+
+
+if __name__ == "__main__":
+    app()

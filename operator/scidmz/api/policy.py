@@ -102,8 +102,8 @@ CidrPrefix = Annotated[
                 {"rule": "isCIDR(self)", "message": "must be an IPv4 or IPv6 CIDR prefix, e.g. "
                  "203.0.113.10/32 or 2001:db8::/64"},
                 {"rule": "!isCIDR(self) || cidr(self) == cidr(self).masked()",
-                 "messageExpression": "'has host bits set; did you mean ' + "
-                 "string(cidr(self).masked()) + '?'"},
+                 "message": "has host bits set: give the network address, e.g. "
+                 "203.0.113.0/24 rather than 203.0.113.7/24"},
             ]
         },
     ),
@@ -120,7 +120,8 @@ HostPort = Annotated[
                  "int(self.substring(self.lastIndexOf(':') + 1)) > 0",
                  "message": "port must be between 1 and 65535"},
                 {"rule": "!self.startsWith('[') || "
-                 "isIP(self.substring(1, self.lastIndexOf(']')))",
+                 "(isIP(self.substring(1, self.lastIndexOf(']'))) && "
+                 "ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",
                  "message": "the bracketed host must be an IPv6 address, e.g. [2001:db8::1]:9559"},
             ]
         },
@@ -213,12 +214,11 @@ class SwitchSpec(ApiModel):
         "[2001:db8::1]:9559)."
     )
     device_id: int = Field(
-        default=1, ge=0, le=2**63 - 1, description="P4Runtime device id."
+        default=1, ge=0, description="P4Runtime device id."
     )
     election_id: int = Field(
         default=10,
         ge=1,
-        le=2**63 - 1,
         description="P4Runtime election id of the collector; the highest connected id is "
         "primary. Give a standby collector a lower one.",
     )

@@ -116,16 +116,20 @@ class KubeClient:
             )
         return payload
 
-    def apply(self, obj: dict[str, Any], force: bool = True) -> dict[str, Any]:
+    def apply(self, obj: dict[str, Any], force: bool = True,
+              dry_run: bool = False) -> dict[str, Any]:
         """Server-side apply ``obj`` as the operator's single field manager.
 
         An unchanged object is a no-op on the server: its resourceVersion stays put.
+        ``dry_run`` runs validation and admission without persisting anything.
         """
         meta = obj["metadata"]
         path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))
+        if dry_run:
+            query.append(("dryRun", "All"))
         return self._call("PATCH", path, body=obj, query=query,
                           content_type="application/apply-patch+yaml")
 
@@ -146,6 +150,16 @@ class KubeClient:
             "GET", path, query=[("labelSelector", label_selector)]
         ).get("items", [])
         return items
+
+    def create_if_absent(self, path: str, obj: dict[str, Any]) -> bool:
+        """POST ``obj`` to the collection at ``path``; False if it already existed."""
+        try:
+            self._call("POST", path, body=obj)
+        except KubeApiError as error:
+            if error.is_conflict:
+                return False
+            raise
+        return True
 
     def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name)

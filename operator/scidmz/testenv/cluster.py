@@ -96,11 +96,17 @@ class ControlPlane:
 
     def kubectl(self, *args: str, input_text: str | None = None,
                 check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run the matching kubectl against this control plane."""
-        return subprocess.run(
+        """Run the matching kubectl against this control plane.
+
+        With ``check``, a failure raises :class:`ControlPlaneError` carrying kubectl's stderr.
+        """
+        result = subprocess.run(
             [self.toolchain.path("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input_text, capture_output=True, text=True, check=check,
+            input=input_text, capture_output=True, text=True, check=False,
         )
+        if check and result.returncode != 0:
+            raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
+        return result
 
     def env(self) -> dict[str, str]:
         return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
@@ -186,10 +192,14 @@ def start_control_plane(
     log: Callable[[str], None] = print,
     toolchain: Toolchain | None = None,
     timeout_s: float = 60.0,
+    crds: tuple[Path, ...] = (),
 ) -> ControlPlane:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
 
-    Returns once the apiserver is ready and the fake nodes exist. Raises
+    ``crds`` (files or directories) are installed and established before the controllers
+    start, so the garbage collector knows their kinds from its first discovery (it
+    rediscovers only every 30 s). Returns once the apiserver is ready and the fake nodes
+    exist. Raises
     :class:`ControlPlaneError` (with the failing component's log tail) otherwise.
     """
     tools = toolchain or ensure_toolchain(log)
@@ -247,6 +257,10 @@ def start_control_plane(
         _wait_ready(server, pki, apiserver, started + timeout_s)
         log(f"testenv: kube-apiserver ready at {server} after "
             f"{time.monotonic() - started:.1f}s")
+        if crds:
+            plane.kubectl("apply", *[a for c in crds for a in ("-f", str(c))])
+            plane.kubectl("wait", "--for", "condition=established", "--timeout=30s",
+                          "crd", "--all")
         kube_flags = [f"--kubeconfig={kubeconfig}", "--leader-elect=false",
                       "--kube-api-qps=500", "--kube-api-burst=1000"]
         spawn("kube-controller-manager", [

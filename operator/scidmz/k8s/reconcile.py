@@ -1,0 +1,165 @@
+"""Reconcile one DTNTransferPolicy: check what only the operator can judge, render the
+children, apply them all-or-nothing, and keep the status conditions current.
+
+Side effects go through :class:`scidmz.k8s.client.KubeClient`; the objects come from the pure
+builders in :mod:`scidmz.k8s.manifests`, the conditions from :mod:`scidmz.k8s.status`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
+from scidmz.api.runtime import resolve_runtime_config
+from scidmz.k8s.client import KubeApiError, KubeClient
+from scidmz.k8s.manifests import (
+    COLLECTOR,
+    CONTROLLER,
+    PolicyRef,
+    WorkloadSettings,
+    build_children,
+    child_name,
+    collector_address,
+)
+from scidmz.k8s.status import Outcome, compute_conditions, conditions_equal, deployment_state
+
+log = logging.getLogger(__name__)
+
+
+class SpecRefused(Exception):
+    """The policy passed the API schema but cannot be honoured (yet): nothing is applied."""
+
+    def __init__(self, reason: str, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.retryable = retryable
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _validation_message(error: ValidationError) -> str:
+    return "; ".join(
+        f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
+        for e in error.errors()
+    )
+
+
+def parse_policy_spec(body: dict[str, Any]) -> DTNTransferPolicySpec:
+    try:
+        return parse_spec(body.get("spec") or {})
+    except ValidationError as error:
+        raise SpecRefused("InvalidSpec", _validation_message(error), retryable=False) from None
+
+
+def check_references(client: KubeClient, namespace: str, spec: DTNTransferPolicySpec) -> None:
+    """ConfigMaps and Secrets the policy names must exist, with the keys it names."""
+    pipeline = spec.switch.pipeline
+    if pipeline is not None:
+        ref = pipeline.config_map_ref
+        config_map = client.get("v1", "ConfigMap", namespace, ref.name)
+        if config_map is None:
+            raise SpecRefused(
+                "PipelineConfigMapNotFound",
+                f"spec.switch.pipeline.configMapRef: ConfigMap {namespace}/{ref.name} "
+                "does not exist",
+                retryable=True,
+            )
+        keys = set(config_map.get("data") or {}) | set(config_map.get("binaryData") or {})
+        missing = [k for k in (ref.p4info_key, ref.device_config_key) if k not in keys]
+        if missing:
+            raise SpecRefused(
+                "PipelineConfigMapKeyMissing",
+                f"ConfigMap {namespace}/{ref.name} has no key(s) {', '.join(missing)}",
+                retryable=True,
+            )
+    tls = spec.switch.tls
+    if tls is not None and client.get("v1", "Secret", namespace, tls.secret_name) is None:
+        raise SpecRefused(
+            "TlsSecretNotFound",
+            f"spec.switch.tls.secretName: Secret {namespace}/{tls.secret_name} does not exist",
+            retryable=True,
+        )
+
+
+def render_children(body: dict[str, Any], spec: DTNTransferPolicySpec,
+                    settings: WorkloadSettings) -> list[dict[str, Any]]:
+    meta = body["metadata"]
+    ref = PolicyRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    config = resolve_runtime_config(
+        ref.name, ref.namespace, int(meta.get("generation", 1)), spec,
+        collector_address(ref, settings),
+    )
+    return build_children(ref, config, spec.paused, settings)
+
+
+def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> None:
+    """Dry-run every object first, so a rejected object leaves no partial set behind."""
+    for obj in objects:
+        client.apply(obj, dry_run=True)
+    for obj in objects:
+        client.apply(obj)
+
+
+def reconcile_policy(client: KubeClient, body: dict[str, Any],
+                     settings: WorkloadSettings) -> Outcome:
+    """Apply the policy's children. Raises :class:`SpecRefused` or :class:`KubeApiError`."""
+    spec = parse_policy_spec(body)
+    namespace = body["metadata"]["namespace"]
+    check_references(client, namespace, spec)
+    children = render_children(body, spec, settings)
+    apply_all_or_nothing(client, children)
+    return Outcome(True, "Applied", f"{len(children)} objects applied",
+                   int(body["metadata"].get("generation", 1)))
+
+
+def refresh_status(client: KubeClient, namespace: str, name: str, outcome: Outcome | None,
+                   now: Callable[[], str] = utc_now, attempts: int = 5) -> bool:
+    """Recompute the conditions from live objects; write only if they changed.
+
+    The write carries the resourceVersion it was computed from, so two writers (the policy
+    handler and the Deployment watcher) never overwrite each other with stale views.
+    Returns True when something was written.
+    """
+    for _ in range(attempts):
+        policy = client.get_policy(namespace, name)
+        if policy is None:
+            return False
+        meta, status = policy["metadata"], policy.get("status") or {}
+        paused = bool((policy.get("spec") or {}).get("paused", False))
+        collector = client.get("apps/v1", "Deployment", namespace, child_name(name, COLLECTOR))
+        controller = client.get("apps/v1", "Deployment", namespace,
+                                child_name(name, CONTROLLER))
+        previous = status.get("conditions") or []
+        conditions = compute_conditions(
+            previous, int(meta.get("generation", 1)), outcome,
+            deployment_state(collector, paused), deployment_state(controller, paused),
+            paused, now(),
+        )
+        patch: dict[str, Any] = {}
+        if not conditions_equal(previous, conditions):
+            patch["conditions"] = conditions
+        if outcome is not None and outcome.ok and \
+                status.get("observedGeneration") != outcome.generation:
+            patch["observedGeneration"] = outcome.generation
+        if not patch:
+            return False
+        try:
+            client.patch_policy_status(namespace, name, meta["resourceVersion"], patch)
+            return True
+        except KubeApiError as error:
+            if error.is_conflict:
+                continue
+            if error.is_not_found:
+                return False
+            raise
+    log.warning("status of %s/%s: gave up after %d conflicting writes", namespace, name,
+                attempts)
+    return False

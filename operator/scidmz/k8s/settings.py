@@ -1,0 +1,51 @@
+"""Operator process settings, from environment variables prefixed ``SCIDMZ_``."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from scidmz import __version__
+from scidmz.k8s.manifests import WorkloadSettings
+
+
+class OperatorSettings(BaseSettings):
+    """``SCIDMZ_IMAGE=...``, ``SCIDMZ_NAMESPACE=...``, ... (see the README)."""
+
+    model_config = SettingsConfigDict(env_prefix="SCIDMZ_", extra="ignore")
+
+    image: str = Field(
+        default=f"ghcr.io/scidmz/scidmz:{__version__}",
+        description="Image for the collector and controller workloads.",
+    )
+    image_pull_policy: str = Field(default="IfNotPresent")
+    namespace: str | None = Field(
+        default=None, description="Watch only this namespace; all namespaces when unset."
+    )
+    peering_name: str = Field(
+        default="scidmz", description="kopf peering object shared by the operator replicas."
+    )
+    peering_priority: int | None = Field(
+        default=None,
+        description="Fixed peering priority; a random one per process when unset, so that "
+        "exactly one replica of several is active (equal priorities would all freeze).",
+    )
+    standalone: bool = Field(
+        default=False, description="Skip peering (single replica, development only)."
+    )
+    retry_delay_s: float = Field(
+        default=15.0, gt=0, description="Back-off before re-checking an unmet dependency."
+    )
+    health_port: int = Field(default=8080, description="Port of the operator's /healthz.")
+    collector_grpc_port: int = 50051
+    collector_http_port: int = 9460
+    controller_http_port: int = 9461
+
+    def workload(self) -> WorkloadSettings:
+        return WorkloadSettings(
+            image=self.image,
+            image_pull_policy=self.image_pull_policy,
+            collector_grpc_port=self.collector_grpc_port,
+            collector_http_port=self.collector_http_port,
+            controller_http_port=self.controller_http_port,
+        )

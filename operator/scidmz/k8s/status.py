@@ -1,0 +1,121 @@
+"""Pure computation of a policy's status conditions.
+
+One helper, :func:`compute_conditions`, derives every condition from what was observed
+(the reconcile outcome and the two Deployments), and keeps ``lastTransitionTime`` when a
+condition's status did not change — so recomputing an unchanged world yields an identical
+status and nothing is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Status = Literal["True", "False", "Unknown"]
+CONDITION_TYPES = ("Ready", "Reconciled", "TelemetryReady", "ControllerReady", "Degraded")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Result of the last reconcile: applied (True), or refused with a reason."""
+
+    ok: bool
+    reason: str
+    message: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """Readiness of one Deployment, as read from its status."""
+
+    ready: bool
+    reason: str
+    message: str
+
+
+def deployment_state(deployment: dict[str, Any] | None, paused: bool) -> WorkloadState:
+    """Available means: controller caught up, all replicas updated and available."""
+    if deployment is None:
+        return WorkloadState(False, "NotCreated", "the Deployment does not exist yet")
+    if paused:
+        return WorkloadState(False, "Paused", "spec.paused is true; scaled to zero")
+    meta, spec, status = deployment["metadata"], deployment["spec"], deployment.get("status", {})
+    wanted = spec.get("replicas", 1)
+    if status.get("observedGeneration", 0) < meta.get("generation", 0):
+        return WorkloadState(False, "Progressing", "the Deployment controller has not caught up")
+    updated = status.get("updatedReplicas", 0)
+    available = status.get("availableReplicas", 0)
+    if updated < wanted:
+        return WorkloadState(False, "Progressing", f"{updated}/{wanted} replicas updated")
+    if available < wanted:
+        return WorkloadState(False, "Unavailable", f"{available}/{wanted} replicas available")
+    return WorkloadState(True, "DeploymentAvailable", f"{available}/{wanted} replicas available")
+
+
+def _condition(type_: str, status: Status, reason: str, message: str, generation: int,
+               previous: dict[str, dict[str, Any]], now: str) -> dict[str, Any]:
+    before = previous.get(type_)
+    changed = before is None or before.get("status") != status
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now if changed else before["lastTransitionTime"],
+        "observedGeneration": generation,
+    }
+
+
+def compute_conditions(
+    previous: list[dict[str, Any]],
+    generation: int,
+    outcome: Outcome | None,
+    collector: WorkloadState,
+    controller: WorkloadState,
+    paused: bool,
+    now: str,
+) -> list[dict[str, Any]]:
+    """All five conditions. ``outcome`` None means: keep the last recorded Reconciled."""
+    by_type = {c["type"]: c for c in previous if "type" in c}
+    if outcome is None:
+        last = by_type.get("Reconciled")
+        if last is None:
+            outcome = Outcome(False, "Reconciling", "the operator has not applied it yet", 0)
+        else:
+            outcome = Outcome(last["status"] == "True", last["reason"], last.get("message", ""),
+                              last.get("observedGeneration", 0))
+    current = outcome.ok and outcome.generation == generation
+    if outcome.ok and not current:
+        reconciled = Outcome(False, "Reconciling", "a newer generation is being applied",
+                             outcome.generation)
+    else:
+        reconciled = outcome
+    if paused:
+        ready: tuple[Status, str, str] = ("False", "Paused", "spec.paused is true")
+    elif not reconciled.ok:
+        ready = ("False", reconciled.reason, reconciled.message)
+    elif not collector.ready:
+        ready = ("False", f"Telemetry{collector.reason}", collector.message)
+    elif not controller.ready:
+        ready = ("False", f"Controller{controller.reason}", controller.message)
+    else:
+        ready = ("True", "Ready", "collector and controller are available")
+    failed = not reconciled.ok and reconciled.reason != "Reconciling"
+    return [
+        _condition("Ready", *ready, generation, by_type, now),
+        _condition("Reconciled", "True" if reconciled.ok else "False", reconciled.reason,
+                   reconciled.message, reconciled.generation, by_type, now),
+        _condition("TelemetryReady", "True" if collector.ready else "False",
+                   collector.reason, collector.message, generation, by_type, now),
+        _condition("ControllerReady", "True" if controller.ready else "False",
+                   controller.reason, controller.message, generation, by_type, now),
+        _condition("Degraded", "True" if failed else "False",
+                   reconciled.reason if failed else "AsExpected",
+                   reconciled.message if failed else "", generation, by_type, now),
+    ]
+
+
+def conditions_equal(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:
+    """Same conditions, ignoring order."""
+    return sorted(a, key=lambda c: c["type"]) == sorted(b, key=lambda c: c["type"])

@@ -1,0 +1,136 @@
+"""Fixtures on a real control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok) built by hack/testenv/build.sh and started once per session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from scidmz.testenv.cluster import ControlPlane, free_port, start_control_plane
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """`scidmz operator` as a real child process, logging to a file."""
+
+    def __init__(self, plane: ControlPlane, log_path: Path, priority: int) -> None:
+        self.plane, self.log_path, self.priority = plane, log_path, priority
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.health_port = 0
+
+    def start(self) -> None:
+        self.health_port = free_port()
+        env = {**self.plane.env(), "SCIDMZ_PEERING_PRIORITY": str(self.priority),
+               "SCIDMZ_RETRY_DELAY_S": "2", "SCIDMZ_HEALTH_PORT": str(self.health_port),
+               "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "scidmz.cli", "operator", "--verbose"],
+                env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+        wait_for(lambda: "Initial authentication has finished" in self.log(), 20,
+                 "operator start-up")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory) -> Iterator[ControlPlane]:
+    cp = start_control_plane(workdir=tmp_path_factory.mktemp("testenv"),
+                             nodes=("kwok-node-0", "edge-1"), crds=(REPO / "crds",))
+    try:
+        yield cp
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def operator(plane, tmp_path_factory) -> Iterator[Operator]:
+    op = Operator(plane, tmp_path_factory.mktemp("operator") / "operator.log", priority=100)
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def namespace(plane) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    plane.kubectl("create", "namespace", name)
+    yield name
+    plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+class Kube:
+    """Small kubectl-based helpers bound to one namespace."""
+
+    def __init__(self, plane: ControlPlane, namespace: str) -> None:
+        self.plane, self.namespace = plane, namespace
+
+    def apply(self, obj: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
+        obj = {**obj, "metadata": {**obj["metadata"], "namespace": self.namespace}}
+        return self.plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj),
+                                  check=check)
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        r = self.plane.kubectl("get", kind, name, "-n", self.namespace, "-o", "json",
+                               check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def names(self, kind: str, selector: str) -> list[str]:
+        r = self.plane.kubectl("get", kind, "-n", self.namespace, "-l", selector, "-o",
+                               "jsonpath={.items[*].metadata.name}")
+        return sorted(r.stdout.split())
+
+    def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
+        obj = self.get("dtp", policy) or {}
+        for c in (obj.get("status") or {}).get("conditions", []):
+            if c["type"] == type_:
+                return c
+        return None
+
+    def delete(self, kind: str, name: str) -> None:
+        self.plane.kubectl("delete", kind, name, "-n", self.namespace, "--wait=false")
+
+
+@pytest.fixture
+def kube(plane, namespace) -> Kube:
+    return Kube(plane, namespace)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/k8s" in str(item.fspath):
+            item.add_marker(pytest.mark.k8s)
+
+

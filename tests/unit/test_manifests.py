@@ -1,0 +1,105 @@
+import pytest
+
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import resolve_runtime_config
+from scidmz.k8s.manifests import (
+    CONFIG_HASH_ANNOTATION,
+    PolicyRef,
+    WorkloadSettings,
+    build_children,
+    child_name,
+    collector_address,
+)
+
+REF = PolicyRef(name="paper-testbed", namespace="science", uid="1234")
+SETTINGS = WorkloadSettings(image="example.org/scidmz:test")
+
+
+def _children(spec_dict, paused=False):
+    spec = parse_spec(spec_dict)
+    config = resolve_runtime_config(REF.name, REF.namespace, 1, spec,
+                                    collector_address(REF, SETTINGS))
+    return {o["kind"] + "/" + o["metadata"]["name"]: o
+            for o in build_children(REF, config, paused, SETTINGS)}
+
+
+def test_children_set_and_ownership(example_policy):
+    children = _children(example_policy["spec"])
+    assert set(children) == {
+        "ServiceAccount/paper-testbed-scidmz", "ConfigMap/paper-testbed-config",
+        "Service/paper-testbed-collector", "Service/paper-testbed-controller",
+        "Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller",
+    }
+    for obj in children.values():
+        owner = obj["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == "1234" and owner["controller"] is True
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "scidmz-operator"
+        assert labels["app.kubernetes.io/instance"] == "paper-testbed"
+        assert obj["metadata"]["namespace"] == "science"
+
+
+def test_workloads_are_locked_down_without_tc(example_policy):
+    children = _children(example_policy["spec"])
+    for component in ("collector", "controller"):
+        dep = children[f"Deployment/paper-testbed-{component}"]
+        pod = dep["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        sc = container["securityContext"]
+        assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"] == {"drop": ["ALL"]}
+        assert "hostNetwork" not in pod and "affinity" not in pod
+        assert container["args"] == [component, "--config", "/etc/scidmz/config.yaml"]
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        assert pod["automountServiceAccountToken"] is False
+        # The selector must not carry the version: upgrades would orphan pods.
+        assert "app.kubernetes.io/version" not in dep["spec"]["selector"]["matchLabels"]
+
+
+def test_tc_actuator_gets_net_admin_host_network_and_pinning(example_policy):
+    spec = dict(example_policy["spec"])
+    spec["actuator"] = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
+    children = _children(spec)
+    pod = children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {
+        "drop": ["ALL"], "add": ["NET_ADMIN"]}
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["edge-1"]
+    collector_pod = children["Deployment/paper-testbed-collector"]["spec"]["template"]["spec"]
+    assert "hostNetwork" not in collector_pod
+
+
+def test_paused_scales_to_zero(example_policy):
+    running = _children(example_policy["spec"])
+    paused = _children(example_policy["spec"], paused=True)
+    assert running["Deployment/paper-testbed-controller"]["spec"]["replicas"] == 1
+    assert paused["Deployment/paper-testbed-controller"]["spec"]["replicas"] == 0
+    assert paused["Deployment/paper-testbed-collector"]["spec"]["replicas"] == 0
+
+
+def test_spec_change_changes_config_and_rolls_pods(example_policy):
+    before = _children(example_policy["spec"])
+    changed = dict(example_policy["spec"], targetRate="700Mbps")
+    after = _children(changed)
+    key = "ConfigMap/paper-testbed-config"
+    assert before[key]["data"] != after[key]["data"]
+    assert "target_rate_bps: 700000000.0" in after[key]["data"]["config.yaml"]
+    for dep in ("Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller"):
+        a = before[dep]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+        b = after[dep]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+        assert a != b
+
+
+def test_same_spec_renders_identical_objects(example_policy):
+    assert _children(example_policy["spec"]) == _children(example_policy["spec"])
+
+
+@pytest.mark.parametrize("length", [10, 50, 63, 200, 253])
+def test_child_names_fit_dns_labels(length):
+    policy = "p" * length
+    for suffix in ("collector", "controller", "config", "scidmz"):
+        name = child_name(policy, suffix)
+        assert len(name) <= 63 and name.endswith(suffix)
+    assert child_name("a" * 200, "collector") != child_name("a" * 199 + "b", "collector")

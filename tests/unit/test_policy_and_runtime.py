@@ -1,0 +1,123 @@
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from scidmz.api.crd import render_crd_yaml
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import (
+    ConfigError,
+    dump_runtime_config,
+    load_runtime_config,
+    resolve_runtime_config,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_committed_crd_matches_models():
+    committed = (REPO / "crds" / "scidmz.io_dtntransferpolicies.yaml").read_text()
+    assert committed == render_crd_yaml(), "crds/ drifted from scidmz.api: run `make crds`"
+
+
+def test_every_spec_field_has_a_description():
+    crd = yaml.safe_load(render_crd_yaml())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    missing = []
+
+    def walk(node, path):
+        for name, child in node.get("properties", {}).items():
+            if not child.get("description"):
+                missing.append(f"{path}.{name}")
+            walk(child, f"{path}.{name}")
+
+    walk(schema, "spec")
+    assert missing == []
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")))
+def test_examples_are_valid(path):
+    spec = parse_spec(yaml.safe_load(path.read_text())["spec"])
+    assert spec.target_rate
+
+
+def _spec(example_policy, **changes):
+    spec = example_policy["spec"]
+    for dotted, value in changes.items():
+        node = spec
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"targetRate": "600"}, "targetRate"),
+        ({"targetRate": "1.2Gbps"}, "targetRate must be below bottleneckCapacity"),
+        ({"targetRate": "0Mbps"}, "greater than 0"),
+        ({"sampleTime": "50ms"}, "between 100ms and 60s"),
+        ({"dtn.receiverPrefix": "203.0.113.300/32"}, "receiverPrefix"),
+        ({"campus.remotePrefix": "203.0.113.7/24"}, "host bits"),
+        ({"controller.strategy": "pid"}, "strategy"),
+        ({"controller.gains": {"kp": -1, "ki": 1, "kw": 1}}, "kp"),
+        ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}},
+         "limits.min must not exceed"),
+        ({"switch.address": "::1:9559"}, "address"),
+        ({"switch.address": "host:70000"}, "port must be"),
+        ({"targetRate": None}, "targetRate"),
+        ({"surprise": 1}, "surprise"),
+        ({"actuator": {"type": "tc"}}, "actuator.tc is required"),
+    ],
+)
+def test_model_rejects_bad_specs(example_policy, changes, fragment):
+    with pytest.raises(ValidationError, match=fragment):
+        parse_spec(_spec(example_policy, **changes))
+
+
+def test_resolution_fills_paper_defaults(example_policy):
+    spec = parse_spec(_spec(example_policy, **{"controller.limits": None,
+                                               "dtn.congestionControl": "bbr"}))
+    config = resolve_runtime_config("p", "ns", 3, spec, "p-collector.ns.svc:50051")
+    assert config.target_rate_bps == 6e8
+    assert config.bottleneck_capacity_bps == 1e9
+    assert (config.controller.gains.kp, config.controller.gains.ki,
+            config.controller.gains.kw) == (0.388, 1.918, 1.340)
+    assert config.controller.max_rate_bps == 1e9
+    assert config.controller.max_step_bps == pytest.approx(2e8)
+    assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
+    assert config.actuator.sim_address == spec.switch.address
+
+
+def test_runtime_config_round_trips(tmp_path, example_policy):
+    spec = parse_spec(example_policy["spec"])
+    config = resolve_runtime_config("p", "ns", 1, spec, "x:1")
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_runtime_config(config))
+    assert load_runtime_config(path) == config
+    assert dump_runtime_config(config) == dump_runtime_config(
+        resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [("[1, 2]", "must be a mapping"), ("a: [", "not valid YAML"),
+     ("policy: p\n", "invalid: namespace")],
+)
+def test_bad_runtime_config_is_named(tmp_path, content, fragment):
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=fragment):
+        load_runtime_config(path)
+
+
+def test_missing_runtime_config_file(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_runtime_config(tmp_path / "absent.yaml")

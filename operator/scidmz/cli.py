@@ -16,8 +16,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-testenv_app = typer.Typer(help="A local Kubernetes control plane (etcd, apiserver, kwok).",
-                          no_args_is_help=True)
+testenv_app = typer.Typer(
+    help="A local Kubernetes control plane (etcd, apiserver, kwok).", no_args_is_help=True
+)
 app.add_typer(testenv_app, name="testenv")
 
 ConfigOption = Annotated[
@@ -32,10 +33,13 @@ def _fail(message: str) -> None:
 
 @app.command()
 def operator(
-    namespace: Annotated[str | None, typer.Option(
-        help="Watch only this namespace (default: all; env SCIDMZ_NAMESPACE).")] = None,
-    standalone: Annotated[bool, typer.Option(
-        help="No peering: a single replica (development).")] = False,
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="Watch only this namespace (default: all; env SCIDMZ_NAMESPACE)."),
+    ] = None,
+    standalone: Annotated[
+        bool, typer.Option(help="No peering: a single replica (development).")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run the DTNTransferPolicy operator (kopf)."""
@@ -85,8 +89,7 @@ def controller(config: ConfigOption) -> None:
 
 @app.command()
 def crd(
-    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")]
-    = None,
+    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
 ) -> None:
     """Print the DTNTransferPolicy CRD generated from the API models."""
     from scidmz.api.crd import render_crd_yaml
@@ -101,8 +104,9 @@ def crd(
 
 @testenv_app.command("up")
 def testenv_up(
-    workdir: Annotated[Path | None, typer.Option("--dir",
-        help="Keep state here (default: a temporary directory).")] = None,
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Keep state here (default: a temporary directory).")
+    ] = None,
 ) -> None:
     """Start the local control plane and keep it running until Ctrl-C."""
     import signal
@@ -125,8 +129,10 @@ def testenv_up(
 
 @app.command()
 def demo(
-    keep: Annotated[bool, typer.Option(
-        help="Leave everything running until Ctrl-C instead of cleaning up at once.")] = False,
+    keep: Annotated[
+        bool,
+        typer.Option(help="Leave everything running until Ctrl-C instead of cleaning up at once."),
+    ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 60.0,
 ) -> None:
     """Local control plane + operator + examples/*.yaml, showing their status."""

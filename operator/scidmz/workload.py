@@ -15,17 +15,19 @@ from typing import Any
 
 from prometheus_client import Gauge
 
+from scidmz import __version__
 from scidmz.api.runtime import RuntimeConfig, load_runtime_config
 from scidmz.metrics.http import Health, serve_http
 
-_INFO = Gauge("scidmz_build_info", "Constant 1, labelled with the component and version.",
-              ["component", "version"])
+_INFO = Gauge(
+    "scidmz_build_info",
+    "Constant 1, labelled with the component and version.",
+    ["component", "version"],
+)
 
 
 def run_placeholder(component: str, config_path: Path, default_port: int) -> RuntimeConfig:
     """Validate, serve health, block until SIGTERM/SIGINT. Raises ConfigError on bad input."""
-    from scidmz import __version__
-
     config = load_runtime_config(config_path)
     port = int(os.environ.get("SCIDMZ_HTTP_PORT", default_port))
     health = Health()
@@ -35,8 +37,11 @@ def run_placeholder(component: str, config_path: Path, default_port: int) -> Run
         return {"component": component, "policy": config.policy, "ready": health.ready}
 
     server = serve_http(port, health, state)
-    health.set_ready(True, f"config for {config.namespace}/{config.policy} is valid; "
-                           f"the {component} loop is not implemented in this release")
+    health.set_ready(
+        True,
+        f"config for {config.namespace}/{config.policy} is valid; "
+        f"the {component} loop is not implemented in this release",
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

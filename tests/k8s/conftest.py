@@ -41,16 +41,23 @@ class Operator:
 
     def start(self) -> None:
         self.health_port = free_port()
-        env = {**self.plane.env(), "SCIDMZ_PEERING_PRIORITY": str(self.priority),
-               "SCIDMZ_RETRY_DELAY_S": "2", "SCIDMZ_HEALTH_PORT": str(self.health_port),
-               "PYTHONUNBUFFERED": "1"}
+        env = {
+            **self.plane.env(),
+            "SCIDMZ_PEERING_PRIORITY": str(self.priority),
+            "SCIDMZ_RETRY_DELAY_S": "2",
+            "SCIDMZ_HEALTH_PORT": str(self.health_port),
+            "PYTHONUNBUFFERED": "1",
+        }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "scidmz.cli", "operator", "--verbose"],
-                env=env, stdout=log, stderr=subprocess.STDOUT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
             )
-        wait_for(lambda: "Initial authentication has finished" in self.log(), 20,
-                 "operator start-up")
+        wait_for(
+            lambda: "Initial authentication has finished" in self.log(), 20, "operator start-up"
+        )
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -67,8 +74,11 @@ class Operator:
 
 @pytest.fixture(scope="session")
 def plane(tmp_path_factory) -> Iterator[ControlPlane]:
-    cp = start_control_plane(workdir=tmp_path_factory.mktemp("testenv"),
-                             nodes=("kwok-node-0", "edge-1"), crds=(REPO / "crds",))
+    cp = start_control_plane(
+        workdir=tmp_path_factory.mktemp("testenv"),
+        nodes=("kwok-node-0", "edge-1"),
+        crds=(REPO / "crds",),
+    )
     try:
         yield cp
     finally:
@@ -99,17 +109,23 @@ class Kube:
 
     def apply(self, obj: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
         obj = {**obj, "metadata": {**obj["metadata"], "namespace": self.namespace}}
-        return self.plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj),
-                                  check=check)
+        return self.plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj), check=check)
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
-        r = self.plane.kubectl("get", kind, name, "-n", self.namespace, "-o", "json",
-                               check=False)
+        r = self.plane.kubectl("get", kind, name, "-n", self.namespace, "-o", "json", check=False)
         return json.loads(r.stdout) if r.returncode == 0 else None
 
     def names(self, kind: str, selector: str) -> list[str]:
-        r = self.plane.kubectl("get", kind, "-n", self.namespace, "-l", selector, "-o",
-                               "jsonpath={.items[*].metadata.name}")
+        r = self.plane.kubectl(
+            "get",
+            kind,
+            "-n",
+            self.namespace,
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={.items[*].metadata.name}",
+        )
         return sorted(r.stdout.split())
 
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
@@ -132,5 +148,3 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/k8s" in str(item.fspath):
             item.add_marker(pytest.mark.k8s)
-
-

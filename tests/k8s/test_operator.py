@@ -6,8 +6,6 @@ import copy
 import time
 import urllib.request
 
-import pytest
-
 from tests.k8s.conftest import Operator, wait_for
 
 CHILD_SELECTOR = "app.kubernetes.io/instance={name}"
@@ -27,8 +25,10 @@ def _ready(kube, name):
 
 def _children(kube, name):
     selector = CHILD_SELECTOR.format(name=name)
-    return {kind: kube.names(kind, selector)
-            for kind in ("deployment", "service", "configmap", "serviceaccount")}
+    return {
+        kind: kube.names(kind, selector)
+        for kind in ("deployment", "service", "configmap", "serviceaccount")
+    }
 
 
 def test_create_makes_children_and_ready_status(operator, kube, example_policy):
@@ -46,12 +46,26 @@ def test_create_makes_children_and_ready_status(operator, kube, example_policy):
     policy = kube.get("dtp", "alpha")
     assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
     types = {c["type"]: c["status"] for c in policy["status"]["conditions"]}
-    assert types == {"Ready": "True", "Reconciled": "True", "TelemetryReady": "True",
-                     "ControllerReady": "True", "Degraded": "False"}
+    assert types == {
+        "Ready": "True",
+        "Reconciled": "True",
+        "TelemetryReady": "True",
+        "ControllerReady": "True",
+        "Degraded": "False",
+    }
     # Printer columns come from the CRD.
     table = kube.plane.kubectl("get", "dtp", "alpha", "-n", kube.namespace).stdout
     assert table.split("\n")[0].split() == [
-        "NAME", "TARGET", "CAPACITY", "DTN", "RATE", "CAMPUS", "LIMIT", "READY", "AGE"]
+        "NAME",
+        "TARGET",
+        "CAPACITY",
+        "DTN",
+        "RATE",
+        "CAMPUS",
+        "LIMIT",
+        "READY",
+        "AGE",
+    ]
     assert "600Mbps" in table and "1Gbps" in table and "True" in table
     # kopf's bookkeeping lives under scidmz.io.
     annotations = policy["metadata"].get("annotations", {})
@@ -67,15 +81,22 @@ def test_update_rewrites_config_and_rolls_workloads(operator, kube, example_poli
     rs_before = kube.names("replicaset", "app.kubernetes.io/instance=beta")
 
     kube.apply(_policy(example_policy, "beta", targetRate="750Mbps"))
-    wait_for(lambda: "750000000.0" in kube.get("configmap", "beta-config")["data"]
-             ["config.yaml"], 10, "ConfigMap updated")
+    wait_for(
+        lambda: "750000000.0" in kube.get("configmap", "beta-config")["data"]["config.yaml"],
+        10,
+        "ConfigMap updated",
+    )
     assert kube.get("configmap", "beta-config")["data"]["config.yaml"] != config_before
     template_after = kube.get("deployment", "beta-controller")["spec"]["template"]
-    assert template_after["metadata"]["annotations"] != template_before["metadata"][
-        "annotations"]
+    assert template_after["metadata"]["annotations"] != template_before["metadata"]["annotations"]
     # A new ReplicaSet per Deployment means the pods were rolled.
-    wait_for(lambda: len(kube.names("replicaset", "app.kubernetes.io/instance=beta"))
-             == len(rs_before) + 2, 10, "new ReplicaSets")
+    wait_for(
+        lambda: (
+            len(kube.names("replicaset", "app.kubernetes.io/instance=beta")) == len(rs_before) + 2
+        ),
+        10,
+        "new ReplicaSets",
+    )
     wait_for(lambda: _ready(kube, "beta"), 10, "Ready again after the roll")
     policy = kube.get("dtp", "beta")
     assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"] == 2
@@ -85,24 +106,42 @@ def test_paused_scales_workloads_to_zero(operator, kube, example_policy):
     kube.apply(_policy(example_policy, "gamma"))
     wait_for(lambda: _ready(kube, "gamma"), 10, "gamma Ready")
     kube.apply(_policy(example_policy, "gamma", paused=True))
-    wait_for(lambda: kube.get("deployment", "gamma-collector")["spec"]["replicas"] == 0
-             and kube.get("deployment", "gamma-controller")["spec"]["replicas"] == 0,
-             10, "scaled to zero")
-    wait_for(lambda: (kube.condition("gamma", "Ready") or {}).get("reason") == "Paused",
-             10, "Ready=False/Paused")
+    wait_for(
+        lambda: (
+            kube.get("deployment", "gamma-collector")["spec"]["replicas"] == 0
+            and kube.get("deployment", "gamma-controller")["spec"]["replicas"] == 0
+        ),
+        10,
+        "scaled to zero",
+    )
+    wait_for(
+        lambda: (kube.condition("gamma", "Ready") or {}).get("reason") == "Paused",
+        10,
+        "Ready=False/Paused",
+    )
     kube.apply(_policy(example_policy, "gamma", paused=False))
     wait_for(lambda: _ready(kube, "gamma"), 10, "Ready after unpause")
 
 
 def test_tc_actuator_pins_controller_to_node(operator, kube, example_policy):
-    kube.apply(_policy(example_policy, "delta",
-                       actuator={"type": "tc", "tc": {"nodeName": "edge-1",
-                                                      "interface": "eth1"}}))
+    kube.apply(
+        _policy(
+            example_policy,
+            "delta",
+            actuator={"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}},
+        )
+    )
     wait_for(lambda: _ready(kube, "delta"), 10, "delta Ready")
     pods = kube.plane.kubectl(
-        "get", "pods", "-n", kube.namespace, "-l",
+        "get",
+        "pods",
+        "-n",
+        kube.namespace,
+        "-l",
         "app.kubernetes.io/instance=delta,app.kubernetes.io/component=controller",
-        "-o", "jsonpath={.items[*].spec.nodeName}").stdout
+        "-o",
+        "jsonpath={.items[*].spec.nodeName}",
+    ).stdout
     assert pods.split() == ["edge-1"]
 
 
@@ -118,23 +157,47 @@ def test_missing_pipeline_configmap_is_reported_not_applied(operator, kube, exam
     spec_switch = copy.deepcopy(example_policy["spec"]["switch"])
     spec_switch["pipeline"] = {"configMapRef": {"name": "p4-pipeline"}}
     kube.apply(_policy(example_policy, "zeta", switch=spec_switch))
-    cond = wait_for(lambda: (c := kube.condition("zeta", "Ready")) and
-                    c["reason"] == "PipelineConfigMapNotFound" and c, 10, "refusal")
+    cond = wait_for(
+        lambda: (
+            (c := kube.condition("zeta", "Ready"))
+            and c["reason"] == "PipelineConfigMapNotFound"
+            and c
+        ),
+        10,
+        "refusal",
+    )
     assert cond["status"] == "False"
     assert "p4-pipeline" in cond["message"]
     assert kube.condition("zeta", "Degraded")["status"] == "True"
-    events = kube.plane.kubectl("get", "events", "-n", kube.namespace,
-                                "--field-selector", "involvedObject.name=zeta",
-                                "-o", "jsonpath={.items[*].reason}").stdout
+    events = kube.plane.kubectl(
+        "get",
+        "events",
+        "-n",
+        kube.namespace,
+        "--field-selector",
+        "involvedObject.name=zeta",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).stdout
     assert "PipelineConfigMapNotFound" in events
     # Nothing partial: no workload, no config.
-    assert _children(kube, "zeta") == {"deployment": [], "service": [], "configmap": [],
-                                       "serviceaccount": []}
+    assert _children(kube, "zeta") == {
+        "deployment": [],
+        "service": [],
+        "configmap": [],
+        "serviceaccount": [],
+    }
     assert operator.alive()
     # Once the ConfigMap appears, the retry picks it up.
-    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p4-pipeline"},
-                "data": {"p4info.txtpb": "# p4info"},
-                "binaryData": {"device_config.bin": "AAEC"}})
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "p4-pipeline"},
+            "data": {"p4info.txtpb": "# p4info"},
+            "binaryData": {"device_config.bin": "AAEC"},
+        }
+    )
     wait_for(lambda: _ready(kube, "zeta"), 15, "Ready after the ConfigMap appeared")
     assert kube.condition("zeta", "Degraded")["status"] == "False"
 
@@ -155,8 +218,11 @@ def test_restart_writes_nothing(operator, kube, example_policy):
     resumed_before = operator.log().count("Handler 'reconcile' succeeded")
     operator.stop()
     operator.start()
-    wait_for(lambda: operator.log().count("Handler 'reconcile' succeeded") > resumed_before,
-             20, "the restarted operator resumed the policies")
+    wait_for(
+        lambda: operator.log().count("Handler 'reconcile' succeeded") > resumed_before,
+        20,
+        "the restarted operator resumed the policies",
+    )
     time.sleep(1.5)
     assert _resource_versions(kube, "eta") == before
 
@@ -167,8 +233,11 @@ def test_two_replicas_only_one_acts(operator, plane, kube, example_policy, tmp_p
     try:
         # kopf starts a replica paused until peering says it may act; a lower priority
         # stays paused without logging a transition.
-        wait_for(lambda: "Pausing the watch-stream for dtntransferpolicies" in standby.log(),
-                 20, "the lower-priority replica to hold its watch paused")
+        wait_for(
+            lambda: "Pausing the watch-stream for dtntransferpolicies" in standby.log(),
+            20,
+            "the lower-priority replica to hold its watch paused",
+        )
         url = f"http://127.0.0.1:{operator.health_port}/healthz"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert response.status == 200
@@ -178,8 +247,11 @@ def test_two_replicas_only_one_acts(operator, plane, kube, example_policy, tmp_p
         assert "Handler 'reconcile' succeeded" not in standby.log()
         # Fail-over: the active replica stops, the standby takes over.
         operator.stop()
-        wait_for(lambda: "Resuming operations after the pause" in standby.log(), 30,
-                 "the standby to resume")
+        wait_for(
+            lambda: "Resuming operations after the pause" in standby.log(),
+            30,
+            "the standby to resume",
+        )
         kube.apply(_policy(example_policy, "iota"))
         wait_for(lambda: _ready(kube, "iota"), 15, "iota Ready (by the former standby)")
         assert "Handler 'reconcile' succeeded" in standby.log()

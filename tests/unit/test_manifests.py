@@ -17,18 +17,24 @@ SETTINGS = WorkloadSettings(image="example.org/scidmz:test")
 
 def _children(spec_dict, paused=False):
     spec = parse_spec(spec_dict)
-    config = resolve_runtime_config(REF.name, REF.namespace, 1, spec,
-                                    collector_address(REF, SETTINGS))
-    return {o["kind"] + "/" + o["metadata"]["name"]: o
-            for o in build_children(REF, config, paused, SETTINGS)}
+    config = resolve_runtime_config(
+        REF.name, REF.namespace, 1, spec, collector_address(REF, SETTINGS)
+    )
+    return {
+        o["kind"] + "/" + o["metadata"]["name"]: o
+        for o in build_children(REF, config, paused, SETTINGS)
+    }
 
 
 def test_children_set_and_ownership(example_policy):
     children = _children(example_policy["spec"])
     assert set(children) == {
-        "ServiceAccount/paper-testbed-scidmz", "ConfigMap/paper-testbed-config",
-        "Service/paper-testbed-collector", "Service/paper-testbed-controller",
-        "Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller",
+        "ServiceAccount/paper-testbed-scidmz",
+        "ConfigMap/paper-testbed-config",
+        "Service/paper-testbed-collector",
+        "Service/paper-testbed-controller",
+        "Deployment/paper-testbed-collector",
+        "Deployment/paper-testbed-controller",
     }
     for obj in children.values():
         owner = obj["metadata"]["ownerReferences"][0]
@@ -64,7 +70,9 @@ def test_tc_actuator_gets_net_admin_host_network_and_pinning(example_policy):
     pod = children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
     assert pod["hostNetwork"] is True
     assert pod["containers"][0]["securityContext"]["capabilities"] == {
-        "drop": ["ALL"], "add": ["NET_ADMIN"]}
+        "drop": ["ALL"],
+        "add": ["NET_ADMIN"],
+    }
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["edge-1"]
     collector_pod = children["Deployment/paper-testbed-collector"]["spec"]["template"]["spec"]

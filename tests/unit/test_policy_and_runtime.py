@@ -67,8 +67,7 @@ def _spec(example_policy, **changes):
         ({"campus.remotePrefix": "203.0.113.7/24"}, "host bits"),
         ({"controller.strategy": "pid"}, "strategy"),
         ({"controller.gains": {"kp": -1, "ki": 1, "kw": 1}}, "kp"),
-        ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}},
-         "limits.min must not exceed"),
+        ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}}, "limits.min must not exceed"),
         ({"switch.address": "::1:9559"}, "address"),
         ({"switch.address": "host:70000"}, "port must be"),
         ({"targetRate": None}, "targetRate"),
@@ -82,13 +81,17 @@ def test_model_rejects_bad_specs(example_policy, changes, fragment):
 
 
 def test_resolution_fills_paper_defaults(example_policy):
-    spec = parse_spec(_spec(example_policy, **{"controller.limits": None,
-                                               "dtn.congestionControl": "bbr"}))
+    spec = parse_spec(
+        _spec(example_policy, **{"controller.limits": None, "dtn.congestionControl": "bbr"})
+    )
     config = resolve_runtime_config("p", "ns", 3, spec, "p-collector.ns.svc:50051")
     assert config.target_rate_bps == 6e8
     assert config.bottleneck_capacity_bps == 1e9
-    assert (config.controller.gains.kp, config.controller.gains.ki,
-            config.controller.gains.kw) == (0.388, 1.918, 1.340)
+    assert (config.controller.gains.kp, config.controller.gains.ki, config.controller.gains.kw) == (
+        0.388,
+        1.918,
+        1.340,
+    )
     assert config.controller.max_rate_bps == 1e9
     assert config.controller.max_step_bps == pytest.approx(2e8)
     assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
@@ -108,8 +111,11 @@ def test_runtime_config_round_trips(tmp_path, example_policy):
 
 @pytest.mark.parametrize(
     ("content", "fragment"),
-    [("[1, 2]", "must be a mapping"), ("a: [", "not valid YAML"),
-     ("policy: p\n", "invalid: namespace")],
+    [
+        ("[1, 2]", "must be a mapping"),
+        ("a: [", "not valid YAML"),
+        ("policy: p\n", "invalid: namespace"),
+    ],
 )
 def test_bad_runtime_config_is_named(tmp_path, content, fragment):
     path = tmp_path / "c.yaml"

@@ -15,9 +15,15 @@ def _by_type(conditions):
 
 
 def _dep(generation=1, observed=1, replicas=1, updated=1, available=1):
-    return {"metadata": {"generation": generation}, "spec": {"replicas": replicas},
-            "status": {"observedGeneration": observed, "updatedReplicas": updated,
-                       "availableReplicas": available}}
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": replicas},
+        "status": {
+            "observedGeneration": observed,
+            "updatedReplicas": updated,
+            "availableReplicas": available,
+        },
+    }
 
 
 def test_ready_only_when_applied_and_both_available():
@@ -62,9 +68,17 @@ def test_missing_outcome_keeps_last_reconciled():
 
 
 def test_paused_is_not_ready():
-    c = _by_type(compute_conditions([], 1, Outcome(True, "Applied", "", 1),
-                                    deployment_state(_dep(), True),
-                                    deployment_state(_dep(), True), True, "t"))
+    c = _by_type(
+        compute_conditions(
+            [],
+            1,
+            Outcome(True, "Applied", "", 1),
+            deployment_state(_dep(), True),
+            deployment_state(_dep(), True),
+            True,
+            "t",
+        )
+    )
     assert c["Ready"]["reason"] == "Paused"
 
 

@@ -13,16 +13,24 @@ from scidmz.api.units import (
 
 @pytest.mark.parametrize(
     ("text", "bps"),
-    [("600Mbps", 6e8), ("1Gbps", 1e9), ("1.5Gbps", 1.5e9), ("0bps", 0.0), ("250kbps", 2.5e5),
-     ("2Tbps", 2e12), ("12bps", 12.0), ("0.25Mbps", 2.5e5)],
+    [
+        ("600Mbps", 6e8),
+        ("1Gbps", 1e9),
+        ("1.5Gbps", 1.5e9),
+        ("0bps", 0.0),
+        ("250kbps", 2.5e5),
+        ("2Tbps", 2e12),
+        ("12bps", 12.0),
+        ("0.25Mbps", 2.5e5),
+    ],
 )
 def test_parse_rate(text, bps):
     assert parse_rate(text) == pytest.approx(bps)
 
 
 @pytest.mark.parametrize(
-    "text", ["600", "600 Mbps", "600MBps", "600mbps", "-5Mbps", "1e9bps", "Mbps", "1.Gbps",
-             "1Gb/s", ""],
+    "text",
+    ["600", "600 Mbps", "600MBps", "600mbps", "-5Mbps", "1e9bps", "Mbps", "1.Gbps", "1Gb/s", ""],
 )
 def test_parse_rate_rejects(text):
     with pytest.raises(UnitError, match="invalid rate"):

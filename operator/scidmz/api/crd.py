@@ -25,9 +25,23 @@ from scidmz.api.policy import (
 )
 
 _KEEP = {
-    "type", "description", "default", "pattern", "enum", "minimum", "maximum", "maxLength",
-    "minLength", "required", "properties", "items", "format", "example",
-    "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys",
+    "type",
+    "description",
+    "default",
+    "pattern",
+    "enum",
+    "minimum",
+    "maximum",
+    "maxLength",
+    "minLength",
+    "required",
+    "properties",
+    "items",
+    "format",
+    "example",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
 }
 
 
@@ -106,15 +120,19 @@ def build_crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {"name": "Target", "type": "string", "jsonPath": ".spec.targetRate"},
-                        {"name": "Capacity", "type": "string",
-                         "jsonPath": ".spec.bottleneckCapacity"},
-                        {"name": "DTN rate", "type": "string",
-                         "jsonPath": ".status.state.dtnRate"},
-                        {"name": "Campus limit", "type": "string",
-                         "jsonPath": ".status.state.campusRateLimit"},
+                        {
+                            "name": "Capacity",
+                            "type": "string",
+                            "jsonPath": ".spec.bottleneckCapacity",
+                        },
+                        {"name": "DTN rate", "type": "string", "jsonPath": ".status.state.dtnRate"},
+                        {
+                            "name": "Campus limit",
+                            "type": "string",
+                            "jsonPath": ".status.state.campusRateLimit",
+                        },
                         {"name": "Ready", "type": "string", "jsonPath": ready},
-                        {"name": "Age", "type": "date",
-                         "jsonPath": ".metadata.creationTimestamp"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {
                         "openAPIV3Schema": {

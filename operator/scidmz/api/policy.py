@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 from scidmz.api.units import (
     DURATION_PATTERN,
@@ -56,9 +57,7 @@ def _cidr(text: str) -> str:
     return text
 
 
-_HOST_PORT_PATTERN = (
-    r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
-)
+_HOST_PORT_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
 
 
 def _host_port(text: str) -> str:
@@ -99,11 +98,16 @@ CidrPrefix = Annotated[
         max_length=64,
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "isCIDR(self)", "message": "must be an IPv4 or IPv6 CIDR prefix, e.g. "
-                 "203.0.113.10/32 or 2001:db8::/64"},
-                {"rule": "!isCIDR(self) || cidr(self) == cidr(self).masked()",
-                 "message": "has host bits set: give the network address, e.g. "
-                 "203.0.113.0/24 rather than 203.0.113.7/24"},
+                {
+                    "rule": "isCIDR(self)",
+                    "message": "must be an IPv4 or IPv6 CIDR prefix, e.g. "
+                    "203.0.113.10/32 or 2001:db8::/64",
+                },
+                {
+                    "rule": "!isCIDR(self) || cidr(self) == cidr(self).masked()",
+                    "message": "has host bits set: give the network address, e.g. "
+                    "203.0.113.0/24 rather than 203.0.113.7/24",
+                },
             ]
         },
     ),
@@ -116,13 +120,18 @@ HostPort = Annotated[
         max_length=255,
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "int(self.substring(self.lastIndexOf(':') + 1)) <= 65535 && "
-                 "int(self.substring(self.lastIndexOf(':') + 1)) > 0",
-                 "message": "port must be between 1 and 65535"},
-                {"rule": "!self.startsWith('[') || "
-                 "(isIP(self.substring(1, self.lastIndexOf(']'))) && "
-                 "ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",
-                 "message": "the bracketed host must be an IPv6 address, e.g. [2001:db8::1]:9559"},
+                {
+                    "rule": "int(self.substring(self.lastIndexOf(':') + 1)) <= 65535 && "
+                    "int(self.substring(self.lastIndexOf(':') + 1)) > 0",
+                    "message": "port must be between 1 and 65535",
+                },
+                {
+                    "rule": "!self.startsWith('[') || "
+                    "(isIP(self.substring(1, self.lastIndexOf(']'))) && "
+                    "ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",
+                    "message": "the bracketed host must be an IPv6 address, "
+                    "e.g. [2001:db8::1]:9559",
+                },
             ]
         },
     ),
@@ -213,9 +222,7 @@ class SwitchSpec(ApiModel):
         description="P4Runtime gRPC endpoint as host:port (IPv6 in brackets, e.g. "
         "[2001:db8::1]:9559)."
     )
-    device_id: int = Field(
-        default=1, ge=0, description="P4Runtime device id."
-    )
+    device_id: int = Field(default=1, ge=0, description="P4Runtime device id.")
     election_id: int = Field(
         default=10,
         ge=1,
@@ -344,8 +351,10 @@ class FailsafeSpec(ApiModel):
         description="Fail-safe campus rate: 'trivial' (B_max - R*) or a rate such as 400Mbps.",
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": f"self == 'trivial' || self.matches('{RATE_PATTERN}')",
-                 "message": "must be 'trivial' or a rate with a unit, e.g. 400Mbps"}
+                {
+                    "rule": f"self == 'trivial' || self.matches('{RATE_PATTERN}')",
+                    "message": "must be 'trivial' or a rate with a unit, e.g. 400Mbps",
+                }
             ]
         },
     )
@@ -367,46 +376,81 @@ def _spec_rules() -> list[dict[str, str]]:
     failsafe = cel_rate_bps("self.failsafe.rate")
     has_limits = "has(self.controller) && has(self.controller.limits)"
     return [
-        {"rule": f"{target} > 0.0", "message": "targetRate must be greater than 0",
-         "fieldPath": ".targetRate", "reason": "FieldValueInvalid"},
-        {"rule": f"{capacity} > 0.0", "message": "bottleneckCapacity must be greater than 0",
-         "fieldPath": ".bottleneckCapacity", "reason": "FieldValueInvalid"},
-        {"rule": f"{target} < {capacity}",
-         "message": "targetRate must be below bottleneckCapacity",
-         "fieldPath": ".targetRate", "reason": "FieldValueInvalid"},
-        {"rule": f"!({has_limits} && has({limits}.min)) || {lmin} <= {capacity}",
-         "message": "controller.limits.min must not exceed bottleneckCapacity",
-         "fieldPath": ".controller.limits.min", "reason": "FieldValueInvalid"},
-        {"rule": f"!({has_limits} && has({limits}.max)) || {lmax} <= {capacity}",
-         "message": "controller.limits.max must not exceed bottleneckCapacity",
-         "fieldPath": ".controller.limits.max", "reason": "FieldValueInvalid"},
-        {"rule": f"!({has_limits} && has({limits}.max) && has({limits}.min)) || "
-         f"{lmin} <= {lmax}",
-         "message": "controller.limits.min must not exceed controller.limits.max",
-         "fieldPath": ".controller.limits.min", "reason": "FieldValueInvalid"},
-        {"rule": f"!({has_limits} && has({limits}.maxStep)) || "
-         f"({step} > 0.0 && {step} <= {capacity})",
-         "message": "controller.limits.maxStep must be greater than 0 and at most "
-         "bottleneckCapacity",
-         "fieldPath": ".controller.limits.maxStep", "reason": "FieldValueInvalid"},
-        {"rule": "!has(self.failsafe) || !has(self.failsafe.rate) || "
-         f"self.failsafe.rate == 'trivial' || {failsafe} <= {capacity}",
-         "message": "failsafe.rate must not exceed bottleneckCapacity",
-         "fieldPath": ".failsafe.rate", "reason": "FieldValueInvalid"},
-        {"rule": "!has(self.actuator) || !has(self.actuator.type) || "
-         "self.actuator.type != 'tc' || has(self.actuator.tc)",
-         "message": "actuator.tc (nodeName, interface) is required when actuator.type is tc",
-         "fieldPath": ".actuator.tc", "reason": "FieldValueRequired"},
-        {"rule": "!has(self.switch.ports) || "
-         "(self.switch.ports.campus != self.switch.ports.dtn && "
-         "self.switch.ports.campus != self.switch.ports.bottleneck && "
-         "self.switch.ports.dtn != self.switch.ports.bottleneck)",
-         "message": "switch.ports campus, dtn and bottleneck must be distinct",
-         "fieldPath": ".switch.ports", "reason": "FieldValueInvalid"},
-        {"rule": "self.dtn.receiverPrefix != self.campus.remotePrefix",
-         "message": "dtn.receiverPrefix and campus.remotePrefix must differ (the DTN prefix may "
-         "lie inside the remote prefix; longest prefix wins)",
-         "fieldPath": ".dtn.receiverPrefix", "reason": "FieldValueInvalid"},
+        {
+            "rule": f"{target} > 0.0",
+            "message": "targetRate must be greater than 0",
+            "fieldPath": ".targetRate",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"{capacity} > 0.0",
+            "message": "bottleneckCapacity must be greater than 0",
+            "fieldPath": ".bottleneckCapacity",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"{target} < {capacity}",
+            "message": "targetRate must be below bottleneckCapacity",
+            "fieldPath": ".targetRate",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"!({has_limits} && has({limits}.min)) || {lmin} <= {capacity}",
+            "message": "controller.limits.min must not exceed bottleneckCapacity",
+            "fieldPath": ".controller.limits.min",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"!({has_limits} && has({limits}.max)) || {lmax} <= {capacity}",
+            "message": "controller.limits.max must not exceed bottleneckCapacity",
+            "fieldPath": ".controller.limits.max",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"!({has_limits} && has({limits}.max) && has({limits}.min)) || "
+            f"{lmin} <= {lmax}",
+            "message": "controller.limits.min must not exceed controller.limits.max",
+            "fieldPath": ".controller.limits.min",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": f"!({has_limits} && has({limits}.maxStep)) || "
+            f"({step} > 0.0 && {step} <= {capacity})",
+            "message": "controller.limits.maxStep must be greater than 0 and at most "
+            "bottleneckCapacity",
+            "fieldPath": ".controller.limits.maxStep",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.failsafe) || !has(self.failsafe.rate) || "
+            f"self.failsafe.rate == 'trivial' || {failsafe} <= {capacity}",
+            "message": "failsafe.rate must not exceed bottleneckCapacity",
+            "fieldPath": ".failsafe.rate",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "!has(self.actuator) || !has(self.actuator.type) || "
+            "self.actuator.type != 'tc' || has(self.actuator.tc)",
+            "message": "actuator.tc (nodeName, interface) is required when actuator.type is tc",
+            "fieldPath": ".actuator.tc",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "!has(self.switch.ports) || "
+            "(self.switch.ports.campus != self.switch.ports.dtn && "
+            "self.switch.ports.campus != self.switch.ports.bottleneck && "
+            "self.switch.ports.dtn != self.switch.ports.bottleneck)",
+            "message": "switch.ports campus, dtn and bottleneck must be distinct",
+            "fieldPath": ".switch.ports",
+            "reason": "FieldValueInvalid",
+        },
+        {
+            "rule": "self.dtn.receiverPrefix != self.campus.remotePrefix",
+            "message": "dtn.receiverPrefix and campus.remotePrefix must differ (the DTN prefix may "
+            "lie inside the remote prefix; longest prefix wins)",
+            "fieldPath": ".dtn.receiverPrefix",
+            "reason": "FieldValueInvalid",
+        },
     ]
 
 
@@ -414,7 +458,7 @@ class DTNTransferPolicySpec(ApiModel):
     """Desired behaviour: keep the DTN at targetRate on a link of bottleneckCapacity."""
 
     model_config = ConfigDict(
-        json_schema_extra={"x-kubernetes-validations": _spec_rules()},
+        json_schema_extra=cast(JsonDict, {"x-kubernetes-validations": _spec_rules()}),
     )
 
     target_rate: Rate = Field(
@@ -429,9 +473,11 @@ class DTNTransferPolicySpec(ApiModel):
         description="T, the control and telemetry sample time, 100ms to 60s (paper: 1s).",
         json_schema_extra={
             "x-kubernetes-validations": [
-                {"rule": "duration(self) >= duration('100ms') && "
-                 "duration(self) <= duration('60s')",
-                 "message": "must be between 100ms and 60s"}
+                {
+                    "rule": "duration(self) >= duration('100ms') && "
+                    "duration(self) <= duration('60s')",
+                    "message": "must be between 100ms and 60s",
+                }
             ]
         },
     )

@@ -119,8 +119,8 @@ def resolve_runtime_config(
     desired = ctl.desired_state
     pipeline = spec.switch.pipeline
     trivial_rate = capacity - target
-    failsafe_rate = trivial_rate if spec.failsafe.rate == "trivial" else parse_rate(
-        spec.failsafe.rate
+    failsafe_rate = (
+        trivial_rate if spec.failsafe.rate == "trivial" else parse_rate(spec.failsafe.rate)
     )
     act = spec.actuator
     return RuntimeConfig(
@@ -196,7 +196,6 @@ def load_runtime_config(path: Path) -> RuntimeConfig:
         return RuntimeConfig.model_validate(raw)
     except ValidationError as error:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-            for e in error.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
         )
         raise ConfigError(f"config {path} is invalid: {problems}") from None

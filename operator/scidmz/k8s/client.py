@@ -62,8 +62,13 @@ class ObjectKey:
     name: str
 
 
-def resource_path(api_version: str, kind: str, namespace: str, name: str | None = None,
-                  subresource: str | None = None) -> str:
+def resource_path(
+    api_version: str,
+    kind: str,
+    namespace: str,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
     """REST path of a namespaced object (or its collection when ``name`` is None)."""
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     path = f"{base}/namespaces/{namespace}/{_PLURALS[kind]}"
@@ -85,39 +90,55 @@ class KubeClient:
         """In-cluster credentials when running in a pod, else $KUBECONFIG / ~/.kube/config."""
         configuration = kubernetes.client.Configuration()
         try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=configuration)
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
         configuration.connection_pool_maxsize = pool_size
         return cls(kubernetes.client.ApiClient(configuration))
 
     def close(self) -> None:
-        self._api.close()
+        self._api.close()  # type: ignore[no-untyped-call]
 
-    def _call(self, method: str, path: str, body: Any = None,
-              query: list[tuple[str, str]] | None = None,
-              content_type: str = "application/json") -> dict[str, Any]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             _, url, headers, body, _ = self._api.param_serialize(
-                method, path, query_params=query or [], header_params=headers, body=body,
+                method,
+                path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
                 auth_settings=["BearerToken"],
             )
-            response = self._api.call_api(method, url, header_params=headers, body=body,
-                                          _request_timeout=30)
-            data = response.read()
+            response = self._api.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=30
+            )
+            data = response.read()  # type: ignore[no-untyped-call]
         except (urllib3.exceptions.HTTPError, OSError) as error:
             raise KubeApiError(0, "TransportError", str(error)) from error
         payload: dict[str, Any] = json.loads(data) if data else {}
         if response.status >= 400:
             raise KubeApiError(
-                response.status, str(payload.get("reason", response.reason)),
+                response.status,
+                str(payload.get("reason", response.reason)),
                 str(payload.get("message", data[:500])),
             )
         return payload
 
-    def apply(self, obj: dict[str, Any], force: bool = True,
-              dry_run: bool = False) -> dict[str, Any]:
+    def apply(
+        self, obj: dict[str, Any], force: bool = True, dry_run: bool = False
+    ) -> dict[str, Any]:
         """Server-side apply ``obj`` as the operator's single field manager.
 
         An unchanged object is a no-op on the server: its resourceVersion stays put.
@@ -130,11 +151,11 @@ class KubeClient:
             query.append(("force", "true"))
         if dry_run:
             query.append(("dryRun", "All"))
-        return self._call("PATCH", path, body=obj, query=query,
-                          content_type="application/apply-patch+yaml")
+        return self._call(
+            "PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml"
+        )
 
-    def get(self, api_version: str, kind: str, namespace: str,
-            name: str) -> dict[str, Any] | None:
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
             return self._call("GET", resource_path(api_version, kind, namespace, name))
@@ -143,8 +164,9 @@ class KubeClient:
                 return None
             raise
 
-    def list(self, api_version: str, kind: str, namespace: str,
-             label_selector: str) -> list[dict[str, Any]]:
+    def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str
+    ) -> list[dict[str, Any]]:
         path = resource_path(api_version, kind, namespace)
         items: list[dict[str, Any]] = self._call(
             "GET", path, query=[("labelSelector", label_selector)]
@@ -164,28 +186,34 @@ class KubeClient:
     def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name)
 
-    def patch_policy_status(self, namespace: str, name: str, resource_version: str,
-                            status: dict[str, Any]) -> dict[str, Any]:
+    def patch_policy_status(
+        self, namespace: str, name: str, resource_version: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
         """Merge-patch the status subresource; 409 if the object changed since it was read."""
-        path = resource_path(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name,
-                             "status")
+        path = resource_path(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name, "status")
         body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        return self._call("PATCH", path, body=body,
-                          content_type="application/merge-patch+json")
+        return self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
 
-    def emit_event(self, involved: dict[str, Any], event_type: str, reason: str,
-                   message: str) -> None:
+    def emit_event(
+        self, involved: dict[str, Any], event_type: str, reason: str, message: str
+    ) -> None:
         """Record a core/v1 Event on ``involved`` (a full object with metadata.uid)."""
         meta = involved["metadata"]
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:12]}",
-                         "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": involved["apiVersion"],
-                               "kind": involved["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid", "")},
+            "metadata": {
+                "name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "involvedObject": {
+                "apiVersion": involved["apiVersion"],
+                "kind": involved["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid", ""),
+            },
             "type": event_type,
             "reason": reason,
             "message": message[:1024],

@@ -72,8 +72,11 @@ def ensure_peering(client: KubeClient, ours: OperatorSettings) -> None:
         obj = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": meta}
         path = "/apis/kopf.dev/v1/clusterkopfpeerings"
     else:
-        obj = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering",
-               "metadata": {**meta, "namespace": ours.namespace}}
+        obj = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering",
+            "metadata": {**meta, "namespace": ours.namespace},
+        }
         path = f"/apis/kopf.dev/v1/namespaces/{ours.namespace}/kopfpeerings"
     if client.create_if_absent(path, obj):
         log.info("created peering object %s", ours.peering_name)
@@ -120,12 +123,14 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _refresh(client, meta["namespace"], meta["name"], outcome)
 
 
-@kopf.on.event("apps", "v1", "deployments",
-               labels={"app.kubernetes.io/managed-by": MANAGED_BY})
+@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
 def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
     """A child Deployment changed: its readiness feeds the owner's conditions."""
-    owners = [o for o in body["metadata"].get("ownerReferences", [])
-              if o.get("kind") == "DTNTransferPolicy"]
+    owners = [
+        o
+        for o in body["metadata"].get("ownerReferences", [])
+        if o.get("kind") == "DTNTransferPolicy"
+    ]
     if not owners or type is None:
         return
     try:

@@ -234,7 +234,7 @@ def _container(
         "securityContext": security_context,
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
-            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir, not host /tmp
         ],
     }
 
@@ -242,10 +242,16 @@ def _container(
 def build_collector_deployment(
     ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
 ) -> dict[str, Any]:
-    grpc = {"name": "grpc-samples", "containerPort": settings.collector_grpc_port,
-            "protocol": "TCP"}
+    grpc = {
+        "name": "grpc-samples",
+        "containerPort": settings.collector_grpc_port,
+        "protocol": "TCP",
+    }
     container = _container(
-        COLLECTOR, settings, settings.collector_http_port, [grpc],
+        COLLECTOR,
+        settings,
+        settings.collector_http_port,
+        [grpc],
         _restricted_security_context(settings),
     )
     return _deployment(ref, COLLECTOR, config, paused, settings, container, {})
@@ -267,8 +273,15 @@ def build_controller_deployment(
                 "nodeAffinity": {
                     "requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [
-                            {"matchFields": [{"key": "metadata.name", "operator": "In",
-                                              "values": [config.actuator.tc_node_name]}]}
+                            {
+                                "matchFields": [
+                                    {
+                                        "key": "metadata.name",
+                                        "operator": "In",
+                                        "values": [config.actuator.tc_node_name],
+                                    }
+                                ]
+                            }
                         ]
                     }
                 }
@@ -278,9 +291,7 @@ def build_controller_deployment(
     return _deployment(ref, CONTROLLER, config, paused, settings, container, pod_extra)
 
 
-def _service(
-    ref: PolicyRef, component: str, ports: list[dict[str, Any]]
-) -> dict[str, Any]:
+def _service(ref: PolicyRef, component: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -294,19 +305,40 @@ def _service(
 
 
 def build_collector_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
-    return _service(ref, COLLECTOR, [
-        {"name": "grpc-samples", "port": settings.collector_grpc_port,
-         "targetPort": "grpc-samples", "protocol": "TCP", "appProtocol": "grpc"},
-        {"name": "http-metrics", "port": settings.collector_http_port,
-         "targetPort": "http-metrics", "protocol": "TCP"},
-    ])
+    return _service(
+        ref,
+        COLLECTOR,
+        [
+            {
+                "name": "grpc-samples",
+                "port": settings.collector_grpc_port,
+                "targetPort": "grpc-samples",
+                "protocol": "TCP",
+                "appProtocol": "grpc",
+            },
+            {
+                "name": "http-metrics",
+                "port": settings.collector_http_port,
+                "targetPort": "http-metrics",
+                "protocol": "TCP",
+            },
+        ],
+    )
 
 
 def build_controller_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
-    return _service(ref, CONTROLLER, [
-        {"name": "http-metrics", "port": settings.controller_http_port,
-         "targetPort": "http-metrics", "protocol": "TCP"},
-    ])
+    return _service(
+        ref,
+        CONTROLLER,
+        [
+            {
+                "name": "http-metrics",
+                "port": settings.controller_http_port,
+                "targetPort": "http-metrics",
+                "protocol": "TCP",
+            },
+        ],
+    )
 
 
 def build_children(

@@ -89,12 +89,16 @@ def check_references(client: KubeClient, namespace: str, spec: DTNTransferPolicy
         )
 
 
-def render_children(body: dict[str, Any], spec: DTNTransferPolicySpec,
-                    settings: WorkloadSettings) -> list[dict[str, Any]]:
+def render_children(
+    body: dict[str, Any], spec: DTNTransferPolicySpec, settings: WorkloadSettings
+) -> list[dict[str, Any]]:
     meta = body["metadata"]
     ref = PolicyRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     config = resolve_runtime_config(
-        ref.name, ref.namespace, int(meta.get("generation", 1)), spec,
+        ref.name,
+        ref.namespace,
+        int(meta.get("generation", 1)),
+        spec,
         collector_address(ref, settings),
     )
     return build_children(ref, config, spec.paused, settings)
@@ -108,20 +112,31 @@ def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> N
         client.apply(obj)
 
 
-def reconcile_policy(client: KubeClient, body: dict[str, Any],
-                     settings: WorkloadSettings) -> Outcome:
+def reconcile_policy(
+    client: KubeClient, body: dict[str, Any], settings: WorkloadSettings
+) -> Outcome:
     """Apply the policy's children. Raises :class:`SpecRefused` or :class:`KubeApiError`."""
     spec = parse_policy_spec(body)
     namespace = body["metadata"]["namespace"]
     check_references(client, namespace, spec)
     children = render_children(body, spec, settings)
     apply_all_or_nothing(client, children)
-    return Outcome(True, "Applied", f"{len(children)} objects applied",
-                   int(body["metadata"].get("generation", 1)))
+    return Outcome(
+        True,
+        "Applied",
+        f"{len(children)} objects applied",
+        int(body["metadata"].get("generation", 1)),
+    )
 
 
-def refresh_status(client: KubeClient, namespace: str, name: str, outcome: Outcome | None,
-                   now: Callable[[], str] = utc_now, attempts: int = 5) -> bool:
+def refresh_status(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    outcome: Outcome | None,
+    now: Callable[[], str] = utc_now,
+    attempts: int = 5,
+) -> bool:
     """Recompute the conditions from live objects; write only if they changed.
 
     The write carries the resourceVersion it was computed from, so two writers (the policy
@@ -135,19 +150,25 @@ def refresh_status(client: KubeClient, namespace: str, name: str, outcome: Outco
         meta, status = policy["metadata"], policy.get("status") or {}
         paused = bool((policy.get("spec") or {}).get("paused", False))
         collector = client.get("apps/v1", "Deployment", namespace, child_name(name, COLLECTOR))
-        controller = client.get("apps/v1", "Deployment", namespace,
-                                child_name(name, CONTROLLER))
+        controller = client.get("apps/v1", "Deployment", namespace, child_name(name, CONTROLLER))
         previous = status.get("conditions") or []
         conditions = compute_conditions(
-            previous, int(meta.get("generation", 1)), outcome,
-            deployment_state(collector, paused), deployment_state(controller, paused),
-            paused, now(),
+            previous,
+            int(meta.get("generation", 1)),
+            outcome,
+            deployment_state(collector, paused),
+            deployment_state(controller, paused),
+            paused,
+            now(),
         )
         patch: dict[str, Any] = {}
         if not conditions_equal(previous, conditions):
             patch["conditions"] = conditions
-        if outcome is not None and outcome.ok and \
-                status.get("observedGeneration") != outcome.generation:
+        if (
+            outcome is not None
+            and outcome.ok
+            and status.get("observedGeneration") != outcome.generation
+        ):
             patch["observedGeneration"] = outcome.generation
         if not patch:
             return False
@@ -160,6 +181,5 @@ def refresh_status(client: KubeClient, namespace: str, name: str, outcome: Outco
             if error.is_not_found:
                 return False
             raise
-    log.warning("status of %s/%s: gave up after %d conflicting writes", namespace, name,
-                attempts)
+    log.warning("status of %s/%s: gave up after %d conflicting writes", namespace, name, attempts)
     return False

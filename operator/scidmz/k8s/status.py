@@ -53,16 +53,25 @@ def deployment_state(deployment: dict[str, Any] | None, paused: bool) -> Workloa
     return WorkloadState(True, "DeploymentAvailable", f"{available}/{wanted} replicas available")
 
 
-def _condition(type_: str, status: Status, reason: str, message: str, generation: int,
-               previous: dict[str, dict[str, Any]], now: str) -> dict[str, Any]:
+def _condition(
+    type_: str,
+    status: Status,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: dict[str, dict[str, Any]],
+    now: str,
+) -> dict[str, Any]:
     before = previous.get(type_)
-    changed = before is None or before.get("status") != status
+    since = now
+    if before is not None and before.get("status") == status:
+        since = before.get("lastTransitionTime", now)
     return {
         "type": type_,
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": now if changed else before["lastTransitionTime"],
+        "lastTransitionTime": since,
         "observedGeneration": generation,
     }
 
@@ -83,12 +92,17 @@ def compute_conditions(
         if last is None:
             outcome = Outcome(False, "Reconciling", "the operator has not applied it yet", 0)
         else:
-            outcome = Outcome(last["status"] == "True", last["reason"], last.get("message", ""),
-                              last.get("observedGeneration", 0))
+            outcome = Outcome(
+                last["status"] == "True",
+                last["reason"],
+                last.get("message", ""),
+                last.get("observedGeneration", 0),
+            )
     current = outcome.ok and outcome.generation == generation
     if outcome.ok and not current:
-        reconciled = Outcome(False, "Reconciling", "a newer generation is being applied",
-                             outcome.generation)
+        reconciled = Outcome(
+            False, "Reconciling", "a newer generation is being applied", outcome.generation
+        )
     else:
         reconciled = outcome
     if paused:
@@ -104,15 +118,42 @@ def compute_conditions(
     failed = not reconciled.ok and reconciled.reason != "Reconciling"
     return [
         _condition("Ready", *ready, generation, by_type, now),
-        _condition("Reconciled", "True" if reconciled.ok else "False", reconciled.reason,
-                   reconciled.message, reconciled.generation, by_type, now),
-        _condition("TelemetryReady", "True" if collector.ready else "False",
-                   collector.reason, collector.message, generation, by_type, now),
-        _condition("ControllerReady", "True" if controller.ready else "False",
-                   controller.reason, controller.message, generation, by_type, now),
-        _condition("Degraded", "True" if failed else "False",
-                   reconciled.reason if failed else "AsExpected",
-                   reconciled.message if failed else "", generation, by_type, now),
+        _condition(
+            "Reconciled",
+            "True" if reconciled.ok else "False",
+            reconciled.reason,
+            reconciled.message,
+            reconciled.generation,
+            by_type,
+            now,
+        ),
+        _condition(
+            "TelemetryReady",
+            "True" if collector.ready else "False",
+            collector.reason,
+            collector.message,
+            generation,
+            by_type,
+            now,
+        ),
+        _condition(
+            "ControllerReady",
+            "True" if controller.ready else "False",
+            controller.reason,
+            controller.message,
+            generation,
+            by_type,
+            now,
+        ),
+        _condition(
+            "Degraded",
+            "True" if failed else "False",
+            reconciled.reason if failed else "AsExpected",
+            reconciled.message if failed else "",
+            generation,
+            by_type,
+            now,
+        ),
     ]
 
 

@@ -62,7 +62,7 @@ def serve_http(
             else:
                 self._send(404, b"not found\n", "text/plain")
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return  # probes every few seconds would drown the logs
 
     server = ThreadingHTTPServer((host, port), Handler)

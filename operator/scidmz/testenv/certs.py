@@ -106,9 +106,15 @@ def generate_pki(directory: Path) -> PkiPaths:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -125,15 +131,22 @@ def generate_pki(directory: Path) -> PkiPaths:
         x509.DNSName("kubernetes.default.svc"),
     ]
     serving = _issue(
-        _name("kube-apiserver"), serving_key, ca_name, ca_key,
-        [ExtendedKeyUsageOID.SERVER_AUTH], sans,
+        _name("kube-apiserver"),
+        serving_key,
+        ca_name,
+        ca_key,
+        [ExtendedKeyUsageOID.SERVER_AUTH],
+        sans,
     )
     _write_key(paths.serving_key, serving_key)
     _write_cert(paths.serving_cert, serving)
 
     admin_key = _key()
     admin = _issue(
-        _name("scidmz-admin", "system:masters"), admin_key, ca_name, ca_key,
+        _name("scidmz-admin", "system:masters"),
+        admin_key,
+        ca_name,
+        ca_key,
         [ExtendedKeyUsageOID.CLIENT_AUTH],
     )
     _write_key(paths.admin_key, admin_key)

@@ -30,8 +30,14 @@ from scidmz.testenv.certs import PkiPaths, generate_pki
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "testenv" / "build.sh"
-_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl",
-             "kwok")
+_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+)
 
 
 class ControlPlaneError(RuntimeError):
@@ -94,15 +100,19 @@ class ControlPlane:
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     owns_workdir: bool = False
 
-    def kubectl(self, *args: str, input_text: str | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         """Run the matching kubectl against this control plane.
 
         With ``check``, a failure raises :class:`ControlPlaneError` carrying kubectl's stderr.
         """
         result = subprocess.run(
             [self.toolchain.path("kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
-            input=input_text, capture_output=True, text=True, check=False,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if check and result.returncode != 0:
             raise ControlPlaneError(f"kubectl {' '.join(args)}: {result.stderr.strip()}")
@@ -141,22 +151,31 @@ def _write_kubeconfig(path: Path, server: str, pki: PkiPaths) -> None:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "scidmz-testenv",
-                      "cluster": {"server": server,
-                                  "certificate-authority": str(pki.ca_cert)}}],
-        "users": [{"name": "admin",
-                   "user": {"client-certificate": str(pki.admin_cert),
-                            "client-key": str(pki.admin_key)}}],
-        "contexts": [{"name": "scidmz-testenv",
-                      "context": {"cluster": "scidmz-testenv", "user": "admin"}}],
+        "clusters": [
+            {
+                "name": "scidmz-testenv",
+                "cluster": {"server": server, "certificate-authority": str(pki.ca_cert)},
+            }
+        ],
+        "users": [
+            {
+                "name": "admin",
+                "user": {
+                    "client-certificate": str(pki.admin_cert),
+                    "client-key": str(pki.admin_key),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "scidmz-testenv", "context": {"cluster": "scidmz-testenv", "user": "admin"}}
+        ],
         "current-context": "scidmz-testenv",
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     path.chmod(0o600)
 
 
-def _wait_ready(server: str, pki: PkiPaths, proc: subprocess.Popen[bytes],
-                deadline: float) -> None:
+def _wait_ready(server: str, pki: PkiPaths, proc: subprocess.Popen[bytes], deadline: float) -> None:
     context = ssl.create_default_context(cafile=str(pki.ca_cert))
     context.load_cert_chain(str(pki.admin_cert), str(pki.admin_key))
     last_error = ""
@@ -164,7 +183,9 @@ def _wait_ready(server: str, pki: PkiPaths, proc: subprocess.Popen[bytes],
         if proc.poll() is not None:
             raise ControlPlaneError(f"kube-apiserver exited with code {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"{server}/readyz", context=context, timeout=2) as r:
+            with urllib.request.urlopen(  # noqa: S310 - always https://127.0.0.1
+                f"{server}/readyz", context=context, timeout=2
+            ) as r:
                 if r.status == 200:
                     return
         except (urllib.error.URLError, OSError) as error:
@@ -180,8 +201,12 @@ def _fake_node(name: str) -> dict[str, object]:
         "metadata": {
             "name": name,
             "annotations": {FAKE_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
-            "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                       "kubernetes.io/arch": "amd64", "type": "kwok"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+            },
         },
     }
 
@@ -213,72 +238,105 @@ def start_control_plane(
     server = f"https://127.0.0.1:{api_port}"
     kubeconfig = root / "kubeconfig"
     _write_kubeconfig(kubeconfig, server, pki)
-    plane = ControlPlane(workdir=root, kubeconfig=kubeconfig, server=server, pki=pki,
-                         toolchain=tools, owns_workdir=owns)
+    plane = ControlPlane(
+        workdir=root,
+        kubeconfig=kubeconfig,
+        server=server,
+        pki=pki,
+        toolchain=tools,
+        owns_workdir=owns,
+    )
     # etcd reads any ETCD_* variable as a setting; a stray one must not reconfigure it.
     clean_env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
 
     def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (logs / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [tools.path(name), *args], stdout=out, stderr=subprocess.STDOUT,
-            env=clean_env, start_new_session=True,
+            [tools.path(name), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=clean_env,
+            start_new_session=True,
         )
         plane.processes[name] = proc
         return proc
 
     started = time.monotonic()
     try:
-        spawn("etcd", [
-            "--name=default", f"--data-dir={root / 'etcd'}",
-            f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
-            f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
-            f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
-            f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
-            "--unsafe-no-fsync", "--log-level=warn",
-        ])
-        apiserver = spawn("kube-apiserver", [
-            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", f"--secure-port={api_port}",
-            "--advertise-address=127.0.0.1",
-            f"--cert-dir={root / 'apiserver-certs'}",
-            f"--tls-cert-file={pki.serving_cert}", f"--tls-private-key-file={pki.serving_key}",
-            f"--client-ca-file={pki.ca_cert}",
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki.sa_pub}",
-            f"--service-account-signing-key-file={pki.sa_key}",
-            "--authorization-mode=RBAC",
-            "--endpoint-reconciler-type=none",
-            "--service-cluster-ip-range=10.96.0.0/16",
-            "--max-requests-inflight=800", "--max-mutating-requests-inflight=400",
-            "--profiling=false",
-        ])
+        spawn(
+            "etcd",
+            [
+                "--name=default",
+                f"--data-dir={root / 'etcd'}",
+                f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
+                f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
+                "--unsafe-no-fsync",
+                "--log-level=warn",
+            ],
+        )
+        apiserver = spawn(
+            "kube-apiserver",
+            [
+                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                "--advertise-address=127.0.0.1",
+                f"--cert-dir={root / 'apiserver-certs'}",
+                f"--tls-cert-file={pki.serving_cert}",
+                f"--tls-private-key-file={pki.serving_key}",
+                f"--client-ca-file={pki.ca_cert}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                "--authorization-mode=RBAC",
+                "--endpoint-reconciler-type=none",
+                "--service-cluster-ip-range=10.96.0.0/16",
+                "--max-requests-inflight=800",
+                "--max-mutating-requests-inflight=400",
+                "--profiling=false",
+            ],
+        )
         _wait_ready(server, pki, apiserver, started + timeout_s)
-        log(f"testenv: kube-apiserver ready at {server} after "
-            f"{time.monotonic() - started:.1f}s")
+        log(f"testenv: kube-apiserver ready at {server} after {time.monotonic() - started:.1f}s")
         if crds:
             plane.kubectl("apply", *[a for c in crds for a in ("-f", str(c))])
-            plane.kubectl("wait", "--for", "condition=established", "--timeout=30s",
-                          "crd", "--all")
-        kube_flags = [f"--kubeconfig={kubeconfig}", "--leader-elect=false",
-                      "--kube-api-qps=500", "--kube-api-burst=1000"]
-        spawn("kube-controller-manager", [
-            *kube_flags, "--secure-port=0",
-            f"--root-ca-file={pki.ca_cert}",
-            f"--service-account-private-key-file={pki.sa_key}",
-            "--controllers=*,-nodeipam",
-            "--concurrent-deployment-syncs=20", "--concurrent-replicaset-syncs=20",
-            "--concurrent-gc-syncs=40", "--concurrent-service-endpoint-syncs=20",
-        ])
+            plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "crd", "--all")
+        kube_flags = [
+            f"--kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
+        ]
+        spawn(
+            "kube-controller-manager",
+            [
+                *kube_flags,
+                "--secure-port=0",
+                f"--root-ca-file={pki.ca_cert}",
+                f"--service-account-private-key-file={pki.sa_key}",
+                "--controllers=*,-nodeipam",
+                "--concurrent-deployment-syncs=20",
+                "--concurrent-replicaset-syncs=20",
+                "--concurrent-gc-syncs=40",
+                "--concurrent-service-endpoint-syncs=20",
+            ],
+        )
         spawn("kube-scheduler", [*kube_flags, "--secure-port=0"])
         for node in nodes:
             plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(_fake_node(node)))
-        spawn("kwok", [
-            f"--kubeconfig={kubeconfig}", f"--config={tools.kwok_stages}",
-            f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-            "--cidr=10.244.0.0/16", "--node-ip=127.0.0.1",
-        ])
+        spawn(
+            "kwok",
+            [
+                f"--kubeconfig={kubeconfig}",
+                f"--config={tools.kwok_stages}",
+                f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=127.0.0.1",
+            ],
+        )
         for name, proc in plane.processes.items():
             if proc.poll() is not None:
                 raise ControlPlaneError(
@@ -287,8 +345,7 @@ def start_control_plane(
     except BaseException:
         plane.stop()
         raise
-    log(f"testenv: control plane up in {time.monotonic() - started:.1f}s "
-        f"(KUBECONFIG={kubeconfig})")
+    log(f"testenv: control plane up in {time.monotonic() - started:.1f}s (KUBECONFIG={kubeconfig})")
     return plane
 
 

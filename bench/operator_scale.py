@@ -16,13 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import psutil
 import yaml
 
-from scidmz.testenv.cluster import free_port, start_control_plane
+from scidmz.testenv.cluster import free_port, start_control_plane, wait_http_ok
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "operator_scale.md"
@@ -70,15 +69,7 @@ def run_one(n: int, timeout_s: float) -> dict[str, float]:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("operator did not become healthy") from None
-                time.sleep(0.2)
+        wait_http_ok(f"http://127.0.0.1:{port}/healthz", 30, operator)
         rss = PeakRss(operator.pid)
         idle_rss = psutil.Process(operator.pid).memory_info().rss
         started = time.monotonic()

@@ -12,8 +12,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from scidmz.testenv.cluster import (
     ControlPlaneError,
     free_port,
     start_control_plane,
+    wait_http_ok,
 )
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -78,21 +77,6 @@ def _policies(plane: ControlPlane) -> list[dict[str, Any]]:
     return items
 
 
-def _wait_operator(port: int, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise DemoError(f"the operator exited with code {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.2)
-    raise DemoError("the operator did not report healthy in time")
-
-
 def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
     console = Console()
     examples = sorted(EXAMPLES.glob("*.yaml"))
@@ -125,7 +109,10 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        _wait_operator(health_port, operator, 30)
+        try:
+            wait_http_ok(f"http://127.0.0.1:{health_port}/healthz", 30, operator)
+        except ControlPlaneError as error:
+            raise DemoError(f"the operator did not become healthy: {error}") from error
         console.print(f"  operator healthy (pid {operator.pid}, log {log_path})")
 
         console.rule("[bold]3/4 kubectl apply -f examples/")

@@ -146,3 +146,12 @@ def test_valid_edge_values_are_accepted(kube, example_policy):
     policy["spec"]["campus"]["remotePrefix"] = "2001:db8::/64"
     result = kube.apply(policy, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_kubectl_explain_documents_the_api(plane):
+    out = plane.kubectl("explain", "dtp.spec.controller").stdout
+    for field in ("strategy", "gains", "limits", "desiredState"):
+        assert field in out
+    assert "anti-windup" in out.lower() or "u(t)" in out
+    limits = plane.kubectl("explain", "dtp.spec.controller.limits.maxStep").stdout
+    assert "slew" in limits

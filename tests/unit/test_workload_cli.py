@@ -4,7 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -12,7 +11,7 @@ import pytest
 
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
-from scidmz.testenv.cluster import free_port
+from scidmz.testenv.cluster import free_port, wait_http_ok
 
 
 def _run(args, env=None):
@@ -45,16 +44,7 @@ def test_valid_config_serves_health_and_stops_on_sigterm(tmp_path, component, ex
         [component, "--config", str(path)], env={**os.environ, "SCIDMZ_HTTP_PORT": str(port)}
     )
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
-                    assert r.status == 200
-                    break
-            except (urllib.error.URLError, OSError):
-                assert time.monotonic() < deadline, "no /healthz"
-                assert proc.poll() is None, proc.stderr.read()
-                time.sleep(0.1)
+        wait_http_ok(f"http://127.0.0.1:{port}/healthz", 20, proc)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
             assert b"ns/p" in r.read()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:

@@ -22,6 +22,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -145,6 +146,23 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=5)
+
+
+def wait_http_ok(url: str, timeout_s: float, proc: subprocess.Popen[Any] | None = None) -> None:
+    """Poll ``url`` (plain http on loopback) until it answers 200; fail early if ``proc``
+    exits. Raises :class:`ControlPlaneError`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise ControlPlaneError(f"process exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise ControlPlaneError(f"{url} did not answer 200 within {timeout_s:.0f}s")
 
 
 def _write_kubeconfig(path: Path, server: str, pki: PkiPaths) -> None:

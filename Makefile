@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit k8s crds testenv bench-operator clean
+.PHONY: demo test lint unit crds testenv bench-operator bench-testenv clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ crds: $(STAMP)
 
 bench-operator: $(STAMP) testenv
 	$(BIN)/python bench/operator_scale.py
+
+bench-testenv: $(STAMP) testenv
+	$(BIN)/python bench/testenv_startup.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -14,6 +14,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from scidmz.api.errors import describe_validation_error
 from scidmz.api.policy import ActuatorType, CongestionControl, DTNTransferPolicySpec, Strategy
 from scidmz.api.units import parse_duration, parse_rate
 
@@ -195,7 +196,5 @@ def load_runtime_config(path: Path) -> RuntimeConfig:
     try:
         return RuntimeConfig.model_validate(raw)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()
-        )
+        problems = describe_validation_error(error)
         raise ConfigError(f"config {path} is invalid: {problems}") from None

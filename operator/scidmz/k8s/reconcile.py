@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from scidmz.api.errors import describe_validation_error
 from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
 from scidmz.api.runtime import resolve_runtime_config
 from scidmz.k8s.client import KubeApiError, KubeClient
@@ -45,18 +46,13 @@ def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _validation_message(error: ValidationError) -> str:
-    return "; ".join(
-        f"spec.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else e["msg"]
-        for e in error.errors()
-    )
-
-
 def parse_policy_spec(body: dict[str, Any]) -> DTNTransferPolicySpec:
     try:
         return parse_spec(body.get("spec") or {})
     except ValidationError as error:
-        raise SpecRefused("InvalidSpec", _validation_message(error), retryable=False) from None
+        raise SpecRefused(
+            "InvalidSpec", describe_validation_error(error, "spec."), retryable=False
+        ) from None
 
 
 def check_references(client: KubeClient, namespace: str, spec: DTNTransferPolicySpec) -> None:

@@ -1,0 +1,190 @@
+"""The simulated testbed, as one typed ``Scenario``; the default is the paper's (§3.1, fig. 2).
+
+A 1 Gb/s BR1→BR2 bottleneck with a drop-tail FIFO; 100 campus senders with one long TCP flow
+each over 10 ms, shaped by the campus token bucket at u(t) (the S1-eth1 output rate); one DTN
+with 8 parallel streams over 100 ms; optional short flows from paper table 6 (Weibull
+inter-departure and size). Scenario files are YAML; every quantity accepts a number in SI
+units or a string with a unit as in the API (``1Gbps``, ``10ms``, ``10GB``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from scidmz.api.errors import describe_validation_error
+from scidmz.api.units import UnitError, parse_duration, parse_rate
+
+CongestionControlModel = Literal["reno", "cubic", "bbr", "bbr2"]
+
+_BYTE_UNITS = {"B": 1.0, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+_BYTES_RE = re.compile(r"^([0-9]+([.][0-9]+)?)(B|kB|MB|GB|TB)$")
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot run; the message names every offending field."""
+
+
+def _si(parse: Any) -> Any:
+    def convert(value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return parse(value)
+            except UnitError as error:
+                raise ValueError(str(error)) from None
+        return value
+
+    return BeforeValidator(convert)
+
+
+def parse_bytes(text: str) -> float:
+    """``"10GB"`` -> ``1e10`` (decimal units, as transfer sizes are quoted)."""
+    match = _BYTES_RE.match(text)
+    if match is None:
+        raise UnitError(f"invalid size {text!r}: expected a number and one of B, kB, MB, GB, TB")
+    return float(match.group(1)) * _BYTE_UNITS[match.group(3)]
+
+
+RateBps = Annotated[float, _si(parse_rate)]
+Seconds = Annotated[float, _si(parse_duration)]
+Bytes = Annotated[float, _si(parse_bytes)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Bottleneck(_Model):
+    """The BR1→BR2 link and its drop-tail FIFO buffer (give bytes or ms, not both)."""
+
+    capacity_bps: RateBps = Field(default=1e9, gt=0, description="B, link capacity.")
+    buffer_bytes: Bytes | None = Field(default=None, gt=0, description="Buffer size in bytes.")
+    buffer_s: Seconds | None = Field(
+        default=None,
+        gt=0,
+        description="Buffer as time at capacity; default 100 ms (one BDP "
+        "of the DTN path) when neither is given.",
+    )
+
+    @model_validator(mode="after")
+    def _one_buffer_size(self) -> Bottleneck:
+        if self.buffer_bytes is not None and self.buffer_s is not None:
+            raise ValueError("give buffer_bytes or buffer_s, not both")
+        return self
+
+    @property
+    def buffer_size_bytes(self) -> float:
+        if self.buffer_bytes is not None:
+            return self.buffer_bytes
+        return (self.buffer_s if self.buffer_s is not None else 0.1) * self.capacity_bps / 8
+
+
+class Weibull(_Model):
+    """A clipped Weibull distribution (paper eq. 5 and table 6)."""
+
+    shape: float = Field(gt=0, description="k")
+    scale: float = Field(gt=0, description="λ, in the variable's SI unit")
+    minimum: float = Field(ge=0)
+    maximum: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Weibull:
+        if self.minimum > self.maximum:
+            raise ValueError("minimum must not exceed maximum")
+        return self
+
+
+class ShortFlows(_Model):
+    """Short campus flows (paper table 6); off by default as in §4.2–4.4."""
+
+    enabled: bool = False
+    inter_departure_s: Weibull = Weibull(shape=0.5, scale=0.020, minimum=0.001, maximum=0.100)
+    size_bytes: Weibull = Weibull(shape=0.5, scale=100e3, minimum=10e3, maximum=10e6)
+    congestion_control: CongestionControlModel = "cubic"
+
+
+class Campus(_Model):
+    """Campus senders: long-lived flows through the campus shaper."""
+
+    long_flows: int = Field(default=100, ge=0, description="N, one long flow per sender.")
+    base_rtt_s: Seconds = Field(default=0.010, gt=0)
+    congestion_control: CongestionControlModel = "cubic"
+    short_flows: ShortFlows = ShortFlows()
+
+
+class Shaper(_Model):
+    """The campus token bucket whose rate is u(t)."""
+
+    initial_rate_bps: RateBps | None = Field(
+        default=None, ge=0, description="u(0); default: the bottleneck capacity (no shaping)."
+    )
+    burst_bytes: Bytes = Field(default=64e3, gt=0, description="Bucket depth.")
+
+
+class Dtn(_Model):
+    """The Science DMZ sender (DTN-s) and its parallel streams."""
+
+    streams: int = Field(default=8, ge=1)
+    base_rtt_s: Seconds = Field(default=0.100, gt=0)
+    congestion_control: CongestionControlModel = "cubic"
+    transfer_bytes: Bytes | None = Field(
+        default=None,
+        gt=0,
+        description="Total bytes over all streams (e.g. 10GB); None sends forever.",
+    )
+
+
+class ActivityRule(_Model):
+    """The C_TH / T_TH active-flow rule (paper algorithm 7); the paper leaves values open."""
+
+    packets_threshold: int = Field(default=10, ge=1, description="C_TH")
+    window_s: Seconds = Field(default=0.1, gt=0, description="T_TH")
+    idle_timeout_s: Seconds = Field(default=2.0, gt=0)
+
+
+class Scenario(_Model):
+    """Everything the simulator needs; ``Scenario()`` is the paper's testbed."""
+
+    bottleneck: Bottleneck = Bottleneck()
+    campus: Campus = Campus()
+    dtn: Dtn = Dtn()
+    shaper: Shaper = Shaper()
+    activity: ActivityRule = ActivityRule()
+    step_s: Seconds = Field(default=0.001, gt=0, le=0.001, description="Time step, at most 1 ms.")
+    sample_time_s: Seconds = Field(default=1.0, gt=0, description="T")
+    mss_bytes: int = Field(default=1448, ge=100, le=9000)
+    seed: int = Field(default=1, ge=0)
+
+    @model_validator(mode="after")
+    def _sample_is_whole_steps(self) -> Scenario:
+        steps = self.sample_time_s / self.step_s
+        if abs(steps - round(steps)) > 1e-6:
+            raise ValueError("sample_time_s must be a whole number of steps")
+        return self
+
+
+def parse_scenario(raw: Any, source: str = "scenario") -> Scenario:
+    """Validate a mapping into a :class:`Scenario`, or raise :class:`ScenarioError`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{source} must be a mapping, got {type(raw).__name__}")
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as error:
+        raise ScenarioError(f"{source} is invalid: {describe_validation_error(error)}") from None
+
+
+def load_scenario(path: Path) -> Scenario:
+    """Read a YAML scenario file; nothing runs if it is invalid."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise ScenarioError(f"cannot read scenario {path}: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(f"scenario {path} is not valid YAML: {error}") from None
+    return parse_scenario(raw, source=f"scenario {path}")

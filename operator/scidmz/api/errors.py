@@ -1,8 +1,16 @@
-"""One readable form for validation errors: ``spec.controller.limits.min: <message>``."""
+"""Readable validation errors (``spec.controller.limits.min: <message>``) and the one
+loader of YAML files into models, shared by runtime configs and scenarios."""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+from pathlib import Path
+from typing import TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+E = TypeVar("E", bound=Exception)
 
 
 def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
@@ -13,3 +21,22 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
         field = f"{prefix}{path}" if path else (prefix.rstrip(".") or "<root>")
         parts.append(f"{field}: {item['msg']}")
     return "; ".join(parts)
+
+
+def load_yaml_model(path: Path, model: type[M], what: str, error: type[E]) -> M:
+    """Read ``path`` as YAML and validate it into ``model``; every failure (unreadable,
+    not YAML, not a mapping, invalid fields) raises ``error`` with a message naming it."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as problem:
+        raise error(f"cannot read {what} {path}: {problem.strerror}") from None
+    except yaml.YAMLError as problem:
+        raise error(f"{what} {path} is not valid YAML: {problem}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise error(f"{what} {path} must be a mapping, got {type(raw).__name__}")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as problem:
+        raise error(f"{what} {path} is invalid: {describe_validation_error(problem)}") from None

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from scidmz.api.errors import describe_validation_error
+from scidmz.api.errors import load_yaml_model
 from scidmz.api.policy import ActuatorType, CongestionControl, DTNTransferPolicySpec, Strategy
 from scidmz.api.units import parse_duration, parse_rate
 
@@ -185,16 +185,4 @@ def dump_runtime_config(config: RuntimeConfig) -> str:
 
 def load_runtime_config(path: Path) -> RuntimeConfig:
     """Read and validate a config file; raise :class:`ConfigError` naming what is wrong."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ConfigError(f"cannot read config {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config {path} is not valid YAML: {error}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config {path} must be a mapping, got {type(raw).__name__}")
-    try:
-        return RuntimeConfig.model_validate(raw)
-    except ValidationError as error:
-        problems = describe_validation_error(error)
-        raise ConfigError(f"config {path} is invalid: {problems}") from None
+    return load_yaml_model(path, RuntimeConfig, "config", ConfigError)

@@ -13,10 +13,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-from scidmz.api.errors import describe_validation_error
+from scidmz.api.errors import describe_validation_error, load_yaml_model
 from scidmz.api.units import UnitError, parse_duration, parse_rate
 
 CongestionControlModel = Literal["reno", "cubic", "bbr", "bbr2"]
@@ -181,10 +180,4 @@ def parse_scenario(raw: Any, source: str = "scenario") -> Scenario:
 
 def load_scenario(path: Path) -> Scenario:
     """Read a YAML scenario file; nothing runs if it is invalid."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise ScenarioError(f"cannot read scenario {path}: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise ScenarioError(f"scenario {path} is not valid YAML: {error}") from None
-    return parse_scenario(raw, source=f"scenario {path}")
+    return load_yaml_model(path, Scenario, "scenario", ScenarioError)

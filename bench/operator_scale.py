@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -21,7 +19,8 @@ from pathlib import Path
 import psutil
 import yaml
 
-from scidmz.testenv.cluster import free_port, start_control_plane, wait_http_ok
+from scidmz.testenv.cluster import start_control_plane
+from scidmz.testenv.operator_process import start_operator
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "operator_scale.md"
@@ -60,18 +59,10 @@ class PeakRss:
 
 def run_one(n: int, timeout_s: float) -> dict[str, float]:
     plane = start_control_plane(crds=(REPO / "crds",), log=lambda _: None)
-    port = free_port()
-    log = (plane.workdir / "operator.log").open("wb")
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "scidmz.cli", "operator"],
-        env={**plane.env(), "SCIDMZ_HEALTH_PORT": str(port)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    operator = start_operator(plane, plane.workdir / "operator.log")
     try:
-        wait_http_ok(f"http://127.0.0.1:{port}/healthz", 30, operator)
-        rss = PeakRss(operator.pid)
-        idle_rss = psutil.Process(operator.pid).memory_info().rss
+        rss = PeakRss(operator.proc.pid)
+        idle_rss = psutil.Process(operator.proc.pid).memory_info().rss
         started = time.monotonic()
         plane.kubectl("apply", "-f", "-", input_text=_policies(n))
         ready = 0
@@ -97,8 +88,7 @@ def run_one(n: int, timeout_s: float) -> dict[str, float]:
             "idle_rss_mb": idle_rss / 2**20,
         }
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        operator.stop()
         plane.stop()
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,10 +21,9 @@ from scidmz.testenv.cluster import (
     REPO_ROOT,
     ControlPlane,
     ControlPlaneError,
-    free_port,
     start_control_plane,
-    wait_http_ok,
 )
+from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 EXAMPLES = REPO_ROOT / "examples"
 CRDS = REPO_ROOT / "crds"
@@ -84,7 +81,7 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
         raise DemoError(f"no examples in {EXAMPLES}: run the demo from a clone of the repo")
     workdir = Path(tempfile.mkdtemp(prefix="scidmz-demo-"))
     failed = True
-    operator: subprocess.Popen[bytes] | None = None
+    operator: OperatorProcess | None = None
     plane: ControlPlane | None = None
     try:
         console.rule("[bold]1/4 local Kubernetes control plane")
@@ -100,20 +97,14 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
         console.print(f"  CRDs installed from {CRDS.relative_to(REPO_ROOT)}/")
 
         console.rule("[bold]2/4 scidmz operator")
-        health_port = free_port()
         log_path = workdir / "operator.log"
-        with log_path.open("wb") as log:
-            operator = subprocess.Popen(
-                [sys.executable, "-m", "scidmz.cli", "operator"],
-                env={**plane.env(), "SCIDMZ_HEALTH_PORT": str(health_port)},
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
         try:
-            wait_http_ok(f"http://127.0.0.1:{health_port}/healthz", 30, operator)
+            operator = start_operator(plane, log_path)
         except ControlPlaneError as error:
-            raise DemoError(f"the operator did not become healthy: {error}") from error
-        console.print(f"  operator healthy (pid {operator.pid}, log {log_path})")
+            raise DemoError(
+                f"the operator did not become healthy: {error}; log: {log_path}"
+            ) from error
+        console.print(f"  operator healthy (pid {operator.proc.pid}, log {log_path})")
 
         console.rule("[bold]3/4 kubectl apply -f examples/")
         applied = plane.kubectl("apply", *[a for e in examples for a in ("-f", str(e))])
@@ -160,9 +151,8 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
             stop.wait()
         failed = False
     finally:
-        if operator is not None and operator.poll() is None:
-            operator.terminate()
-            operator.wait(timeout=20)
+        if operator is not None:
+            operator.stop()
         if plane is not None:
             plane.stop()
         if failed:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from scidmz.testenv.cluster import ControlPlane, free_port, start_control_plane
+from scidmz.testenv.cluster import ControlPlane, start_control_plane
+from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,44 +32,35 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 
 class Operator:
-    """`scidmz operator` as a real child process, logging to a file."""
+    """`scidmz operator` as a real child process (scidmz.testenv.operator_process)."""
 
     def __init__(self, plane: ControlPlane, log_path: Path, priority: int) -> None:
         self.plane, self.log_path, self.priority = plane, log_path, priority
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.health_port = 0
+        self.process: OperatorProcess | None = None
+
+    @property
+    def health_port(self) -> int:
+        assert self.process is not None
+        return self.process.health_port
 
     def start(self) -> None:
-        self.health_port = free_port()
-        env = {
-            **self.plane.env(),
-            "SCIDMZ_PEERING_PRIORITY": str(self.priority),
-            "SCIDMZ_RETRY_DELAY_S": "2",
-            "SCIDMZ_HEALTH_PORT": str(self.health_port),
-            "PYTHONUNBUFFERED": "1",
-        }
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "scidmz.cli", "operator", "--verbose"],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        wait_for(
-            lambda: "Initial authentication has finished" in self.log(), 20, "operator start-up"
+        self.process = start_operator(
+            self.plane,
+            self.log_path,
+            extra_args=("--verbose",),
+            extra_env={"SCIDMZ_PEERING_PRIORITY": str(self.priority), "SCIDMZ_RETRY_DELAY_S": "2"},
         )
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-        self.proc = None
+        if self.process is not None:
+            self.process.stop(timeout_s=20)
+        self.process = None
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.alive()
 
 
 @pytest.fixture(scope="session")

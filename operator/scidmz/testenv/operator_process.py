@@ -1,0 +1,60 @@
+"""``scidmz operator`` as a child process against a local control plane, healthy on return.
+Used by the demo, the benchmarks and the control-plane tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from scidmz.testenv.cluster import ControlPlane, free_port, wait_http_ok
+
+
+@dataclass
+class OperatorProcess:
+    proc: subprocess.Popen[bytes]
+    health_port: int
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=timeout_s)
+
+
+def start_operator(
+    plane: ControlPlane,
+    log_path: Path,
+    extra_env: dict[str, str] | None = None,
+    extra_args: tuple[str, ...] = (),
+    timeout_s: float = 30.0,
+) -> OperatorProcess:
+    """Start the operator (appending to ``log_path``) and wait for its /healthz.
+
+    Raises :class:`scidmz.testenv.cluster.ControlPlaneError` if it exits or stays unhealthy.
+    """
+    port = free_port()
+    env = {
+        **plane.env(),
+        "SCIDMZ_HEALTH_PORT": str(port),
+        "PYTHONUNBUFFERED": "1",
+        **(extra_env or {}),
+    }
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "scidmz.cli", "operator", *extra_args],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout_s, proc)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return OperatorProcess(proc=proc, health_port=port, log_path=log_path)

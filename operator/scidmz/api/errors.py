@@ -32,11 +32,17 @@ def load_yaml_model(path: Path, model: type[M], what: str, error: type[E]) -> M:
         raise error(f"cannot read {what} {path}: {problem.strerror}") from None
     except yaml.YAMLError as problem:
         raise error(f"{what} {path} is not valid YAML: {problem}") from None
+    return validate_mapping(raw, model, f"{what} {path}", error)
+
+
+def validate_mapping(raw: object, model: type[M], source: str, error: type[E]) -> M:
+    """Validate parsed YAML/JSON (``None`` counts as empty) into ``model``; ``source`` names
+    it in the message of the ``error`` raised for a non-mapping or invalid fields."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise error(f"{what} {path} must be a mapping, got {type(raw).__name__}")
+        raise error(f"{source} must be a mapping, got {type(raw).__name__}")
     try:
         return model.model_validate(raw)
     except ValidationError as problem:
-        raise error(f"{what} {path} is invalid: {describe_validation_error(problem)}") from None
+        raise error(f"{source} is invalid: {describe_validation_error(problem)}") from None

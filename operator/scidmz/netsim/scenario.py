@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from scidmz.api.errors import describe_validation_error, load_yaml_model
+from scidmz.api.errors import load_yaml_model, validate_mapping
 from scidmz.api.units import UnitError, parse_duration, parse_rate
 
 CongestionControlModel = Literal["reno", "cubic", "bbr", "bbr2"]
@@ -168,14 +168,7 @@ class Scenario(_Model):
 
 def parse_scenario(raw: Any, source: str = "scenario") -> Scenario:
     """Validate a mapping into a :class:`Scenario`, or raise :class:`ScenarioError`."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ScenarioError(f"{source} must be a mapping, got {type(raw).__name__}")
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as error:
-        raise ScenarioError(f"{source} is invalid: {describe_validation_error(error)}") from None
+    return validate_mapping(raw, Scenario, source, ScenarioError)
 
 
 def load_scenario(path: Path) -> Scenario:

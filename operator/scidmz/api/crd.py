@@ -38,7 +38,6 @@ _KEEP = {
     "properties",
     "items",
     "format",
-    "example",
     "x-kubernetes-validations",
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
@@ -75,8 +74,6 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             if value is None:
                 continue
             out[key] = _without_nulls(value)
-        elif key == "example":
-            continue
         else:
             out[key] = value
     if "properties" in out:

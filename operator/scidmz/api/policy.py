@@ -88,7 +88,6 @@ Rate = Annotated[
     Field(
         pattern=RATE_PATTERN,
         max_length=RATE_MAX_LENGTH,
-        json_schema_extra={"example": "600Mbps"},
     ),
 ]
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=RATE_MAX_LENGTH)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import uuid
-from dataclasses import dataclass
 from typing import Any, Final
 
 import kubernetes
@@ -52,14 +51,6 @@ class KubeApiError(Exception):
     def is_transient(self) -> bool:
         """Worth retrying later: transport failures, throttling, server errors."""
         return self.status in (0, 429) or self.status >= 500
-
-
-@dataclass(frozen=True)
-class ObjectKey:
-    api_version: str
-    kind: str
-    namespace: str
-    name: str
 
 
 def resource_path(
@@ -163,15 +154,6 @@ class KubeClient:
             if error.is_not_found:
                 return None
             raise
-
-    def list(
-        self, api_version: str, kind: str, namespace: str, label_selector: str
-    ) -> list[dict[str, Any]]:
-        path = resource_path(api_version, kind, namespace)
-        items: list[dict[str, Any]] = self._call(
-            "GET", path, query=[("labelSelector", label_selector)]
-        ).get("items", [])
-        return items
 
     def create_if_absent(self, path: str, obj: dict[str, Any]) -> bool:
         """POST ``obj`` to the collection at ``path``; False if it already existed."""

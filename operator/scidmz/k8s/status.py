@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Status = Literal["True", "False", "Unknown"]
-CONDITION_TYPES = ("Ready", "Reconciled", "TelemetryReady", "ControllerReady", "Degraded")
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,13 @@ class ShortFlows(_Model):
     inter_departure_s: Weibull = Weibull(shape=0.5, scale=0.020, minimum=0.001, maximum=0.100)
     size_bytes: Weibull = Weibull(shape=0.5, scale=100e3, minimum=10e3, maximum=10e6)
     congestion_control: CongestionControlModel = "cubic"
+    max_concurrent: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Flow slots for short flows; an arrival finding none waits for one "
+        "(counted as deferred in the summary).",
+    )
 
 
 class Campus(_Model):
@@ -112,6 +119,9 @@ class Campus(_Model):
     long_flows: int = Field(default=100, ge=0, description="N, one long flow per sender.")
     base_rtt_s: Seconds = Field(default=0.010, gt=0)
     congestion_control: CongestionControlModel = "cubic"
+    line_rate_bps: RateBps | None = Field(
+        default=None, gt=0, description="Each sender's NIC rate; default: the bottleneck capacity."
+    )
     short_flows: ShortFlows = ShortFlows()
 
 
@@ -122,6 +132,11 @@ class Shaper(_Model):
         default=None, ge=0, description="u(0); default: the bottleneck capacity (no shaping)."
     )
     burst_bytes: Bytes = Field(default=64e3, gt=0, description="Bucket depth.")
+    queue_bytes: Bytes = Field(
+        default=1.25e6,
+        gt=0,
+        description="Drop-tail queue in front of the bucket (tbf `limit`); default 10 ms at 1 Gb/s.",
+    )
 
 
 class Dtn(_Model):
@@ -134,6 +149,9 @@ class Dtn(_Model):
         default=None,
         gt=0,
         description="Total bytes over all streams (e.g. 10GB); None sends forever.",
+    )
+    line_rate_bps: RateBps | None = Field(
+        default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
     )
 
 
@@ -156,6 +174,7 @@ class Scenario(_Model):
     step_s: Seconds = Field(default=0.001, gt=0, le=0.001, description="Time step, at most 1 ms.")
     sample_time_s: Seconds = Field(default=1.0, gt=0, description="T")
     mss_bytes: int = Field(default=1448, ge=100, le=9000)
+    initial_window_segments: int = Field(default=10, ge=1, le=1000, description="IW (RFC 6928).")
     seed: int = Field(default=1, ge=0)
 
     @model_validator(mode="after")

@@ -1,0 +1,307 @@
+"""Congestion-control models, compiled with numba and applied per flow per step.
+
+Windows are in segments (as in the RFCs), byte counts in bytes, times in seconds. Every
+function reads and writes one column ``i`` of the flow arrays (rows in ``layout``).
+
+Sources and simplifications:
+
+* **Reno** — RFC 5681: slow start (cwnd += acked), congestion avoidance (cwnd += 1 per window),
+  halving on loss; one reduction per round trip (NewReno-style recovery, RFC 6582).
+* **Cubic** — RFC 9438: C = 0.4, β = 0.7, fast convergence (§4.7), the Reno-friendly region
+  with α = 3(1−β)/(1+β) until W_est reaches the previous W_max, then 1 (§4.3), the target
+  W_cubic(t + RTT) clamped to [cwnd, 1.5·cwnd] (§4.4). No HyStart: slow start ends at the first
+  loss, as with ``tcp_cubic hystart=0``.
+* **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
+  startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
+  a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
+  10 s old); bandwidth max-filtered over 10 rounds, RTT min-filtered over 10 s; cwnd =
+  2·BDP + 3 segments. Simplified: one delivery-rate sample per round (bytes acknowledged in the
+  round / its duration) instead of one per ACK; loss does not reduce cwnd (v1 ignores it apart
+  from recovery's packet conservation, which is not modelled).
+* **BBRv2-like** — BBR v1 plus the v2 loss response: a round that loses more than 2 % of its
+  data caps inflight at ``inflight_hi = 0.7 · cwnd`` (and ends startup); while probing up
+  without excess loss the cap grows by 1, 2, 4, … segments per round; the probe-down gain is
+  0.9 rather than 0.75. It is *not* Google's BBRv2 (no bw_lo, no ECN, no 2–3 s probe timer).
+
+Loss is detected one smoothed RTT after the drop (dupacks/SACK); retransmission timeouts are
+not modelled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+from scidmz.netsim.compiled import compiled, compiled_inline
+
+from scidmz.netsim.layout import (
+    BASE_RTT,
+    BBR2,
+    BTL_BW,
+    CC,
+    CUBIC,
+    CUBIC_K,
+    CWND,
+    CYCLE_IDX,
+    CYCLE_T,
+    DRAIN,
+    EPOCH_T,
+    FILLED_PIPE,
+    FULL_BW,
+    FULL_BW_COUNT,
+    INFLIGHT,
+    INFLIGHT_HI,
+    MIN_RTT,
+    MIN_RTT_AT,
+    MODE,
+    PRIOR_CWND,
+    PROBE_BW,
+    PROBE_RTT,
+    PROBE_RTT_DONE,
+    PROBE_UP_SEGS,
+    RECOVERY_UNTIL,
+    RENO,
+    ROUND_ACKED,
+    ROUND_COUNT,
+    ROUND_LOST,
+    ROUND_T,
+    SERIAL,
+    SRTT,
+    SSTHRESH,
+    STARTUP,
+    W_EST,
+    W_MAX,
+)
+
+FloatRows = npt.NDArray[np.float64]
+IntRows = npt.NDArray[np.int64]
+
+CUBIC_C = 0.4
+CUBIC_BETA = 0.7
+CUBIC_ALPHA = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
+MIN_CWND = 2.0
+BBR_HIGH_GAIN = 2.0 / math.log(2.0)
+BBR_MIN_CWND = 4.0
+BBR_BW_ROUNDS = 10
+BBR_MIN_RTT_WINDOW_S = 10.0
+BBR_PROBE_RTT_S = 0.2
+BBR_FULL_BW_GROWTH = 1.25
+BBR_FULL_BW_ROUNDS = 3
+BBR_CYCLE_LEN = 8
+BBR2_LOSS_THRESHOLD = 0.02
+BBR2_BETA = 0.7
+BBR2_PROBE_DOWN_GAIN = 0.9
+BBR_PROBE_DOWN_GAIN = 0.75
+
+
+@compiled_inline
+def on_ack(
+    flow_f: FloatRows, flow_i: IntRows, i: int, now: float, acked_segs: float
+) -> None:
+    """Window growth for loss-based control (Reno, Cubic); BBR sets cwnd in ``bbr_step``."""
+    cc = flow_i[CC, i]
+    if cc != RENO and cc != CUBIC:
+        return
+    if now < flow_f[RECOVERY_UNTIL, i]:
+        return
+    cwnd = flow_f[CWND, i]
+    if cwnd < flow_f[SSTHRESH, i]:
+        flow_f[CWND, i] = cwnd + acked_segs
+        return
+    if cc == RENO:
+        flow_f[CWND, i] = cwnd + acked_segs / cwnd
+        return
+    if flow_f[EPOCH_T, i] < 0.0:
+        flow_f[EPOCH_T, i] = now
+        if cwnd < flow_f[W_MAX, i]:
+            flow_f[CUBIC_K, i] = np.cbrt((flow_f[W_MAX, i] - cwnd) / CUBIC_C)
+        else:
+            flow_f[CUBIC_K, i] = 0.0
+            flow_f[W_MAX, i] = cwnd
+        flow_f[W_EST, i] = cwnd
+    elapsed = now - flow_f[EPOCH_T, i]
+    k = flow_f[CUBIC_K, i]
+    w_max = flow_f[W_MAX, i]
+    offset = elapsed + flow_f[SRTT, i] - k
+    target = CUBIC_C * offset * offset * offset + w_max
+    target = min(max(target, cwnd), 1.5 * cwnd)
+    cwnd += (target - cwnd) / cwnd * acked_segs
+    alpha = CUBIC_ALPHA if flow_f[W_EST, i] < w_max else 1.0
+    flow_f[W_EST, i] += alpha * acked_segs / cwnd
+    now_offset = elapsed - k
+    w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
+    if w_cubic < flow_f[W_EST, i]:
+        cwnd = max(cwnd, flow_f[W_EST, i])
+    flow_f[CWND, i] = cwnd
+
+
+@compiled
+def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
+    """Multiplicative decrease, once per round trip (RFC 5681 §3.2, RFC 9438 §4.6–4.7)."""
+    cc = flow_i[CC, i]
+    if cc != RENO and cc != CUBIC:
+        return
+    if now < flow_f[RECOVERY_UNTIL, i]:
+        return
+    cwnd = flow_f[CWND, i]
+    if cc == RENO:
+        cwnd = max(cwnd * 0.5, MIN_CWND)
+    else:
+        if cwnd < flow_f[W_MAX, i]:
+            flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0
+        else:
+            flow_f[W_MAX, i] = cwnd
+        cwnd = max(cwnd * CUBIC_BETA, MIN_CWND)
+        flow_f[EPOCH_T, i] = -1.0
+    flow_f[CWND, i] = cwnd
+    flow_f[SSTHRESH, i] = cwnd
+    flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+
+
+@compiled
+def _probe_bw_gain(phase: int, v2: bool) -> float:
+    if phase == 0:
+        return 1.25
+    if phase == 1:
+        return BBR2_PROBE_DOWN_GAIN if v2 else BBR_PROBE_DOWN_GAIN
+    return 1.0
+
+
+@compiled
+def bbr_step(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    bw_filter: FloatRows,
+    i: int,
+    now: float,
+    acked: float,
+    rtt_sample: float,
+    mss: float,
+) -> float:
+    """Advance BBR's model and state machine by one step; returns the pacing rate (bytes/s)."""
+    v2 = flow_i[CC, i] == BBR2
+    if rtt_sample > 0.0 and (
+        rtt_sample <= flow_f[MIN_RTT, i]
+        or now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S
+        and flow_i[MODE, i] != PROBE_RTT
+    ):
+        flow_f[MIN_RTT, i] = rtt_sample
+        flow_f[MIN_RTT_AT, i] = now
+    flow_f[ROUND_ACKED, i] += acked
+    round_length = max(flow_f[SRTT, i], flow_f[BASE_RTT, i] * 0.5)
+    if flow_f[ROUND_ACKED, i] > 0.0 and now - flow_f[ROUND_T, i] >= round_length:
+        _end_round(flow_f, flow_i, bw_filter, i, now, mss, v2)
+
+    mode = flow_i[MODE, i]
+    min_rtt = flow_f[MIN_RTT, i]
+    bdp = flow_f[BTL_BW, i] * min_rtt if min_rtt < np.inf else 0.0
+    if mode == STARTUP and flow_i[FILLED_PIPE, i] == 1:
+        mode = DRAIN
+    if mode == DRAIN and flow_f[INFLIGHT, i] <= bdp:
+        mode = PROBE_BW
+        flow_i[CYCLE_IDX, i] = _first_phase(flow_i, i)
+        flow_f[CYCLE_T, i] = now
+    if mode == PROBE_BW and now - flow_f[CYCLE_T, i] > min_rtt:
+        flow_i[CYCLE_IDX, i] = (flow_i[CYCLE_IDX, i] + 1) % BBR_CYCLE_LEN
+        flow_f[CYCLE_T, i] = now
+    if (
+        mode != PROBE_RTT
+        and min_rtt < np.inf
+        and now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S
+    ):
+        mode = PROBE_RTT
+        flow_f[PRIOR_CWND, i] = flow_f[CWND, i]
+        flow_f[PROBE_RTT_DONE, i] = now + BBR_PROBE_RTT_S + min_rtt
+    if mode == PROBE_RTT and now >= flow_f[PROBE_RTT_DONE, i]:
+        flow_f[MIN_RTT_AT, i] = now
+        mode = PROBE_BW if flow_i[FILLED_PIPE, i] == 1 else STARTUP
+        flow_f[CWND, i] = max(flow_f[CWND, i], flow_f[PRIOR_CWND, i])
+        flow_i[CYCLE_IDX, i] = _first_phase(flow_i, i)
+        flow_f[CYCLE_T, i] = now
+    flow_i[MODE, i] = mode
+
+    if mode == STARTUP:
+        pacing_gain = BBR_HIGH_GAIN
+        cwnd_gain = BBR_HIGH_GAIN
+    elif mode == DRAIN:
+        pacing_gain = 1.0 / BBR_HIGH_GAIN
+        cwnd_gain = BBR_HIGH_GAIN
+    elif mode == PROBE_BW:
+        pacing_gain = _probe_bw_gain(flow_i[CYCLE_IDX, i], v2)
+        cwnd_gain = 2.0
+    else:
+        pacing_gain = 1.0
+        cwnd_gain = 1.0
+
+    cwnd = flow_f[CWND, i]
+    acked_segs = acked / mss
+    if bdp > 0.0:
+        target = cwnd_gain * bdp / mss + 3.0
+        if v2:
+            target = min(target, flow_f[INFLIGHT_HI, i] / mss)
+        if flow_i[FILLED_PIPE, i] == 1:
+            cwnd = min(cwnd + acked_segs, target)
+        elif cwnd < target:
+            cwnd += acked_segs
+    else:
+        cwnd += acked_segs
+    cwnd = max(cwnd, BBR_MIN_CWND)
+    if mode == PROBE_RTT:
+        cwnd = BBR_MIN_CWND
+    flow_f[CWND, i] = cwnd
+    return pacing_gain * flow_f[BTL_BW, i]
+
+
+@compiled
+def _first_phase(flow_i: IntRows, i: int) -> int:
+    # Linux starts probe-bw at a random phase other than the probe-down one; a hash of the
+    # flow's serial keeps runs deterministic.
+    draw = ((flow_i[SERIAL, i] % 1000003) * 2654435761 + 12345) % 7
+    return 0 if draw == 0 else draw + 1
+
+
+@compiled
+def _end_round(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    bw_filter: FloatRows,
+    i: int,
+    now: float,
+    mss: float,
+    v2: bool,
+) -> None:
+    elapsed = now - flow_f[ROUND_T, i]
+    sample = flow_f[ROUND_ACKED, i] / elapsed
+    slot = flow_i[ROUND_COUNT, i] % BBR_BW_ROUNDS
+    bw_filter[i, slot] = sample
+    flow_i[ROUND_COUNT, i] += 1
+    best = 0.0
+    for k in range(BBR_BW_ROUNDS):
+        best = max(best, bw_filter[i, k])
+    flow_f[BTL_BW, i] = best
+    if v2:
+        lost = flow_f[ROUND_LOST, i]
+        total = lost + flow_f[ROUND_ACKED, i]
+        if total > 0.0 and lost / total > BBR2_LOSS_THRESHOLD:
+            flow_f[INFLIGHT_HI, i] = max(BBR2_BETA * flow_f[CWND, i] * mss, BBR_MIN_CWND * mss)
+            flow_f[PROBE_UP_SEGS, i] = 1.0
+            flow_i[FILLED_PIPE, i] = 1
+        elif (
+            flow_i[MODE, i] == PROBE_BW
+            and flow_i[CYCLE_IDX, i] == 0
+            and flow_f[INFLIGHT_HI, i] < np.inf
+        ):
+            flow_f[INFLIGHT_HI, i] += flow_f[PROBE_UP_SEGS, i] * mss
+            flow_f[PROBE_UP_SEGS, i] *= 2.0
+    if flow_i[FILLED_PIPE, i] == 0:
+        if best >= flow_f[FULL_BW, i] * BBR_FULL_BW_GROWTH:
+            flow_f[FULL_BW, i] = best
+            flow_i[FULL_BW_COUNT, i] = 0
+        else:
+            flow_i[FULL_BW_COUNT, i] += 1
+            if flow_i[FULL_BW_COUNT, i] >= BBR_FULL_BW_ROUNDS:
+                flow_i[FILLED_PIPE, i] = 1
+    flow_f[ROUND_T, i] = now
+    flow_f[ROUND_ACKED, i] = 0.0
+    flow_f[ROUND_LOST, i] = 0.0

@@ -1,0 +1,595 @@
+"""The simulator's step loop, compiled with numba (one call advances many steps).
+
+One step of length dt (≤ 1 ms), in this order:
+
+1. **ACKs.** Bytes that left the bottleneck one base RTT ago are acknowledged: inflight
+   shrinks, the RTT sample (base RTT + shaper sojourn + bottleneck sojourn) updates SRTT, and the
+   flow's congestion control grows its window (``congestion.py``). Losses whose detection time
+   has come are declared: they leave inflight, return to the send backlog (retransmission) and
+   trigger the window reduction. A flow whose bytes are all acknowledged completes (FCT event).
+2. **Arrivals** of short flows (paper table 6) take a free column.
+3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
+   also respect their pacing rate.
+4. **Campus shaper** (S1-eth1): a drop-tail queue in front of a token bucket with rate u(t)
+   and depth ``burst``; up to ``tokens + u·dt`` bytes leave per step.
+5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
+   tap, is admitted up to the buffer (drop-tail; a shortfall is taken from every flow in
+   proportion to its arrivals) and served FIFO at capacity B.
+6. **Departures** are scheduled for acknowledgement one base RTT later; their sojourn is the
+   queuing-delay sample of the P4 register (paper algorithm 5).
+7. **Tap activity rule** (paper algorithm 7): a flow becomes active once C_TH packets arrive
+   with gaps under T_TH; FIN (completion) or ``idle`` seconds without packets remove it.
+
+The loop returns early (fewer steps done) when the event buffer could overflow or the
+short-flow random numbers run out; the Python side drains or refills and calls again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+from scidmz.netsim.compiled import compiled
+
+from scidmz.netsim.congestion import bbr_step, on_ack, on_loss
+from scidmz.netsim.fifo import fifo_pop, fifo_push
+from scidmz.netsim.layout import (
+    ACKED,
+    BASE_RTT,
+    BASE_STEPS,
+    BBR,
+    BOTTLENECK_DROPPED,
+    CAMPUS,
+    CAMPUS_RATE_LIMIT,
+    CC,
+    CLASS,
+    CWND,
+    CYCLE_IDX,
+    DEFERRED,
+    DROPPED,
+    DTN,
+    EPOCH_T,
+    EV_COLUMN,
+    EV_KIND,
+    EV_SERIAL,
+    EV_SIZE,
+    EV_TIME,
+    EV_VALUE,
+    FILLED_PIPE,
+    FLOW_DONE,
+    FLOW_START,
+    FULL_BW_COUNT,
+    INFLIGHT,
+    INFLIGHT_HI,
+    KIND,
+    LINE_BYTES,
+    LOSS_AT,
+    LOST_PENDING,
+    MIN_RTT,
+    MIN_RTT_AT,
+    MODE,
+    N_EVENTS,
+    N_FLOW_F,
+    NEXT_ARRIVAL,
+    NEXT_SERIAL,
+    NOW,
+    OUT_ARR_CAMPUS,
+    OUT_ARR_DTN,
+    OUT_DEP_CAMPUS,
+    OUT_DEP_DTN,
+    OUT_DROP_CAMPUS,
+    OUT_DROP_DTN,
+    OUT_DROP_SHAPER,
+    OUT_QD_CAMPUS_W,
+    OUT_QD_DTN_W,
+    OUT_QUEUE,
+    OUT_RATE_LIMIT,
+    OUT_RUNNING,
+    OUT_SHAPED,
+    OUT_SHAPER_QUEUE,
+    OUT_SHAPER_W,
+    OUT_TAP_ACTIVE,
+    P_BUFFER,
+    P_BURST,
+    P_C_TH,
+    P_CAPACITY,
+    P_DT,
+    P_IDLE,
+    P_IW,
+    P_MSS,
+    P_N_CAMPUS,
+    P_POOL_END,
+    P_POOL_START,
+    P_SHAPER_LIMIT,
+    P_SHORT_CC,
+    P_SHORT_LINE,
+    P_SHORT_RTT,
+    P_SHORTS_ON,
+    P_T_TH,
+    PACING_CREDIT,
+    PROBE_UP_SEGS,
+    QD_CAMPUS_LAST,
+    QD_DTN_LAST,
+    QUEUE,
+    RAND_CURSOR,
+    RECOVERY_UNTIL,
+    REMAINING,
+    RETIRED_ACKED,
+    RETIRED_DROPPED,
+    RETIRED_SENT,
+    ROUND_COUNT,
+    ROUND_LOST,
+    ROUND_T,
+    RTT_LAST,
+    RUNNING,
+    SAMPLE_ACKED,
+    SAMPLE_RTT_W,
+    SENT,
+    SERIAL,
+    SHAPER_DROPPED,
+    SHAPER_QUEUE,
+    SHAPER_SOJOURN,
+    SHORT,
+    SIZE,
+    SRTT,
+    SSTHRESH,
+    START_T,
+    STARTUP,
+    STEP,
+    TAP_ACTIVE,
+    TAP_BYTES_CAMPUS,
+    TAP_BYTES_DTN,
+    TAP_LAST_SEEN,
+    TAP_PACKETS,
+    TAP_PACKETS_CAMPUS,
+    TAP_PACKETS_DTN,
+    TAP_RTT,
+    TAP_RTT_AT,
+    TAP_START,
+    TAP_STOP_FIN,
+    TAP_STOP_IDLE,
+    TOKENS,
+    W_MAX,
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_DONE_TOLERANCE_BYTES = 1e-3
+SCRATCH_ROWS = 6
+
+
+@compiled
+def init_flow(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    bw_filter: FloatArray,
+    i: int,
+    traffic_class: int,
+    cc: int,
+    kind: int,
+    base_rtt: float,
+    line_bytes: float,
+    size: float,
+    now: float,
+    dt: float,
+    initial_window: float,
+    serial: int,
+) -> None:
+    """Put a new flow in column ``i`` (also used to recycle short-flow columns)."""
+    for row in range(N_FLOW_F):
+        flow_f[row, i] = 0.0
+    for k in range(bw_filter.shape[1]):
+        bw_filter[i, k] = 0.0
+    flow_i[:, i] = 0
+    flow_i[CLASS, i] = traffic_class
+    flow_i[CC, i] = cc
+    flow_i[KIND, i] = kind
+    flow_i[RUNNING, i] = 1
+    flow_i[SERIAL, i] = serial
+    flow_i[BASE_STEPS, i] = max(1, round(base_rtt / dt))
+    flow_i[MODE, i] = STARTUP
+    flow_i[FILLED_PIPE, i] = 0
+    flow_i[FULL_BW_COUNT, i] = 0
+    flow_i[ROUND_COUNT, i] = 0
+    flow_i[CYCLE_IDX, i] = 0
+    flow_f[CWND, i] = initial_window
+    flow_f[SSTHRESH, i] = np.inf
+    flow_f[REMAINING, i] = size
+    flow_f[SIZE, i] = size
+    flow_f[START_T, i] = now
+    flow_f[BASE_RTT, i] = base_rtt
+    flow_f[LINE_BYTES, i] = line_bytes
+    flow_f[EPOCH_T, i] = -1.0
+    flow_f[W_MAX, i] = 0.0
+    flow_f[MIN_RTT, i] = np.inf
+    flow_f[MIN_RTT_AT, i] = now
+    flow_f[ROUND_T, i] = now
+    flow_f[INFLIGHT_HI, i] = np.inf
+    flow_f[PROBE_UP_SEGS, i] = 1.0
+    flow_f[TAP_LAST_SEEN, i] = -np.inf
+    flow_f[RECOVERY_UNTIL, i] = -np.inf
+
+
+@compiled
+def _event(
+    events: FloatArray,
+    glob_i: IntArray,
+    now: float,
+    serial: int,
+    kind: int,
+    value: float,
+    size: float,
+    column: int,
+) -> None:
+    k = glob_i[N_EVENTS]
+    events[EV_TIME, k] = now
+    events[EV_SERIAL, k] = serial
+    events[EV_KIND, k] = kind
+    events[EV_VALUE, k] = value
+    events[EV_SIZE, k] = size
+    events[EV_COLUMN, k] = column
+    glob_i[N_EVENTS] = k + 1
+
+
+@compiled
+def _drop(flow_f: FloatArray, i: int, dropped: float, now: float) -> None:
+    flow_f[DROPPED, i] += dropped
+    if flow_f[LOST_PENDING, i] <= 0.0:
+        flow_f[LOSS_AT, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+    flow_f[LOST_PENDING, i] += dropped
+
+
+@compiled
+def _start_short_flows(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    glob_f: FloatArray,
+    glob_i: IntArray,
+    params: FloatArray,
+    bw_filter: FloatArray,
+    rand_gap: FloatArray,
+    rand_size: FloatArray,
+    events: FloatArray,
+    now: float,
+) -> int:
+    started = 0
+    pool_start = int(params[P_POOL_START])
+    pool_end = int(params[P_POOL_END])
+    while now >= glob_f[NEXT_ARRIVAL] and glob_i[RAND_CURSOR] < rand_gap.shape[0]:
+        column = -1
+        for c in range(pool_start, pool_end):
+            if flow_i[RUNNING, c] == 0:
+                column = c
+                break
+        if column < 0:
+            glob_f[DEFERRED] += 1.0
+            return started
+        glob_f[RETIRED_SENT] += flow_f[SENT, column]
+        glob_f[RETIRED_ACKED] += flow_f[ACKED, column]
+        glob_f[RETIRED_DROPPED] += flow_f[DROPPED, column]
+        cursor = glob_i[RAND_CURSOR]
+        serial = glob_i[NEXT_SERIAL]
+        glob_i[NEXT_SERIAL] = serial + 1
+        init_flow(
+            flow_f,
+            flow_i,
+            bw_filter,
+            column,
+            CAMPUS,
+            int(params[P_SHORT_CC]),
+            SHORT,
+            params[P_SHORT_RTT],
+            params[P_SHORT_LINE],
+            rand_size[cursor],
+            now,
+            params[P_DT],
+            params[P_IW],
+            serial,
+        )
+        _event(events, glob_i, now, serial, FLOW_START, 0.0, rand_size[cursor], column)
+        glob_f[NEXT_ARRIVAL] += rand_gap[cursor]
+        glob_i[RAND_CURSOR] = cursor + 1
+        started += 1
+    return started
+
+
+@compiled
+def advance(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    glob_f: FloatArray,
+    glob_i: IntArray,
+    params: FloatArray,
+    bw_filter: FloatArray,
+    ack_bytes: FloatArray,
+    ack_rtt_w: FloatArray,
+    ack_tap_w: FloatArray,
+    bn_slots: FloatArray,
+    bn_step: IntArray,
+    bn_total: FloatArray,
+    bn_cursor: IntArray,
+    sh_slots: FloatArray,
+    sh_step: IntArray,
+    sh_total: FloatArray,
+    sh_cursor: IntArray,
+    rand_gap: FloatArray,
+    rand_size: FloatArray,
+    step_out: FloatArray,
+    out_offset: int,
+    events: FloatArray,
+    scratch: FloatArray,
+    n_steps: int,
+) -> int:
+    """Advance ``n_steps``; returns the number of steps done (see the module docstring)."""
+    n_flows = flow_f.shape[1]
+    ring = ack_bytes.shape[0]
+    dt = params[P_DT]
+    capacity_step = params[P_CAPACITY] * dt
+    buffer_bytes = params[P_BUFFER]
+    mss = params[P_MSS]
+    per_mss = 1.0 / mss
+    n_campus = int(params[P_N_CAMPUS])
+    shorts_on = params[P_SHORTS_ON] > 0.0
+    c_th = params[P_C_TH]
+    t_th = params[P_T_TH]
+    idle = params[P_IDLE]
+    event_room = events.shape[1] - 3 * n_flows - 8
+    send = scratch[0]
+    arrive = scratch[1]
+    departed = scratch[2]
+    sojourn_w = scratch[3]
+    shaped = scratch[4]
+    shaped_w = scratch[5]
+
+    for s in range(n_steps):
+        if glob_i[N_EVENTS] > event_room:
+            return s
+        if shorts_on and glob_i[RAND_CURSOR] >= rand_gap.shape[0]:
+            return s
+        step = glob_i[STEP]
+        now = step * dt
+        slot = step % ring
+        running = 0
+
+        # 1. short-flow arrivals (a new flow sends in this step)
+        if shorts_on:
+            running += _start_short_flows(
+                flow_f,
+                flow_i,
+                glob_f,
+                glob_i,
+                params,
+                bw_filter,
+                rand_gap,
+                rand_size,
+                events,
+                now,
+            )
+
+        # 2. per flow: ACKs, loss detection, completion, congestion control, send
+        offered = 0.0
+        for i in range(n_flows):
+            send[i] = 0.0
+            departed[i] = 0.0
+            sojourn_w[i] = 0.0
+            if flow_i[RUNNING, i] == 0:
+                continue
+            acked = ack_bytes[slot, i]
+            rtt = 0.0
+            if acked > 0.0:
+                per_byte = 1.0 / acked
+                rtt = ack_rtt_w[slot, i] * per_byte
+                flow_f[TAP_RTT, i] = ack_tap_w[slot, i] * per_byte
+                flow_f[TAP_RTT_AT, i] = now
+                ack_bytes[slot, i] = 0.0
+                ack_rtt_w[slot, i] = 0.0
+                ack_tap_w[slot, i] = 0.0
+                flow_f[INFLIGHT, i] -= acked
+                flow_f[ACKED, i] += acked
+                flow_f[SAMPLE_ACKED, i] += acked
+                flow_f[SAMPLE_RTT_W, i] += acked * rtt
+                flow_f[RTT_LAST, i] = rtt
+                if flow_f[SRTT, i] <= 0.0:
+                    flow_f[SRTT, i] = rtt
+                else:
+                    flow_f[SRTT, i] += 0.125 * (rtt - flow_f[SRTT, i])
+                on_ack(flow_f, flow_i, i, now, acked * per_mss)
+            if flow_f[LOST_PENDING, i] > 0.0 and now >= flow_f[LOSS_AT, i]:
+                lost = flow_f[LOST_PENDING, i]
+                flow_f[LOST_PENDING, i] = 0.0
+                flow_f[INFLIGHT, i] -= lost
+                flow_f[REMAINING, i] += lost
+                flow_f[ROUND_LOST, i] += lost
+                on_loss(flow_f, flow_i, i, now)
+            if flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES:
+                flow_i[RUNNING, i] = 0
+                fct = now - flow_f[START_T, i]
+                _event(
+                    events, glob_i, now, flow_i[SERIAL, i], FLOW_DONE, fct, flow_f[SIZE, i], i
+                )
+                if flow_i[TAP_ACTIVE, i] == 1:
+                    flow_i[TAP_ACTIVE, i] = 0
+                    _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_FIN, 0.0, 0.0, i)
+                continue
+            running += 1
+            amount = flow_f[CWND, i] * mss - flow_f[INFLIGHT, i]
+            amount = min(amount, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
+            if flow_i[CC, i] >= BBR:
+                pacing = bbr_step(flow_f, flow_i, bw_filter, i, now, acked, rtt, mss)
+                amount = min(amount, flow_f[CWND, i] * mss - flow_f[INFLIGHT, i])
+                budget = flow_f[PACING_CREDIT, i] + pacing * dt
+                amount = min(amount, budget)
+                flow_f[PACING_CREDIT, i] = min(budget - max(amount, 0.0), pacing * dt)
+            if amount <= 0.0:
+                continue
+            send[i] = amount
+            flow_f[INFLIGHT, i] += amount
+            flow_f[SENT, i] += amount
+            flow_f[REMAINING, i] -= amount
+            if i < n_campus:
+                offered += amount
+
+        # 3. campus shaper: drop-tail queue + token bucket at u(t)
+        tokens = glob_f[TOKENS] + glob_f[CAMPUS_RATE_LIMIT] * dt
+        shaper_drops = 0.0
+        shaper_w_sum = 0.0
+        if glob_f[SHAPER_QUEUE] <= 0.0 and offered <= tokens:
+            # Nothing waits and the bucket covers the step: the shaper is transparent.
+            for i in range(n_campus):
+                shaped[i] = send[i]
+                shaped_w[i] = 0.0
+            released = offered
+        else:
+            for i in range(n_campus):
+                shaped[i] = 0.0
+                shaped_w[i] = 0.0
+            space = params[P_SHAPER_LIMIT] - glob_f[SHAPER_QUEUE]
+            if offered > space:
+                keep = max(space, 0.0) / offered
+                for i in range(n_campus):
+                    if send[i] > 0.0:
+                        lost = send[i] * (1.0 - keep)
+                        send[i] -= lost
+                        shaper_drops += lost
+                        _drop(flow_f, i, lost, now)
+                offered -= shaper_drops
+            fifo_push(sh_slots, sh_step, sh_total, sh_cursor, send, n_campus, step)
+            glob_f[SHAPER_QUEUE] += offered
+            released = fifo_pop(
+                sh_slots,
+                sh_step,
+                sh_total,
+                sh_cursor,
+                min(tokens, glob_f[SHAPER_QUEUE]),
+                n_campus,
+                step,
+                dt,
+                shaped,
+                shaped_w,
+            )
+            glob_f[SHAPER_QUEUE] = max(glob_f[SHAPER_QUEUE] - released, 0.0)
+        glob_f[TOKENS] = min(params[P_BURST], tokens - released)
+        glob_f[SHAPER_DROPPED] += shaper_drops
+
+        # 5. the tap and the bottleneck's drop-tail admission
+        arriving = 0.0
+        tap_dtn = 0.0
+        tap_campus = 0.0
+        for i in range(n_flows):
+            if i < n_campus:
+                arrive[i] = shaped[i]
+                if shaped[i] > 0.0:
+                    flow_f[SHAPER_SOJOURN, i] = shaped_w[i] / shaped[i]
+                    shaper_w_sum += shaped_w[i]
+            else:
+                arrive[i] = send[i]
+            amount = arrive[i]
+            if amount <= 0.0:
+                continue
+            arriving += amount
+            if flow_i[CLASS, i] == DTN:
+                tap_dtn += amount
+            else:
+                tap_campus += amount
+            packets = amount * per_mss
+            if now - flow_f[TAP_LAST_SEEN, i] < t_th:
+                flow_f[TAP_PACKETS, i] += packets
+            else:
+                flow_f[TAP_PACKETS, i] = packets
+            flow_f[TAP_LAST_SEEN, i] = now
+            if flow_i[TAP_ACTIVE, i] == 0 and flow_f[TAP_PACKETS, i] >= c_th:
+                flow_i[TAP_ACTIVE, i] = 1
+                _event(events, glob_i, now, flow_i[SERIAL, i], TAP_START, 0.0, 0.0, i)
+        glob_f[TAP_BYTES_DTN] += tap_dtn
+        glob_f[TAP_BYTES_CAMPUS] += tap_campus
+        glob_f[TAP_PACKETS_DTN] += tap_dtn * per_mss
+        glob_f[TAP_PACKETS_CAMPUS] += tap_campus * per_mss
+
+        drop_dtn = 0.0
+        drop_campus = 0.0
+        space = buffer_bytes + capacity_step - glob_f[QUEUE]
+        if arriving > space:
+            keep = max(space, 0.0) / arriving
+            for i in range(n_flows):
+                if arrive[i] > 0.0:
+                    lost = arrive[i] * (1.0 - keep)
+                    arrive[i] -= lost
+                    if flow_i[CLASS, i] == DTN:
+                        drop_dtn += lost
+                    else:
+                        drop_campus += lost
+                    _drop(flow_f, i, lost, now)
+            arriving -= drop_dtn + drop_campus
+        glob_f[BOTTLENECK_DROPPED] += drop_dtn + drop_campus
+        fifo_push(bn_slots, bn_step, bn_total, bn_cursor, arrive, n_flows, step)
+        glob_f[QUEUE] += arriving
+        served = fifo_pop(
+            bn_slots,
+            bn_step,
+            bn_total,
+            bn_cursor,
+            capacity_step,
+            n_flows,
+            step,
+            dt,
+            departed,
+            sojourn_w,
+        )
+        glob_f[QUEUE] = max(glob_f[QUEUE] - served, 0.0)
+
+        # 6. departures (ACKs one base RTT later, queuing-delay samples); idle timeouts
+        dep_dtn = 0.0
+        dep_campus = 0.0
+        qd_dtn_w = 0.0
+        qd_campus_w = 0.0
+        tap_active = 0
+        for i in range(n_flows):
+            amount = departed[i]
+            if amount > 0.0:
+                queue_delay = sojourn_w[i] / amount
+                ack_slot = slot + flow_i[BASE_STEPS, i]
+                if ack_slot >= ring:
+                    ack_slot -= ring
+                ack_bytes[ack_slot, i] += amount
+                path = flow_f[BASE_RTT, i] + queue_delay
+                ack_tap_w[ack_slot, i] += amount * path
+                if i < n_campus:
+                    path += flow_f[SHAPER_SOJOURN, i]
+                ack_rtt_w[ack_slot, i] += amount * path
+                if flow_i[CLASS, i] == DTN:
+                    dep_dtn += amount
+                    qd_dtn_w += sojourn_w[i]
+                else:
+                    dep_campus += amount
+                    qd_campus_w += sojourn_w[i]
+            if flow_i[TAP_ACTIVE, i] == 1:
+                if now - flow_f[TAP_LAST_SEEN, i] > idle:
+                    flow_i[TAP_ACTIVE, i] = 0
+                    _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_IDLE, 0.0, 0.0, i)
+                else:
+                    tap_active += 1
+        if dep_dtn > 0.0:
+            glob_f[QD_DTN_LAST] = qd_dtn_w / dep_dtn
+        if dep_campus > 0.0:
+            glob_f[QD_CAMPUS_LAST] = qd_campus_w / dep_campus
+
+        col = out_offset + s
+        step_out[OUT_DEP_DTN, col] = dep_dtn
+        step_out[OUT_DEP_CAMPUS, col] = dep_campus
+        step_out[OUT_ARR_DTN, col] = tap_dtn
+        step_out[OUT_ARR_CAMPUS, col] = tap_campus
+        step_out[OUT_DROP_DTN, col] = drop_dtn
+        step_out[OUT_DROP_CAMPUS, col] = drop_campus
+        step_out[OUT_DROP_SHAPER, col] = shaper_drops
+        step_out[OUT_QUEUE, col] = glob_f[QUEUE]
+        step_out[OUT_SHAPER_QUEUE, col] = glob_f[SHAPER_QUEUE]
+        step_out[OUT_QD_DTN_W, col] = qd_dtn_w
+        step_out[OUT_QD_CAMPUS_W, col] = qd_campus_w
+        step_out[OUT_RUNNING, col] = running
+        step_out[OUT_TAP_ACTIVE, col] = tap_active
+        step_out[OUT_RATE_LIMIT, col] = glob_f[CAMPUS_RATE_LIMIT]
+        step_out[OUT_SHAPER_W, col] = shaper_w_sum
+        step_out[OUT_SHAPED, col] = released
+        glob_i[STEP] = step + 1
+        glob_f[NOW] = (step + 1) * dt
+    return n_steps

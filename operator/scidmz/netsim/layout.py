@@ -1,0 +1,175 @@
+"""Row numbers of the simulator's state arrays (struct-of-arrays, one column per flow).
+
+The compiled kernel (``kernel.py``) takes a handful of 2-D numpy arrays instead of objects so
+numba can run the whole step loop without touching Python. Each constant below names one row.
+Flow columns are ordered campus long flows, then the short-flow pool, then the DTN streams, so
+the campus flows are exactly columns ``0 .. n_campus-1`` (the shaper's columns).
+"""
+
+from __future__ import annotations
+
+# ---- per-flow float rows: FLOW_F[row, flow] -----------------------------------------------
+CWND = 0  # congestion window, segments
+SSTHRESH = 1  # slow-start threshold, segments
+INFLIGHT = 2  # bytes sent, neither acknowledged nor declared lost
+REMAINING = 3  # bytes the application still has to send (incl. retransmissions); inf = endless
+SIZE = 4  # bytes to deliver; inf = endless
+ACKED = 5  # bytes acknowledged (delivered once; goodput)
+SENT = 6  # bytes put on the wire (incl. retransmissions)
+DROPPED = 7  # bytes dropped (shaper + bottleneck)
+LOST_PENDING = 8  # dropped bytes the sender has not detected yet
+LOSS_AT = 9  # when the pending loss is detected (s)
+RECOVERY_UNTIL = 10  # no second window reduction before this time (s)
+SRTT = 11  # smoothed RTT (s), RFC 6298 alpha = 1/8; 0 before the first sample
+MIN_RTT = 12  # min-filtered RTT (s), BBR
+MIN_RTT_AT = 13  # when MIN_RTT was last set (s)
+START_T = 14  # flow start (s)
+W_MAX = 15  # Cubic W_max, segments
+CUBIC_K = 16  # Cubic K (s)
+EPOCH_T = 17  # Cubic epoch start (s); < 0: not in an epoch
+W_EST = 18  # Cubic Reno-friendly estimate, segments
+BTL_BW = 19  # BBR max-filtered bottleneck bandwidth, bytes/s
+ROUND_T = 20  # BBR round start (s)
+ROUND_ACKED = 21  # bytes acknowledged in this round
+ROUND_LOST = 22  # bytes declared lost in this round
+FULL_BW = 23  # BBR full-pipe detector's reference bandwidth
+CYCLE_T = 24  # BBR probe-bw phase start (s)
+PROBE_RTT_DONE = 25  # BBR probe-rtt end (s)
+PRIOR_CWND = 26  # cwnd saved on entering probe-rtt, segments
+INFLIGHT_HI = 27  # BBRv2-like loss-derived cap on inflight, bytes; inf = none
+PROBE_UP_SEGS = 28  # BBRv2-like growth of INFLIGHT_HI per round while probing up, segments
+BASE_RTT = 29  # propagation RTT (s)
+LINE_BYTES = 30  # NIC limit per step, bytes
+SHAPER_SOJOURN = 31  # last sojourn of this flow's bytes in the campus shaper (s)
+TAP_LAST_SEEN = 32  # last packet seen at the tap (s)
+TAP_PACKETS = 33  # packets counted towards C_TH
+TAP_RTT = 34  # last RTT sample the tap could take (s): bottleneck queue + path
+TAP_RTT_AT = 35  # when TAP_RTT was taken (s)
+RTT_LAST = 36  # last RTT sample the sender took (s)
+SAMPLE_ACKED = 37  # bytes acknowledged since the last reset (per-sample throughput)
+SAMPLE_RTT_W = 38  # sum of RTT x bytes since the last reset (per-sample mean RTT)
+PACING_CREDIT = 39  # unused pacing budget carried into the next step, bytes
+N_FLOW_F = 40
+
+# ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
+CLASS = 0  # CAMPUS or DTN
+CC = 1  # RENO, CUBIC, BBR, BBR2
+RUNNING = 2  # 1 while the flow exists and has not completed
+BASE_STEPS = 3  # BASE_RTT in steps (>= 1)
+MODE = 4  # BBR mode
+CYCLE_IDX = 5  # BBR probe-bw phase
+FULL_BW_COUNT = 6  # rounds without 25 % growth
+FILLED_PIPE = 7  # BBR left startup
+ROUND_COUNT = 8  # BBR rounds so far
+TAP_ACTIVE = 9  # the tap's activity rule counts this flow as active
+SERIAL = 10  # unique id of the flow occupying this column (columns of short flows are reused)
+KIND = 11  # LONG, SHORT, DTN_STREAM
+N_FLOW_I = 12
+
+CAMPUS = 0
+DTN = 1
+
+RENO = 0
+CUBIC = 1
+BBR = 2
+BBR2 = 3
+CC_CODES = {"reno": RENO, "cubic": CUBIC, "bbr": BBR, "bbr2": BBR2}
+
+LONG = 0
+SHORT = 1
+DTN_STREAM = 2
+
+STARTUP = 0
+DRAIN = 1
+PROBE_BW = 2
+PROBE_RTT = 3
+
+# ---- global floats: GLOB_F[row] ------------------------------------------------------------
+NOW = 0  # time at the start of the next step (s)
+CAMPUS_RATE_LIMIT = 1  # u(t), bytes/s
+TOKENS = 2  # token-bucket content, bytes
+QUEUE = 3  # bottleneck queue, bytes
+SHAPER_QUEUE = 4  # shaper queue, bytes
+NEXT_ARRIVAL = 5  # next short-flow arrival (s)
+QD_DTN_LAST = 6  # last DTN queuing-delay sample at the bottleneck (s)  (QD register)
+QD_CAMPUS_LAST = 7  # last campus queuing-delay sample (s)
+TAP_BYTES_DTN = 8  # bytes of the DTN class seen at the tap (direct counter)
+TAP_BYTES_CAMPUS = 9
+TAP_PACKETS_DTN = 10
+TAP_PACKETS_CAMPUS = 11
+DEFERRED = 12  # short-flow arrivals that waited for a free column
+SHAPER_DROPPED = 13
+BOTTLENECK_DROPPED = 14
+RETIRED_SENT = 15  # SENT / ACKED / DROPPED of finished short flows whose column was reused
+RETIRED_ACKED = 16
+RETIRED_DROPPED = 17
+N_GLOB_F = 18
+
+# ---- global integers: GLOB_I[row] ----------------------------------------------------------
+STEP = 0
+N_EVENTS = 1
+RAND_CURSOR = 2
+NEXT_SERIAL = 3
+N_GLOB_I = 4
+
+# ---- per-step outputs: STEP_OUT[row, step] -------------------------------------------------
+OUT_DEP_DTN = 0  # bytes leaving the bottleneck
+OUT_DEP_CAMPUS = 1
+OUT_ARR_DTN = 2  # bytes arriving at the bottleneck (the tap's view)
+OUT_ARR_CAMPUS = 3
+OUT_DROP_DTN = 4  # bottleneck drops
+OUT_DROP_CAMPUS = 5
+OUT_DROP_SHAPER = 6
+OUT_QUEUE = 7  # bottleneck queue at the end of the step, bytes
+OUT_SHAPER_QUEUE = 8
+OUT_QD_DTN_W = 9  # sum of sojourn x bytes over departing DTN bytes
+OUT_QD_CAMPUS_W = 10
+OUT_RUNNING = 11  # flows running (ground truth)
+OUT_TAP_ACTIVE = 12  # flows active under the C_TH / T_TH rule
+OUT_RATE_LIMIT = 13  # u during the step, bytes/s
+OUT_SHAPER_W = 14  # sum of shaper sojourn x bytes over bytes leaving the shaper
+OUT_SHAPED = 15  # bytes leaving the shaper
+N_OUT = 16
+
+# ---- events: EVENTS[row, k] ----------------------------------------------------------------
+EV_TIME = 0
+EV_SERIAL = 1
+EV_KIND = 2
+EV_VALUE = 3  # FCT (s) for FLOW_DONE
+EV_SIZE = 4  # bytes for FLOW_DONE / FLOW_START
+EV_COLUMN = 5
+N_EV = 6
+
+FLOW_START = 1  # ground truth: a flow began
+FLOW_DONE = 2  # ground truth: a flow's last byte was acknowledged
+TAP_START = 3  # the activity rule turned a flow active (new_flow digest)
+TAP_STOP_FIN = 4  # FIN seen from an active flow (timeout digest)
+TAP_STOP_IDLE = 5  # an active flow sent nothing for the idle timeout
+EVENT_NAMES = {
+    FLOW_START: "flow_start",
+    FLOW_DONE: "flow_done",
+    TAP_START: "tap_start",
+    TAP_STOP_FIN: "tap_stop_fin",
+    TAP_STOP_IDLE: "tap_stop_idle",
+}
+
+# ---- parameters: PARAMS[row] ---------------------------------------------------------------
+P_DT = 0
+P_CAPACITY = 1  # bytes/s
+P_BUFFER = 2  # bytes
+P_BURST = 3  # bytes
+P_SHAPER_LIMIT = 4  # bytes
+P_MSS = 5
+P_IW = 6  # segments
+P_C_TH = 7  # packets
+P_T_TH = 8  # s
+P_IDLE = 9  # s
+P_POOL_START = 10  # first short-flow column
+P_POOL_END = 11  # one past the last short-flow column
+P_N_CAMPUS = 12  # campus columns (long + pool)
+P_SHORT_CC = 13
+P_SHORT_RTT = 14
+P_SHORT_LINE = 15  # bytes per step
+P_SHORTS_ON = 16
+P_SEED = 17
+N_PARAMS = 18

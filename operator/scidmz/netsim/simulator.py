@@ -1,0 +1,327 @@
+"""The simulator's Python API: build from a ``Scenario``, set u(t), advance, read results.
+
+>>> sim = Simulator(Scenario())
+>>> sim.set_campus_rate_limit(400e6)           # the actuator hook, between steps
+>>> sample = sim.run_sample()                  # one sample time T of ground truth
+>>> view = sim.tap_view()                      # what the P4 pipeline would hold now
+>>> events = sim.drain_events()                # flow start/stop/FCT since the last drain
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from scidmz.netsim import layout as L
+from scidmz.netsim.kernel import SCRATCH_ROWS, advance, init_flow
+from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
+from scidmz.netsim.scenario import Scenario, ScenarioError
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+_MAX_QUEUE_SLOTS = 200_000
+_SHAPER_SLOTS = 4096
+_RANDOM_BLOCK = 4096
+_BW_FILTER_ROUNDS = 10
+
+
+@dataclass(frozen=True)
+class FlowLayout:
+    """Which columns hold which flows (campus long, short-flow pool, DTN streams)."""
+
+    n_long: int
+    n_pool: int
+    n_dtn: int
+
+    @property
+    def n_campus(self) -> int:
+        return self.n_long + self.n_pool
+
+    @property
+    def n_flows(self) -> int:
+        return self.n_campus + self.n_dtn
+
+    @property
+    def dtn_columns(self) -> slice:
+        return slice(self.n_campus, self.n_flows)
+
+    @property
+    def long_columns(self) -> slice:
+        return slice(0, self.n_long)
+
+
+class Simulator:
+    """One simulated testbed. Not thread-safe; deterministic for a given scenario seed."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        dt = scenario.step_s
+        self.dt = dt
+        self.steps_per_sample = round(scenario.sample_time_s / dt)
+        shorts = scenario.campus.short_flows
+        self.layout = FlowLayout(
+            n_long=scenario.campus.long_flows,
+            n_pool=shorts.max_concurrent if shorts.enabled else 0,
+            n_dtn=scenario.dtn.streams,
+        )
+        n = self.layout.n_flows
+        capacity = scenario.bottleneck.capacity_bps / 8.0
+        buffer_bytes = scenario.bottleneck.buffer_size_bytes
+        queue_slots = math.ceil(buffer_bytes / (capacity * dt)) + 4
+        if queue_slots > _MAX_QUEUE_SLOTS:
+            raise ScenarioError(
+                f"bottleneck.buffer: {buffer_bytes:.0f} bytes hold {queue_slots} steps of "
+                f"traffic at capacity; at most {_MAX_QUEUE_SLOTS} are supported"
+            )
+        longest_rtt = max(scenario.campus.base_rtt_s, scenario.dtn.base_rtt_s)
+        ring = round(longest_rtt / dt) + 2
+
+        self.flow_f: FloatArray = np.zeros((L.N_FLOW_F, n))
+        self.flow_i: IntArray = np.zeros((L.N_FLOW_I, n), dtype=np.int64)
+        self.glob_f: FloatArray = np.zeros(L.N_GLOB_F)
+        self.glob_i: IntArray = np.zeros(L.N_GLOB_I, dtype=np.int64)
+        self.bw_filter: FloatArray = np.zeros((n, _BW_FILTER_ROUNDS))
+        self.ack_bytes: FloatArray = np.zeros((ring, n))
+        self.ack_rtt_w: FloatArray = np.zeros((ring, n))
+        self.ack_tap_w: FloatArray = np.zeros((ring, n))
+        self.bn_slots: FloatArray = np.zeros((queue_slots, max(n, 1)))
+        self.bn_step: IntArray = np.zeros(queue_slots, dtype=np.int64)
+        self.bn_total: FloatArray = np.zeros(queue_slots)
+        self.bn_cursor: IntArray = np.zeros(2, dtype=np.int64)
+        self.sh_slots: FloatArray = np.zeros((_SHAPER_SLOTS, max(self.layout.n_campus, 1)))
+        self.sh_step: IntArray = np.zeros(_SHAPER_SLOTS, dtype=np.int64)
+        self.sh_total: FloatArray = np.zeros(_SHAPER_SLOTS)
+        self.sh_cursor: IntArray = np.zeros(2, dtype=np.int64)
+        self.events: FloatArray = np.zeros((L.N_EV, max(65_536, 8 * n)))
+        self.scratch: FloatArray = np.zeros((SCRATCH_ROWS, max(n, 1)))
+        self.step_out: FloatArray = np.zeros((L.N_OUT, self.steps_per_sample))
+        self._rng = np.random.default_rng(scenario.seed)
+        self.rand_gap: FloatArray = np.zeros(0)
+        self.rand_size: FloatArray = np.zeros(0)
+        self._pending_events: list[FloatArray] = []
+
+        self.params = self._params(capacity, buffer_bytes)
+        self._init_flows()
+        rate_limit = scenario.shaper.initial_rate_bps
+        self.set_campus_rate_limit(
+            scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
+        )
+        self.glob_f[L.TOKENS] = scenario.shaper.burst_bytes
+        if shorts.enabled:
+            self._refill_random()
+            self.glob_f[L.NEXT_ARRIVAL] = self.rand_gap[0]
+            self.glob_i[L.RAND_CURSOR] = 1
+
+    # ---- construction ------------------------------------------------------------------
+    def _params(self, capacity: float, buffer_bytes: float) -> FloatArray:
+        s = self.scenario
+        params = np.zeros(L.N_PARAMS)
+        params[L.P_DT] = self.dt
+        params[L.P_CAPACITY] = capacity
+        params[L.P_BUFFER] = buffer_bytes
+        params[L.P_BURST] = s.shaper.burst_bytes
+        params[L.P_SHAPER_LIMIT] = s.shaper.queue_bytes
+        params[L.P_MSS] = s.mss_bytes
+        params[L.P_IW] = s.initial_window_segments
+        params[L.P_C_TH] = s.activity.packets_threshold
+        params[L.P_T_TH] = s.activity.window_s
+        params[L.P_IDLE] = s.activity.idle_timeout_s
+        params[L.P_POOL_START] = self.layout.n_long
+        params[L.P_POOL_END] = self.layout.n_campus
+        params[L.P_N_CAMPUS] = self.layout.n_campus
+        params[L.P_SHORT_CC] = L.CC_CODES[s.campus.short_flows.congestion_control]
+        params[L.P_SHORT_RTT] = s.campus.base_rtt_s
+        params[L.P_SHORT_LINE] = self._line_bytes(s.campus.line_rate_bps)
+        params[L.P_SHORTS_ON] = 1.0 if s.campus.short_flows.enabled else 0.0
+        params[L.P_SEED] = s.seed
+        return params
+
+    def _line_bytes(self, line_rate_bps: float | None) -> float:
+        rate = self.scenario.bottleneck.capacity_bps if line_rate_bps is None else line_rate_bps
+        return rate / 8.0 * self.dt
+
+    def _init_flows(self) -> None:
+        s = self.scenario
+        serial = 0
+        for column in range(self.layout.n_long):
+            init_flow(
+                self.flow_f, self.flow_i, self.bw_filter, column, L.CAMPUS,
+                L.CC_CODES[s.campus.congestion_control], L.LONG, s.campus.base_rtt_s,
+                self._line_bytes(s.campus.line_rate_bps), np.inf, 0.0, self.dt,
+                float(s.initial_window_segments), serial,
+            )  # fmt: skip
+            serial += 1
+        per_stream = (
+            np.inf if s.dtn.transfer_bytes is None else s.dtn.transfer_bytes / s.dtn.streams
+        )
+        for column in range(self.layout.dtn_columns.start, self.layout.n_flows):
+            init_flow(
+                self.flow_f, self.flow_i, self.bw_filter, column, L.DTN,
+                L.CC_CODES[s.dtn.congestion_control], L.DTN_STREAM, s.dtn.base_rtt_s,
+                self._line_bytes(s.dtn.line_rate_bps), per_stream, 0.0, self.dt,
+                float(s.initial_window_segments), serial,
+            )  # fmt: skip
+            serial += 1
+        self.glob_i[L.NEXT_SERIAL] = serial
+
+    def _refill_random(self) -> None:
+        """Draw the next block of short-flow gaps and sizes (paper table 6, clipped Weibull)."""
+        shorts = self.scenario.campus.short_flows
+        cursor = int(self.glob_i[L.RAND_CURSOR])
+        gap = self.rand_gap[cursor:]
+        size = self.rand_size[cursor:]
+        gaps = shorts.inter_departure_s
+        sizes = shorts.size_bytes
+        new_gap = np.clip(
+            gaps.scale * self._rng.weibull(gaps.shape, _RANDOM_BLOCK), gaps.minimum, gaps.maximum
+        )
+        new_size = np.clip(
+            sizes.scale * self._rng.weibull(sizes.shape, _RANDOM_BLOCK),
+            sizes.minimum,
+            sizes.maximum,
+        )
+        self.rand_gap = np.concatenate([gap, new_gap])
+        self.rand_size = np.concatenate([size, new_size])
+        self.glob_i[L.RAND_CURSOR] = 0
+
+    # ---- control -------------------------------------------------------------------------
+    def set_campus_rate_limit(self, rate_bps: float) -> None:
+        """The actuator hook: the campus token bucket's rate u(t), from the next step on."""
+        if not math.isfinite(rate_bps) or rate_bps < 0:
+            raise ValueError(f"campus rate limit must be a finite rate >= 0, got {rate_bps!r}")
+        self.glob_f[L.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
+
+    @property
+    def campus_rate_limit_bps(self) -> float:
+        return float(self.glob_f[L.CAMPUS_RATE_LIMIT] * 8.0)
+
+    @property
+    def now(self) -> float:
+        """Simulated time (s) at the start of the next step."""
+        return float(self.glob_i[L.STEP] * self.dt)
+
+    @property
+    def step_index(self) -> int:
+        return int(self.glob_i[L.STEP])
+
+    # ---- running ---------------------------------------------------------------------------
+    def advance(self, n_steps: int) -> FloatArray:
+        """Run ``n_steps`` steps; returns their per-step outputs (rows in ``layout.OUT_*``).
+
+        The returned array is reused by the next call; copy it to keep it.
+        """
+        if n_steps < 0:
+            raise ValueError("n_steps must be >= 0")
+        if self.step_out.shape[1] < n_steps:
+            self.step_out = np.zeros((L.N_OUT, n_steps))
+        done = 0
+        while done < n_steps:
+            done += advance(
+                self.flow_f, self.flow_i, self.glob_f, self.glob_i, self.params,
+                self.bw_filter, self.ack_bytes, self.ack_rtt_w, self.ack_tap_w,
+                self.bn_slots, self.bn_step, self.bn_total, self.bn_cursor,
+                self.sh_slots, self.sh_step, self.sh_total, self.sh_cursor,
+                self.rand_gap, self.rand_size, self.step_out, done, self.events,
+                self.scratch, n_steps - done,
+            )  # fmt: skip
+            self._collect_events()
+            if (
+                self.params[L.P_SHORTS_ON] > 0
+                and self.glob_i[L.RAND_CURSOR] > self.rand_gap.shape[0] - 64
+            ):
+                self._refill_random()
+        return self.step_out[:, :n_steps]
+
+    def _collect_events(self) -> None:
+        count = int(self.glob_i[L.N_EVENTS])
+        if count:
+            self._pending_events.append(self.events[:, :count].copy())
+            self.glob_i[L.N_EVENTS] = 0
+
+    def run_sample(self) -> Sample:
+        """Advance one sample time T and summarise it as ground truth (see ``Sample``)."""
+        out = self.advance(self.steps_per_sample)
+        sample = Sample.from_steps(
+            end_s=self.now,
+            sample_time_s=self.scenario.sample_time_s,
+            step_out=out,
+            flows=self.flow_table(),
+            capacity_bps=self.scenario.bottleneck.capacity_bps,
+        )
+        self.flow_f[L.SAMPLE_ACKED] = 0.0
+        self.flow_f[L.SAMPLE_RTT_W] = 0.0
+        return sample
+
+    # ---- reading -------------------------------------------------------------------------
+    def flow_table(self) -> FlowTable:
+        """Per-flow state now, and per-flow throughput/RTT since the last sample."""
+        f, i = self.flow_f, self.flow_i
+        acked = f[L.SAMPLE_ACKED]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_rtt = np.where(acked > 0, f[L.SAMPLE_RTT_W] / acked, np.nan)
+        return FlowTable(
+            serial=i[L.SERIAL].copy(),
+            traffic_class=i[L.CLASS].copy(),
+            kind=i[L.KIND].copy(),
+            running=i[L.RUNNING].astype(bool),
+            base_rtt_s=f[L.BASE_RTT].copy(),
+            cwnd_segments=f[L.CWND].copy(),
+            acked_bytes=f[L.ACKED].copy(),
+            sent_bytes=f[L.SENT].copy(),
+            dropped_bytes=f[L.DROPPED].copy(),
+            sample_acked_bytes=acked.copy(),
+            sample_rtt_s=mean_rtt,
+            srtt_s=f[L.SRTT].copy(),
+        )
+
+    def tap_view(self) -> TapView:
+        """What the P4 pipeline at the tap holds now (counters, registers, per-flow RTT)."""
+        f, g = self.flow_f, self.glob_f
+        return TapView(
+            time_s=self.now,
+            dtn_bytes=float(g[L.TAP_BYTES_DTN]),
+            campus_bytes=float(g[L.TAP_BYTES_CAMPUS]),
+            dtn_packets=float(g[L.TAP_PACKETS_DTN]),
+            campus_packets=float(g[L.TAP_PACKETS_CAMPUS]),
+            dtn_queuing_delay_s=float(g[L.QD_DTN_LAST]),
+            campus_queuing_delay_s=float(g[L.QD_CAMPUS_LAST]),
+            serial=self.flow_i[L.SERIAL].copy(),
+            traffic_class=self.flow_i[L.CLASS].copy(),
+            active=self.flow_i[L.TAP_ACTIVE].astype(bool),
+            rtt_s=f[L.TAP_RTT].copy(),
+            rtt_at_s=f[L.TAP_RTT_AT].copy(),
+        )
+
+    def drain_events(self) -> list[FlowEvent]:
+        """Flow events since the last drain, in time order."""
+        self._collect_events()
+        blocks, self._pending_events = self._pending_events, []
+        return [FlowEvent.from_row(block[:, k]) for block in blocks for k in range(block.shape[1])]
+
+    def drain_event_array(self) -> FloatArray:
+        """The same events as a ``(layout.N_EV, n)`` array (cheap for long runs)."""
+        self._collect_events()
+        blocks, self._pending_events = self._pending_events, []
+        if not blocks:
+            return np.zeros((L.N_EV, 0))
+        return np.concatenate(blocks, axis=1)
+
+    def conservation(self) -> dict[str, float]:
+        """Byte accounting: sent = delivered + dropped + queued (shaper, bottleneck)."""
+        f, g = self.flow_f, self.glob_f
+        sent = float(f[L.SENT].sum() + g[L.RETIRED_SENT])
+        acked = float(f[L.ACKED].sum() + g[L.RETIRED_ACKED])
+        in_ack_ring = float(self.ack_bytes.sum())
+        dropped = float(f[L.DROPPED].sum() + g[L.RETIRED_DROPPED])
+        queued = float(self.glob_f[L.QUEUE] + self.glob_f[L.SHAPER_QUEUE])
+        return {
+            "sent_bytes": sent,
+            "delivered_bytes": acked + in_ack_ring,
+            "dropped_bytes": dropped,
+            "queued_bytes": queued,
+            "residual_bytes": sent - (acked + in_ack_ring + dropped + queued),
+        }

@@ -20,6 +20,10 @@ testenv_app = typer.Typer(
     help="A local Kubernetes control plane (etcd, apiserver, kwok).", no_args_is_help=True
 )
 app.add_typer(testenv_app, name="testenv")
+sim_app = typer.Typer(
+    help="The embedded campus / Science DMZ network simulator.", no_args_is_help=True
+)
+app.add_typer(sim_app, name="sim")
 
 ConfigOption = Annotated[
     Path, typer.Option("--config", help="Runtime config rendered by the operator (YAML).")
@@ -143,6 +147,63 @@ def demo(
         run_demo(keep=keep, timeout_s=timeout)
     except DemoError as error:
         _fail(str(error))
+
+
+@sim_app.command("run")
+def sim_run(
+    duration: Annotated[
+        float, typer.Option(help="Simulated seconds (rounded up to whole sample times).")
+    ],
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory for samples.csv, flows.csv, summary.json.")
+    ],
+    scenario: Annotated[
+        Path | None,
+        typer.Option("--scenario", help="Scenario YAML (default: the paper's testbed)."),
+    ] = None,
+    u_schedule: Annotated[
+        Path | None,
+        typer.Option("--u-schedule", help="u(t) schedule, YAML (steps or random) or CSV."),
+    ] = None,
+) -> None:
+    """Run the simulator open loop and write per-sample ground truth and a summary."""
+    import json
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from scidmz.netsim.run import run_simulation
+    from scidmz.netsim.scenario import Scenario, ScenarioError, load_scenario
+    from scidmz.netsim.schedule import ScheduleError, load_schedule
+
+    try:
+        chosen = load_scenario(scenario) if scenario is not None else Scenario()
+        schedule = load_schedule(u_schedule) if u_schedule is not None else None
+    except (ScenarioError, ScheduleError) as error:
+        _fail(str(error))
+        return
+    if not duration > 0:
+        _fail("--duration must be a positive number of seconds")
+    with Progress(
+        TextColumn("simulating"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} s"),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("sim", total=duration)
+        step = chosen.sample_time_s
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done * step, total=total * step)
+
+        try:
+            summary = run_simulation(chosen, duration, out, schedule, progress=advance)
+        except ScenarioError as error:
+            _fail(str(error))
+            return
+    summary.pop("scenario", None)
+    typer.echo(json.dumps(summary, indent=2, default=str))
+    typer.echo(f"wrote {out / 'samples.csv'}, {out / 'flows.csv'}, {out / 'summary.json'}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ processes (set ``NUMBA_CACHE_DIR`` where the package directory is read-only).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from numba import njit
 
@@ -17,9 +17,4 @@ F = TypeVar("F", bound=Callable[..., object])
 
 def compiled(function: F) -> F:
     """Compile ``function`` for the step loop (nopython mode, cached, numpy error model)."""
-    return njit(cache=True, error_model="numpy")(function)  # type: ignore[no-any-return]
-
-
-def compiled_inline(function: F) -> F:
-    """Like ``compiled``, but inlined into its callers at the IR level."""
-    return njit(cache=True, error_model="numpy", inline="always")(function)  # type: ignore[no-any-return]
+    return cast(F, njit(cache=True, error_model="numpy")(function))

@@ -33,14 +33,14 @@ import math
 
 import numpy as np
 import numpy.typing as npt
-from scidmz.netsim.compiled import compiled, compiled_inline
 
+from scidmz.netsim.compiled import compiled
 from scidmz.netsim.layout import (
     BASE_RTT,
+    BBR,
     BBR2,
     BTL_BW,
     CC,
-    CUBIC,
     CUBIC_K,
     CWND,
     CYCLE_IDX,
@@ -95,13 +95,11 @@ BBR2_PROBE_DOWN_GAIN = 0.9
 BBR_PROBE_DOWN_GAIN = 0.75
 
 
-@compiled_inline
-def on_ack(
-    flow_f: FloatRows, flow_i: IntRows, i: int, now: float, acked_segs: float
-) -> None:
+@compiled
+def on_ack(flow_f: FloatRows, flow_i: IntRows, i: int, now: float, acked_segs: float) -> None:
     """Window growth for loss-based control (Reno, Cubic); BBR sets cwnd in ``bbr_step``."""
     cc = flow_i[CC, i]
-    if cc != RENO and cc != CUBIC:
+    if cc >= BBR:  # BBR sets its window in bbr_step
         return
     if now < flow_f[RECOVERY_UNTIL, i]:
         return
@@ -140,7 +138,7 @@ def on_ack(
 def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     """Multiplicative decrease, once per round trip (RFC 5681 §3.2, RFC 9438 §4.6–4.7)."""
     cc = flow_i[CC, i]
-    if cc != RENO and cc != CUBIC:
+    if cc >= BBR:  # BBR sets its window in bbr_step
         return
     if now < flow_f[RECOVERY_UNTIL, i]:
         return
@@ -183,8 +181,7 @@ def bbr_step(
     v2 = flow_i[CC, i] == BBR2
     if rtt_sample > 0.0 and (
         rtt_sample <= flow_f[MIN_RTT, i]
-        or now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S
-        and flow_i[MODE, i] != PROBE_RTT
+        or (now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S and flow_i[MODE, i] != PROBE_RTT)
     ):
         flow_f[MIN_RTT, i] = rtt_sample
         flow_f[MIN_RTT_AT, i] = now
@@ -250,7 +247,7 @@ def bbr_step(
     if mode == PROBE_RTT:
         cwnd = BBR_MIN_CWND
     flow_f[CWND, i] = cwnd
-    return pacing_gain * flow_f[BTL_BW, i]
+    return float(pacing_gain * flow_f[BTL_BW, i])
 
 
 @compiled

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
 from scidmz.netsim.compiled import compiled
 
 FloatArray = npt.NDArray[np.float64]

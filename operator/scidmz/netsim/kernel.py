@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
-from scidmz.netsim.compiled import compiled
 
+from scidmz.netsim.compiled import compiled
 from scidmz.netsim.congestion import bbr_step, on_ack, on_loss
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
@@ -38,6 +38,7 @@ from scidmz.netsim.layout import (
     BASE_STEPS,
     BBR,
     BOTTLENECK_DROPPED,
+    BTL_BW,
     CAMPUS,
     CAMPUS_RATE_LIMIT,
     CC,
@@ -116,6 +117,7 @@ from scidmz.netsim.layout import (
     RETIRED_ACKED,
     RETIRED_DROPPED,
     RETIRED_SENT,
+    RNG_STATE,
     ROUND_COUNT,
     ROUND_LOST,
     ROUND_T,
@@ -155,7 +157,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _DONE_TOLERANCE_BYTES = 1e-3
-SCRATCH_ROWS = 6
+SCRATCH_ROWS = 7
 
 
 @compiled
@@ -174,6 +176,7 @@ def init_flow(
     dt: float,
     initial_window: float,
     serial: int,
+    mss: float,
 ) -> None:
     """Put a new flow in column ``i`` (also used to recycle short-flow columns)."""
     for row in range(N_FLOW_F):
@@ -205,6 +208,8 @@ def init_flow(
     flow_f[MIN_RTT_AT, i] = now
     flow_f[ROUND_T, i] = now
     flow_f[INFLIGHT_HI, i] = np.inf
+    # BBR's first pacing rate comes from the handshake RTT, as in Linux's bbr_init_pacing_rate.
+    flow_f[BTL_BW, i] = initial_window * mss / base_rtt
     flow_f[PROBE_UP_SEGS, i] = 1.0
     flow_f[TAP_LAST_SEEN, i] = -np.inf
     flow_f[RECOVERY_UNTIL, i] = -np.inf
@@ -237,6 +242,78 @@ def _drop(flow_f: FloatArray, i: int, dropped: float, now: float) -> None:
     if flow_f[LOST_PENDING, i] <= 0.0:
         flow_f[LOSS_AT, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
     flow_f[LOST_PENDING, i] += dropped
+
+
+@compiled
+def _uniform(glob_i: IntArray) -> float:
+    """xorshift32 in an int64 cell (no overflow), for deterministic per-simulator draws."""
+    x = glob_i[RNG_STATE]
+    x ^= (x << 13) & 0xFFFFFFFF
+    x ^= x >> 17
+    x ^= (x << 5) & 0xFFFFFFFF
+    glob_i[RNG_STATE] = x
+    return float(x / 4294967296.0)
+
+
+@compiled
+def _tail_drop(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    glob_i: IntArray,
+    arriving: FloatArray,
+    cumulative: FloatArray,
+    columns: int,
+    total: float,
+    excess: float,
+    mss: float,
+    now: float,
+) -> tuple[float, float]:
+    """Drop ``excess`` bytes of this step's arrivals, one packet at a time.
+
+    Each dropped packet belongs to a flow drawn with probability proportional to its arrivals
+    (a packet of that flow met the full buffer), so the expected loss is proportional to
+    arrivals while a flow that lost no packet sees no congestion signal — the
+    desynchronisation a per-byte split would erase. Returns (campus, DTN) bytes dropped.
+    """
+    running_sum = 0.0
+    for c in range(columns):
+        running_sum += arriving[c]
+        cumulative[c] = running_sum
+    dropped = np.zeros(2)
+    remaining = excess
+    attempts = 0
+    limit = 16 * columns + 64
+    while remaining > 1e-9 and attempts < limit:
+        attempts += 1
+        target = _uniform(glob_i) * total
+        low = 0
+        high = columns - 1
+        while low < high:
+            middle = (low + high) // 2
+            if cumulative[middle] <= target:
+                low = middle + 1
+            else:
+                high = middle
+        taken = min(mss, remaining, arriving[low])
+        if taken <= 0.0:
+            continue
+        arriving[low] -= taken
+        remaining -= taken
+        dropped[flow_i[CLASS, low]] += taken
+        _drop(flow_f, low, taken, now)
+    if remaining > 1e-9:
+        # Nearly every arrival must go (a tiny buffer): take the rest proportionally.
+        left = 0.0
+        for c in range(columns):
+            left += arriving[c]
+        keep = max(left - remaining, 0.0) / left
+        for c in range(columns):
+            if arriving[c] > 0.0:
+                taken = arriving[c] * (1.0 - keep)
+                arriving[c] -= taken
+                dropped[flow_i[CLASS, c]] += taken
+                _drop(flow_f, c, taken, now)
+    return dropped[CAMPUS], dropped[DTN]
 
 
 @compiled
@@ -285,6 +362,7 @@ def _start_short_flows(
             params[P_DT],
             params[P_IW],
             serial,
+            params[P_MSS],
         )
         _event(events, glob_i, now, serial, FLOW_START, 0.0, rand_size[cursor], column)
         glob_f[NEXT_ARRIVAL] += rand_gap[cursor]
@@ -340,6 +418,7 @@ def advance(
     sojourn_w = scratch[3]
     shaped = scratch[4]
     shaped_w = scratch[5]
+    cumulative = scratch[6]
 
     for s in range(n_steps):
         if glob_i[N_EVENTS] > event_room:
@@ -404,9 +483,7 @@ def advance(
             if flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES:
                 flow_i[RUNNING, i] = 0
                 fct = now - flow_f[START_T, i]
-                _event(
-                    events, glob_i, now, flow_i[SERIAL, i], FLOW_DONE, fct, flow_f[SIZE, i], i
-                )
+                _event(events, glob_i, now, flow_i[SERIAL, i], FLOW_DONE, fct, flow_f[SIZE, i], i)
                 if flow_i[TAP_ACTIVE, i] == 1:
                     flow_i[TAP_ACTIVE, i] = 0
                     _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_FIN, 0.0, 0.0, i)
@@ -445,13 +522,10 @@ def advance(
                 shaped_w[i] = 0.0
             space = params[P_SHAPER_LIMIT] - glob_f[SHAPER_QUEUE]
             if offered > space:
-                keep = max(space, 0.0) / offered
-                for i in range(n_campus):
-                    if send[i] > 0.0:
-                        lost = send[i] * (1.0 - keep)
-                        send[i] -= lost
-                        shaper_drops += lost
-                        _drop(flow_f, i, lost, now)
+                shaper_drops, _ = _tail_drop(
+                    flow_f, flow_i, glob_i, send, cumulative, n_campus, offered,
+                    offered - max(space, 0.0), mss, now,
+                )  # fmt: skip
                 offered -= shaper_drops
             fifo_push(sh_slots, sh_step, sh_total, sh_cursor, send, n_campus, step)
             glob_f[SHAPER_QUEUE] += offered
@@ -509,16 +583,10 @@ def advance(
         drop_campus = 0.0
         space = buffer_bytes + capacity_step - glob_f[QUEUE]
         if arriving > space:
-            keep = max(space, 0.0) / arriving
-            for i in range(n_flows):
-                if arrive[i] > 0.0:
-                    lost = arrive[i] * (1.0 - keep)
-                    arrive[i] -= lost
-                    if flow_i[CLASS, i] == DTN:
-                        drop_dtn += lost
-                    else:
-                        drop_campus += lost
-                    _drop(flow_f, i, lost, now)
+            drop_campus, drop_dtn = _tail_drop(
+                flow_f, flow_i, glob_i, arrive, cumulative, n_flows, arriving,
+                arriving - max(space, 0.0), mss, now,
+            )  # fmt: skip
             arriving -= drop_dtn + drop_campus
         glob_f[BOTTLENECK_DROPPED] += drop_dtn + drop_campus
         fifo_push(bn_slots, bn_step, bn_total, bn_cursor, arrive, n_flows, step)

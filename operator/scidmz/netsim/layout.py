@@ -110,7 +110,8 @@ STEP = 0
 N_EVENTS = 1
 RAND_CURSOR = 2
 NEXT_SERIAL = 3
-N_GLOB_I = 4
+RNG_STATE = 4  # xorshift32 state for drop sampling
+N_GLOB_I = 5
 
 # ---- per-step outputs: STEP_OUT[row, step] -------------------------------------------------
 OUT_DEP_DTN = 0  # bytes leaving the bottleneck

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.netsim import layout as L
+from scidmz.netsim import layout
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -81,29 +81,31 @@ class Sample:
         capacity_bps: float,
     ) -> Sample:
         o = step_out
-        dep_dtn = float(o[L.OUT_DEP_DTN].sum())
-        dep_campus = float(o[L.OUT_DEP_CAMPUS].sum())
+        dep_dtn = float(o[layout.OUT_DEP_DTN].sum())
+        dep_campus = float(o[layout.OUT_DEP_CAMPUS].sum())
         return cls(
             time_s=end_s,
-            campus_rate_limit_bps=float(o[L.OUT_RATE_LIMIT].mean() * 8.0),
+            campus_rate_limit_bps=float(o[layout.OUT_RATE_LIMIT].mean() * 8.0),
             dtn_rate_bps=dep_dtn * 8.0 / sample_time_s,
             campus_rate_bps=dep_campus * 8.0 / sample_time_s,
-            dtn_rtt_s=_class_rtt(flows, L.DTN),
-            campus_rtt_s=_class_rtt(flows, L.CAMPUS),
-            dtn_queuing_delay_s=_ratio(float(o[L.OUT_QD_DTN_W].sum()), dep_dtn),
-            campus_queuing_delay_s=_ratio(float(o[L.OUT_QD_CAMPUS_W].sum()), dep_campus),
-            running_flows=int(o[L.OUT_RUNNING, -1]),
-            tap_active_flows=int(o[L.OUT_TAP_ACTIVE, -1]),
+            dtn_rtt_s=_class_rtt(flows, layout.DTN),
+            campus_rtt_s=_class_rtt(flows, layout.CAMPUS),
+            dtn_queuing_delay_s=_ratio(float(o[layout.OUT_QD_DTN_W].sum()), dep_dtn),
+            campus_queuing_delay_s=_ratio(float(o[layout.OUT_QD_CAMPUS_W].sum()), dep_campus),
+            running_flows=int(o[layout.OUT_RUNNING, -1]),
+            tap_active_flows=int(o[layout.OUT_TAP_ACTIVE, -1]),
             utilisation=(dep_dtn + dep_campus) * 8.0 / (capacity_bps * sample_time_s),
-            queue_bytes=float(o[L.OUT_QUEUE].mean()),
-            queue_max_bytes=float(o[L.OUT_QUEUE].max()),
-            shaper_queue_bytes=float(o[L.OUT_SHAPER_QUEUE].mean()),
-            shaper_delay_s=_ratio(float(o[L.OUT_SHAPER_W].sum()), float(o[L.OUT_SHAPED].sum())),
-            dtn_dropped_bytes=float(o[L.OUT_DROP_DTN].sum()),
-            campus_dropped_bytes=float(o[L.OUT_DROP_CAMPUS].sum()),
-            shaper_dropped_bytes=float(o[L.OUT_DROP_SHAPER].sum()),
-            dtn_tap_rate_bps=float(o[L.OUT_ARR_DTN].sum()) * 8.0 / sample_time_s,
-            campus_tap_rate_bps=float(o[L.OUT_ARR_CAMPUS].sum()) * 8.0 / sample_time_s,
+            queue_bytes=float(o[layout.OUT_QUEUE].mean()),
+            queue_max_bytes=float(o[layout.OUT_QUEUE].max()),
+            shaper_queue_bytes=float(o[layout.OUT_SHAPER_QUEUE].mean()),
+            shaper_delay_s=_ratio(
+                float(o[layout.OUT_SHAPER_W].sum()), float(o[layout.OUT_SHAPED].sum())
+            ),
+            dtn_dropped_bytes=float(o[layout.OUT_DROP_DTN].sum()),
+            campus_dropped_bytes=float(o[layout.OUT_DROP_CAMPUS].sum()),
+            shaper_dropped_bytes=float(o[layout.OUT_DROP_SHAPER].sum()),
+            dtn_tap_rate_bps=float(o[layout.OUT_ARR_DTN].sum()) * 8.0 / sample_time_s,
+            campus_tap_rate_bps=float(o[layout.OUT_ARR_CAMPUS].sum()) * 8.0 / sample_time_s,
         )
 
     def as_row(self) -> dict[str, float | int]:
@@ -179,10 +181,10 @@ class FlowEvent:
     @classmethod
     def from_row(cls, row: FloatArray) -> FlowEvent:
         return cls(
-            time_s=float(row[L.EV_TIME]),
-            serial=int(row[L.EV_SERIAL]),
-            kind=L.EVENT_NAMES[int(row[L.EV_KIND])],
-            fct_s=float(row[L.EV_VALUE]),
-            size_bytes=float(row[L.EV_SIZE]),
-            column=int(row[L.EV_COLUMN]),
+            time_s=float(row[layout.EV_TIME]),
+            serial=int(row[layout.EV_SERIAL]),
+            kind=layout.EVENT_NAMES[int(row[layout.EV_KIND])],
+            fct_s=float(row[layout.EV_VALUE]),
+            size_bytes=float(row[layout.EV_SIZE]),
+            column=int(row[layout.EV_COLUMN]),
         )

@@ -135,14 +135,14 @@ class Shaper(_Model):
     queue_bytes: Bytes = Field(
         default=1.25e6,
         gt=0,
-        description="Drop-tail queue in front of the bucket (tbf `limit`); default 10 ms at 1 Gb/s.",
+        description="Drop-tail queue in front of the bucket (tbf `limit`); 10 ms at 1 Gb/s.",
     )
 
 
 class Dtn(_Model):
     """The Science DMZ sender (DTN-s) and its parallel streams."""
 
-    streams: int = Field(default=8, ge=1)
+    streams: int = Field(default=8, ge=0, description="M parallel streams; 0 leaves the DTN out.")
     base_rtt_s: Seconds = Field(default=0.100, gt=0)
     congestion_control: CongestionControlModel = "cubic"
     transfer_bytes: Bytes | None = Field(

@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.netsim import layout as L
+from scidmz.netsim import layout
 from scidmz.netsim.kernel import SCRATCH_ROWS, advance, init_flow
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
 from scidmz.netsim.scenario import Scenario, ScenarioError
@@ -80,10 +81,10 @@ class Simulator:
         longest_rtt = max(scenario.campus.base_rtt_s, scenario.dtn.base_rtt_s)
         ring = round(longest_rtt / dt) + 2
 
-        self.flow_f: FloatArray = np.zeros((L.N_FLOW_F, n))
-        self.flow_i: IntArray = np.zeros((L.N_FLOW_I, n), dtype=np.int64)
-        self.glob_f: FloatArray = np.zeros(L.N_GLOB_F)
-        self.glob_i: IntArray = np.zeros(L.N_GLOB_I, dtype=np.int64)
+        self.flow_f: FloatArray = np.zeros((layout.N_FLOW_F, n))
+        self.flow_i: IntArray = np.zeros((layout.N_FLOW_I, n), dtype=np.int64)
+        self.glob_f: FloatArray = np.zeros(layout.N_GLOB_F)
+        self.glob_i: IntArray = np.zeros(layout.N_GLOB_I, dtype=np.int64)
         self.bw_filter: FloatArray = np.zeros((n, _BW_FILTER_ROUNDS))
         self.ack_bytes: FloatArray = np.zeros((ring, n))
         self.ack_rtt_w: FloatArray = np.zeros((ring, n))
@@ -96,48 +97,49 @@ class Simulator:
         self.sh_step: IntArray = np.zeros(_SHAPER_SLOTS, dtype=np.int64)
         self.sh_total: FloatArray = np.zeros(_SHAPER_SLOTS)
         self.sh_cursor: IntArray = np.zeros(2, dtype=np.int64)
-        self.events: FloatArray = np.zeros((L.N_EV, max(65_536, 8 * n)))
+        self.events: FloatArray = np.zeros((layout.N_EV, max(65_536, 8 * n)))
         self.scratch: FloatArray = np.zeros((SCRATCH_ROWS, max(n, 1)))
-        self.step_out: FloatArray = np.zeros((L.N_OUT, self.steps_per_sample))
+        self.step_out: FloatArray = np.zeros((layout.N_OUT, self.steps_per_sample))
         self._rng = np.random.default_rng(scenario.seed)
         self.rand_gap: FloatArray = np.zeros(0)
         self.rand_size: FloatArray = np.zeros(0)
         self._pending_events: list[FloatArray] = []
 
+        self.glob_i[layout.RNG_STATE] = (scenario.seed * 2654435761 + 1) % 4294967291 or 1
         self.params = self._params(capacity, buffer_bytes)
         self._init_flows()
         rate_limit = scenario.shaper.initial_rate_bps
         self.set_campus_rate_limit(
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
         )
-        self.glob_f[L.TOKENS] = scenario.shaper.burst_bytes
+        self.glob_f[layout.TOKENS] = scenario.shaper.burst_bytes
         if shorts.enabled:
             self._refill_random()
-            self.glob_f[L.NEXT_ARRIVAL] = self.rand_gap[0]
-            self.glob_i[L.RAND_CURSOR] = 1
+            self.glob_f[layout.NEXT_ARRIVAL] = self.rand_gap[0]
+            self.glob_i[layout.RAND_CURSOR] = 1
 
     # ---- construction ------------------------------------------------------------------
     def _params(self, capacity: float, buffer_bytes: float) -> FloatArray:
         s = self.scenario
-        params = np.zeros(L.N_PARAMS)
-        params[L.P_DT] = self.dt
-        params[L.P_CAPACITY] = capacity
-        params[L.P_BUFFER] = buffer_bytes
-        params[L.P_BURST] = s.shaper.burst_bytes
-        params[L.P_SHAPER_LIMIT] = s.shaper.queue_bytes
-        params[L.P_MSS] = s.mss_bytes
-        params[L.P_IW] = s.initial_window_segments
-        params[L.P_C_TH] = s.activity.packets_threshold
-        params[L.P_T_TH] = s.activity.window_s
-        params[L.P_IDLE] = s.activity.idle_timeout_s
-        params[L.P_POOL_START] = self.layout.n_long
-        params[L.P_POOL_END] = self.layout.n_campus
-        params[L.P_N_CAMPUS] = self.layout.n_campus
-        params[L.P_SHORT_CC] = L.CC_CODES[s.campus.short_flows.congestion_control]
-        params[L.P_SHORT_RTT] = s.campus.base_rtt_s
-        params[L.P_SHORT_LINE] = self._line_bytes(s.campus.line_rate_bps)
-        params[L.P_SHORTS_ON] = 1.0 if s.campus.short_flows.enabled else 0.0
-        params[L.P_SEED] = s.seed
+        params = np.zeros(layout.N_PARAMS)
+        params[layout.P_DT] = self.dt
+        params[layout.P_CAPACITY] = capacity
+        params[layout.P_BUFFER] = buffer_bytes
+        params[layout.P_BURST] = s.shaper.burst_bytes
+        params[layout.P_SHAPER_LIMIT] = s.shaper.queue_bytes
+        params[layout.P_MSS] = s.mss_bytes
+        params[layout.P_IW] = s.initial_window_segments
+        params[layout.P_C_TH] = s.activity.packets_threshold
+        params[layout.P_T_TH] = s.activity.window_s
+        params[layout.P_IDLE] = s.activity.idle_timeout_s
+        params[layout.P_POOL_START] = self.layout.n_long
+        params[layout.P_POOL_END] = self.layout.n_campus
+        params[layout.P_N_CAMPUS] = self.layout.n_campus
+        params[layout.P_SHORT_CC] = layout.CC_CODES[s.campus.short_flows.congestion_control]
+        params[layout.P_SHORT_RTT] = s.campus.base_rtt_s
+        params[layout.P_SHORT_LINE] = self._line_bytes(s.campus.line_rate_bps)
+        params[layout.P_SHORTS_ON] = 1.0 if s.campus.short_flows.enabled else 0.0
+        params[layout.P_SEED] = s.seed
         return params
 
     def _line_bytes(self, line_rate_bps: float | None) -> float:
@@ -149,10 +151,10 @@ class Simulator:
         serial = 0
         for column in range(self.layout.n_long):
             init_flow(
-                self.flow_f, self.flow_i, self.bw_filter, column, L.CAMPUS,
-                L.CC_CODES[s.campus.congestion_control], L.LONG, s.campus.base_rtt_s,
+                self.flow_f, self.flow_i, self.bw_filter, column, layout.CAMPUS,
+                layout.CC_CODES[s.campus.congestion_control], layout.LONG, s.campus.base_rtt_s,
                 self._line_bytes(s.campus.line_rate_bps), np.inf, 0.0, self.dt,
-                float(s.initial_window_segments), serial,
+                float(s.initial_window_segments), serial, float(s.mss_bytes),
             )  # fmt: skip
             serial += 1
         per_stream = (
@@ -160,18 +162,18 @@ class Simulator:
         )
         for column in range(self.layout.dtn_columns.start, self.layout.n_flows):
             init_flow(
-                self.flow_f, self.flow_i, self.bw_filter, column, L.DTN,
-                L.CC_CODES[s.dtn.congestion_control], L.DTN_STREAM, s.dtn.base_rtt_s,
+                self.flow_f, self.flow_i, self.bw_filter, column, layout.DTN,
+                layout.CC_CODES[s.dtn.congestion_control], layout.DTN_STREAM, s.dtn.base_rtt_s,
                 self._line_bytes(s.dtn.line_rate_bps), per_stream, 0.0, self.dt,
-                float(s.initial_window_segments), serial,
+                float(s.initial_window_segments), serial, float(s.mss_bytes),
             )  # fmt: skip
             serial += 1
-        self.glob_i[L.NEXT_SERIAL] = serial
+        self.glob_i[layout.NEXT_SERIAL] = serial
 
     def _refill_random(self) -> None:
         """Draw the next block of short-flow gaps and sizes (paper table 6, clipped Weibull)."""
         shorts = self.scenario.campus.short_flows
-        cursor = int(self.glob_i[L.RAND_CURSOR])
+        cursor = int(self.glob_i[layout.RAND_CURSOR])
         gap = self.rand_gap[cursor:]
         size = self.rand_size[cursor:]
         gaps = shorts.inter_departure_s
@@ -186,27 +188,27 @@ class Simulator:
         )
         self.rand_gap = np.concatenate([gap, new_gap])
         self.rand_size = np.concatenate([size, new_size])
-        self.glob_i[L.RAND_CURSOR] = 0
+        self.glob_i[layout.RAND_CURSOR] = 0
 
     # ---- control -------------------------------------------------------------------------
     def set_campus_rate_limit(self, rate_bps: float) -> None:
         """The actuator hook: the campus token bucket's rate u(t), from the next step on."""
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ValueError(f"campus rate limit must be a finite rate >= 0, got {rate_bps!r}")
-        self.glob_f[L.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
+        self.glob_f[layout.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
 
     @property
     def campus_rate_limit_bps(self) -> float:
-        return float(self.glob_f[L.CAMPUS_RATE_LIMIT] * 8.0)
+        return float(self.glob_f[layout.CAMPUS_RATE_LIMIT] * 8.0)
 
     @property
     def now(self) -> float:
         """Simulated time (s) at the start of the next step."""
-        return float(self.glob_i[L.STEP] * self.dt)
+        return float(self.glob_i[layout.STEP] * self.dt)
 
     @property
     def step_index(self) -> int:
-        return int(self.glob_i[L.STEP])
+        return int(self.glob_i[layout.STEP])
 
     # ---- running ---------------------------------------------------------------------------
     def advance(self, n_steps: int) -> FloatArray:
@@ -217,7 +219,11 @@ class Simulator:
         if n_steps < 0:
             raise ValueError("n_steps must be >= 0")
         if self.step_out.shape[1] < n_steps:
-            self.step_out = np.zeros((L.N_OUT, n_steps))
+            self.step_out = np.zeros((layout.N_OUT, n_steps))
+        self._advance_into(n_steps, 0)
+        return self.step_out[:, :n_steps]
+
+    def _advance_into(self, n_steps: int, offset: int) -> None:
         done = 0
         while done < n_steps:
             done += advance(
@@ -225,26 +231,41 @@ class Simulator:
                 self.bw_filter, self.ack_bytes, self.ack_rtt_w, self.ack_tap_w,
                 self.bn_slots, self.bn_step, self.bn_total, self.bn_cursor,
                 self.sh_slots, self.sh_step, self.sh_total, self.sh_cursor,
-                self.rand_gap, self.rand_size, self.step_out, done, self.events,
+                self.rand_gap, self.rand_size, self.step_out, offset + done, self.events,
                 self.scratch, n_steps - done,
             )  # fmt: skip
             self._collect_events()
             if (
-                self.params[L.P_SHORTS_ON] > 0
-                and self.glob_i[L.RAND_CURSOR] > self.rand_gap.shape[0] - 64
+                self.params[layout.P_SHORTS_ON] > 0
+                and self.glob_i[layout.RAND_CURSOR] > self.rand_gap.shape[0] - 64
             ):
                 self._refill_random()
-        return self.step_out[:, :n_steps]
 
     def _collect_events(self) -> None:
-        count = int(self.glob_i[L.N_EVENTS])
+        count = int(self.glob_i[layout.N_EVENTS])
         if count:
             self._pending_events.append(self.events[:, :count].copy())
-            self.glob_i[L.N_EVENTS] = 0
+            self.glob_i[layout.N_EVENTS] = 0
 
-    def run_sample(self) -> Sample:
-        """Advance one sample time T and summarise it as ground truth (see ``Sample``)."""
-        out = self.advance(self.steps_per_sample)
+    def run_sample(self, rate_changes: Sequence[tuple[float, float]] = ()) -> Sample:
+        """Advance one sample time T and summarise it as ground truth (see ``Sample``).
+
+        ``rate_changes`` are ``(time_s, rate_bps)`` pairs inside this interval; each takes
+        effect at the first step starting at or after its time.
+        """
+        n = self.steps_per_sample
+        if self.step_out.shape[1] < n:
+            self.step_out = np.zeros((layout.N_OUT, n))
+        start_step = self.step_index
+        done = 0
+        for time_s, rate_bps in sorted(rate_changes):
+            at = min(max(math.ceil(time_s / self.dt - 1e-9) - start_step, 0), n)
+            if at > done:
+                self._advance_into(at - done, done)
+                done = at
+            self.set_campus_rate_limit(rate_bps)
+        self._advance_into(n - done, done)
+        out = self.step_out[:, :n]
         sample = Sample.from_steps(
             end_s=self.now,
             sample_time_s=self.scenario.sample_time_s,
@@ -252,30 +273,30 @@ class Simulator:
             flows=self.flow_table(),
             capacity_bps=self.scenario.bottleneck.capacity_bps,
         )
-        self.flow_f[L.SAMPLE_ACKED] = 0.0
-        self.flow_f[L.SAMPLE_RTT_W] = 0.0
+        self.flow_f[layout.SAMPLE_ACKED] = 0.0
+        self.flow_f[layout.SAMPLE_RTT_W] = 0.0
         return sample
 
     # ---- reading -------------------------------------------------------------------------
     def flow_table(self) -> FlowTable:
         """Per-flow state now, and per-flow throughput/RTT since the last sample."""
         f, i = self.flow_f, self.flow_i
-        acked = f[L.SAMPLE_ACKED]
+        acked = f[layout.SAMPLE_ACKED]
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean_rtt = np.where(acked > 0, f[L.SAMPLE_RTT_W] / acked, np.nan)
+            mean_rtt = np.where(acked > 0, f[layout.SAMPLE_RTT_W] / acked, np.nan)
         return FlowTable(
-            serial=i[L.SERIAL].copy(),
-            traffic_class=i[L.CLASS].copy(),
-            kind=i[L.KIND].copy(),
-            running=i[L.RUNNING].astype(bool),
-            base_rtt_s=f[L.BASE_RTT].copy(),
-            cwnd_segments=f[L.CWND].copy(),
-            acked_bytes=f[L.ACKED].copy(),
-            sent_bytes=f[L.SENT].copy(),
-            dropped_bytes=f[L.DROPPED].copy(),
+            serial=i[layout.SERIAL].copy(),
+            traffic_class=i[layout.CLASS].copy(),
+            kind=i[layout.KIND].copy(),
+            running=i[layout.RUNNING].astype(bool),
+            base_rtt_s=f[layout.BASE_RTT].copy(),
+            cwnd_segments=f[layout.CWND].copy(),
+            acked_bytes=f[layout.ACKED].copy(),
+            sent_bytes=f[layout.SENT].copy(),
+            dropped_bytes=f[layout.DROPPED].copy(),
             sample_acked_bytes=acked.copy(),
             sample_rtt_s=mean_rtt,
-            srtt_s=f[L.SRTT].copy(),
+            srtt_s=f[layout.SRTT].copy(),
         )
 
     def tap_view(self) -> TapView:
@@ -283,17 +304,17 @@ class Simulator:
         f, g = self.flow_f, self.glob_f
         return TapView(
             time_s=self.now,
-            dtn_bytes=float(g[L.TAP_BYTES_DTN]),
-            campus_bytes=float(g[L.TAP_BYTES_CAMPUS]),
-            dtn_packets=float(g[L.TAP_PACKETS_DTN]),
-            campus_packets=float(g[L.TAP_PACKETS_CAMPUS]),
-            dtn_queuing_delay_s=float(g[L.QD_DTN_LAST]),
-            campus_queuing_delay_s=float(g[L.QD_CAMPUS_LAST]),
-            serial=self.flow_i[L.SERIAL].copy(),
-            traffic_class=self.flow_i[L.CLASS].copy(),
-            active=self.flow_i[L.TAP_ACTIVE].astype(bool),
-            rtt_s=f[L.TAP_RTT].copy(),
-            rtt_at_s=f[L.TAP_RTT_AT].copy(),
+            dtn_bytes=float(g[layout.TAP_BYTES_DTN]),
+            campus_bytes=float(g[layout.TAP_BYTES_CAMPUS]),
+            dtn_packets=float(g[layout.TAP_PACKETS_DTN]),
+            campus_packets=float(g[layout.TAP_PACKETS_CAMPUS]),
+            dtn_queuing_delay_s=float(g[layout.QD_DTN_LAST]),
+            campus_queuing_delay_s=float(g[layout.QD_CAMPUS_LAST]),
+            serial=self.flow_i[layout.SERIAL].copy(),
+            traffic_class=self.flow_i[layout.CLASS].copy(),
+            active=self.flow_i[layout.TAP_ACTIVE].astype(bool),
+            rtt_s=f[layout.TAP_RTT].copy(),
+            rtt_at_s=f[layout.TAP_RTT_AT].copy(),
         )
 
     def drain_events(self) -> list[FlowEvent]:
@@ -307,17 +328,17 @@ class Simulator:
         self._collect_events()
         blocks, self._pending_events = self._pending_events, []
         if not blocks:
-            return np.zeros((L.N_EV, 0))
+            return np.zeros((layout.N_EV, 0))
         return np.concatenate(blocks, axis=1)
 
     def conservation(self) -> dict[str, float]:
         """Byte accounting: sent = delivered + dropped + queued (shaper, bottleneck)."""
         f, g = self.flow_f, self.glob_f
-        sent = float(f[L.SENT].sum() + g[L.RETIRED_SENT])
-        acked = float(f[L.ACKED].sum() + g[L.RETIRED_ACKED])
+        sent = float(f[layout.SENT].sum() + g[layout.RETIRED_SENT])
+        acked = float(f[layout.ACKED].sum() + g[layout.RETIRED_ACKED])
         in_ack_ring = float(self.ack_bytes.sum())
-        dropped = float(f[L.DROPPED].sum() + g[L.RETIRED_DROPPED])
-        queued = float(self.glob_f[L.QUEUE] + self.glob_f[L.SHAPER_QUEUE])
+        dropped = float(f[layout.DROPPED].sum() + g[layout.RETIRED_DROPPED])
+        queued = float(self.glob_f[layout.QUEUE] + self.glob_f[layout.SHAPER_QUEUE])
         return {
             "sent_bytes": sent,
             "delivered_bytes": acked + in_ack_ring,

@@ -1,0 +1,112 @@
+"""Simulator speed and memory: prints the speed-up over real time and peak memory.
+
+    .venv/bin/python bench/netsim_speed.py                 # speed, default and short flows
+    .venv/bin/python bench/netsim_speed.py --hours 8       # + an 8 h run streamed to disk
+
+Targets (issue 3): >= 1000x real time for the default scenario (1 Gb/s, 100 campus + 8 DTN
+flows, 1 ms step) on one core; >= 100x with short flows on; < 500 MB for an 8-hour run
+streamed to disk. Each speed figure is the median of ``--repeats`` runs of ``--seconds``
+simulated seconds after a warm-up that also compiles the kernel. The memory figure is the
+peak RSS of a child process running ``scidmz sim run`` (the whole CLI path: CSV streaming,
+events, summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from scidmz.netsim.scenario import Scenario, parse_scenario
+from scidmz.netsim.simulator import Simulator
+
+RESULTS = Path(__file__).parent / "results" / "netsim_speed.md"
+
+
+def speedup(scenario: Scenario, seconds: float, repeats: int) -> tuple[float, float]:
+    """Median and best speed-up over real time of ``seconds`` simulated seconds."""
+    figures = []
+    for _ in range(repeats):
+        sim = Simulator(scenario)
+        sim.advance(round(2.0 / scenario.step_s))  # warm-up (and JIT compile on the first)
+        steps = round(seconds / scenario.step_s)
+        started = time.perf_counter()
+        for _ in range(steps // 1000):
+            sim.advance(1000)
+        figures.append(seconds / (time.perf_counter() - started))
+    figures.sort()
+    return figures[len(figures) // 2], figures[-1]
+
+
+def streamed_run(hours: float, short_flows: bool) -> tuple[float, float, float]:
+    """(simulated s, wall s, peak RSS MB) of ``scidmz sim run`` in a child process."""
+    duration = hours * 3600
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [sys.executable, "-m", "scidmz.cli", "sim", "run", "--duration", str(duration),
+                "--out", str(Path(tmp) / "out")]  # fmt: skip
+        if short_flows:
+            scenario = Path(tmp) / "s.yaml"
+            scenario.write_text("campus: {short_flows: {enabled: true}}\n")
+            args += ["--scenario", str(scenario)]
+        started = time.perf_counter()
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - started
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return duration, wall, peak_mb
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--hours", type=float, default=0.0, help="Also stream a run this long.")
+    parser.add_argument("--write", action="store_true", help=f"Write {RESULTS}.")
+    args = parser.parse_args()
+
+    default = Scenario()
+    shorts = parse_scenario({"campus": {"short_flows": {"enabled": True}}})
+    lines = [
+        "| scenario | target | median speed-up | best |",
+        "|---|---|---|---|",
+    ]
+    for name, scenario, target in (
+        ("default (1 Gb/s, 100 campus + 8 DTN, 1 ms)", default, 1000),
+        ("default + short flows (table 6)", shorts, 100),
+    ):
+        median, best = speedup(scenario, args.seconds, args.repeats)
+        verdict = "met" if median >= target else "MISSED"
+        lines.append(f"| {name} | >= {target}x | {median:.0f}x ({verdict}) | {best:.0f}x |")
+        print(lines[-1], flush=True)
+    if args.hours > 0:
+        lines += ["", "| streamed run | simulated | wall | speed-up | peak RSS | target |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for label, short in (("default", False), ("short flows", True)):
+            simulated, wall, peak = streamed_run(args.hours, short)
+            verdict = "met" if peak < 500 else "MISSED"
+            lines.append(
+                f"| {label} | {simulated / 3600:g} h | {wall:.0f} s | {simulated / wall:.0f}x | "
+                f"{peak:.0f} MB | < 500 MB ({verdict}) |"
+            )
+            print(lines[-1], flush=True)
+    if args.write:
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        header = [
+            "# netsim speed",
+            "",
+            f"One core ({os.cpu_count()} on the machine), Python {sys.version.split()[0]}, "
+            f"{args.seconds:g} simulated s per figure, median of {args.repeats}.",
+            f"Reproduce: `.venv/bin/python bench/netsim_speed.py --hours {args.hours:g} --write`.",
+            "",
+        ]
+        RESULTS.write_text("\n".join(header + lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

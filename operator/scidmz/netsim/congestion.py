@@ -124,9 +124,12 @@ def on_ack(flow_f: FloatRows, flow_i: IntRows, i: int, now: float, acked_segs: f
     offset = elapsed + flow_f[SRTT, i] - k
     target = CUBIC_C * offset * offset * offset + w_max
     target = min(max(target, cwnd), 1.5 * cwnd)
-    cwnd += (target - cwnd) / cwnd * acked_segs
+    # One division per ACK: both increments use the window before this ACK, as Linux's
+    # per-ACK counters do.
+    acked_per_cwnd = acked_segs / cwnd
+    cwnd += (target - cwnd) * acked_per_cwnd
     alpha = CUBIC_ALPHA if flow_f[W_EST, i] < w_max else 1.0
-    flow_f[W_EST, i] += alpha * acked_segs / cwnd
+    flow_f[W_EST, i] += alpha * acked_per_cwnd
     now_offset = elapsed - k
     w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
     if w_cubic < flow_f[W_EST, i]:

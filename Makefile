@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds testenv bench-operator bench-testenv clean
+.PHONY: demo test lint unit crds testenv bench-operator bench-testenv bench-netsim clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ bench-operator: $(STAMP) testenv
 
 bench-testenv: $(STAMP) testenv
 	$(BIN)/python bench/testenv_startup.py
+
+bench-netsim: $(STAMP)
+	$(BIN)/python bench/netsim_speed.py --hours 8 --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

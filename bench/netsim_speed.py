@@ -8,7 +8,8 @@ flows, 1 ms step) on one core; >= 100x with short flows on; < 500 MB for an 8-ho
 streamed to disk. Each speed figure is the median of ``--repeats`` runs of ``--seconds``
 simulated seconds after a warm-up that also compiles the kernel. The memory figure is the
 peak RSS of a child process running ``scidmz sim run`` (the whole CLI path: CSV streaming,
-events, summary).
+events, summary); the kernel reports the largest child so far, so a later row is an upper
+bound that includes the earlier ones.
 """
 
 from __future__ import annotations

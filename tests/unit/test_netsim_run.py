@@ -146,3 +146,11 @@ def test_cli_refuses_a_bad_duration(tmp_path):
     assert result.returncode == 2
     assert "--duration" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_readme_documents_every_sample_column():
+    from scidmz.testenv.cluster import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    for column in SAMPLE_COLUMNS:
+        assert f"| `{column}` | {SAMPLE_COLUMN_DOCS[column]} |" in readme

@@ -69,3 +69,26 @@ def test_parse_bytes():
     assert parse_bytes("1.5kB") == 1500
     with pytest.raises(ValueError, match="invalid size"):
         parse_bytes("10GiB")
+
+
+def test_the_example_scenario_is_the_default():
+    from scidmz.testenv.cluster import REPO_ROOT
+
+    example = load_scenario(REPO_ROOT / "examples/netsim/paper-testbed.yaml")
+    default = Scenario()
+    assert example.bottleneck.buffer_size_bytes == default.bottleneck.buffer_size_bytes
+    assert example.shaper.initial_rate_bps == default.bottleneck.capacity_bps  # u(0) = B
+    spelled = example.model_dump(
+        exclude={"bottleneck": {"buffer_s"}, "shaper": {"initial_rate_bps"}}
+    )
+    assert spelled == default.model_dump(
+        exclude={"bottleneck": {"buffer_s"}, "shaper": {"initial_rate_bps"}}
+    )
+
+
+def test_the_example_schedules_load():
+    from scidmz.netsim.schedule import load_schedule
+    from scidmz.testenv.cluster import REPO_ROOT
+
+    for name in ("u-random.yaml", "u-steps.yaml"):
+        assert load_schedule(REPO_ROOT / "examples/netsim" / name).changes(0, 60)

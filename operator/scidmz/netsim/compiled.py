@@ -1,18 +1,51 @@
 """The one numba decorator every compiled function of the simulator uses.
 
 ``error_model="numpy"`` lets a division by zero give inf/NaN instead of raising, which removes
-a branch from every division in the step loop; ``cache=True`` keeps the machine code between
-processes (set ``NUMBA_CACHE_DIR`` where the package directory is read-only).
+a branch from every division in the step loop.
+
+Machine code is cached between processes, but numba invalidates a cached function only when
+*its own* source file changes, not when a function it calls (in another module) does. So the
+cache lives in a directory named after a hash of every compiled module of this package and
+the numba version: any edit starts a fresh cache. ``SCIDMZ_NUMBA_CACHE`` sets the parent
+directory (default ``~/.cache/scidmz/numba``, or a temporary directory if that is not
+writable, e.g. in a read-only container).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar, cast
 
+import numba
 from numba import njit
 
 F = TypeVar("F", bound=Callable[..., object])
+
+_COMPILED_MODULES = ("compiled.py", "congestion.py", "fifo.py", "kernel.py", "layout.py")
+
+
+def _cache_dir() -> Path:
+    here = Path(__file__).parent
+    digest = hashlib.sha256(numba.__version__.encode())
+    for name in _COMPILED_MODULES:
+        digest.update((here / name).read_bytes())
+    parent = Path(os.environ.get("SCIDMZ_NUMBA_CACHE", Path.home() / ".cache/scidmz/numba"))
+    target = parent / digest.hexdigest()[:16]
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        probe = target / ".writable"
+        probe.touch()
+    except OSError:
+        target = Path(tempfile.gettempdir()) / "scidmz-numba" / digest.hexdigest()[:16]
+        target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+numba.config.CACHE_DIR = str(_cache_dir())
 
 
 def compiled(function: F) -> F:

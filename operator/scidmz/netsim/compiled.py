@@ -45,7 +45,7 @@ def _cache_dir() -> Path:
     return target
 
 
-numba.config.CACHE_DIR = str(_cache_dir())
+numba.config.CACHE_DIR = str(_cache_dir())  # type: ignore[attr-defined]
 
 
 def compiled(function: F) -> F:

@@ -72,7 +72,6 @@ from scidmz.netsim.layout import (
     N_FLOW_F,
     NEXT_ARRIVAL,
     NEXT_SERIAL,
-    NOW,
     OUT_ARR_CAMPUS,
     OUT_ARR_DTN,
     OUT_DEP_CAMPUS,
@@ -121,7 +120,6 @@ from scidmz.netsim.layout import (
     ROUND_COUNT,
     ROUND_LOST,
     ROUND_T,
-    RTT_LAST,
     RUNNING,
     SAMPLE_ACKED,
     SAMPLE_RTT_W,
@@ -467,7 +465,6 @@ def advance(
                 flow_f[ACKED, i] += acked
                 flow_f[SAMPLE_ACKED, i] += acked
                 flow_f[SAMPLE_RTT_W, i] += acked * rtt
-                flow_f[RTT_LAST, i] = rtt
                 if flow_f[SRTT, i] <= 0.0:
                     flow_f[SRTT, i] = rtt
                 else:
@@ -659,5 +656,4 @@ def advance(
         step_out[OUT_SHAPER_W, col] = shaper_w_sum
         step_out[OUT_SHAPED, col] = released
         glob_i[STEP] = step + 1
-        glob_f[NOW] = (step + 1) * dt
     return n_steps

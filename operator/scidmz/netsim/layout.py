@@ -45,11 +45,10 @@ TAP_LAST_SEEN = 32  # last packet seen at the tap (s)
 TAP_PACKETS = 33  # packets counted towards C_TH
 TAP_RTT = 34  # last RTT sample the tap could take (s): bottleneck queue + path
 TAP_RTT_AT = 35  # when TAP_RTT was taken (s)
-RTT_LAST = 36  # last RTT sample the sender took (s)
-SAMPLE_ACKED = 37  # bytes acknowledged since the last reset (per-sample throughput)
-SAMPLE_RTT_W = 38  # sum of RTT x bytes since the last reset (per-sample mean RTT)
-PACING_CREDIT = 39  # unused pacing budget carried into the next step, bytes
-N_FLOW_F = 40
+SAMPLE_ACKED = 36  # bytes acknowledged since the last reset (per-sample throughput)
+SAMPLE_RTT_W = 37  # sum of RTT x bytes since the last reset (per-sample mean RTT)
+PACING_CREDIT = 38  # unused pacing budget carried into the next step, bytes
+N_FLOW_F = 39
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -85,25 +84,24 @@ PROBE_BW = 2
 PROBE_RTT = 3
 
 # ---- global floats: GLOB_F[row] ------------------------------------------------------------
-NOW = 0  # time at the start of the next step (s)
-CAMPUS_RATE_LIMIT = 1  # u(t), bytes/s
-TOKENS = 2  # token-bucket content, bytes
-QUEUE = 3  # bottleneck queue, bytes
-SHAPER_QUEUE = 4  # shaper queue, bytes
-NEXT_ARRIVAL = 5  # next short-flow arrival (s)
-QD_DTN_LAST = 6  # last DTN queuing-delay sample at the bottleneck (s)  (QD register)
-QD_CAMPUS_LAST = 7  # last campus queuing-delay sample (s)
-TAP_BYTES_DTN = 8  # bytes of the DTN class seen at the tap (direct counter)
-TAP_BYTES_CAMPUS = 9
-TAP_PACKETS_DTN = 10
-TAP_PACKETS_CAMPUS = 11
-DEFERRED = 12  # short-flow arrivals that waited for a free column
-SHAPER_DROPPED = 13
-BOTTLENECK_DROPPED = 14
-RETIRED_SENT = 15  # SENT / ACKED / DROPPED of finished short flows whose column was reused
-RETIRED_ACKED = 16
-RETIRED_DROPPED = 17
-N_GLOB_F = 18
+CAMPUS_RATE_LIMIT = 0  # u(t), bytes/s
+TOKENS = 1  # token-bucket content, bytes
+QUEUE = 2  # bottleneck queue, bytes
+SHAPER_QUEUE = 3  # shaper queue, bytes
+NEXT_ARRIVAL = 4  # next short-flow arrival (s)
+QD_DTN_LAST = 5  # last DTN queuing-delay sample at the bottleneck (s)  (QD register)
+QD_CAMPUS_LAST = 6  # last campus queuing-delay sample (s)
+TAP_BYTES_DTN = 7  # bytes of the DTN class seen at the tap (direct counter)
+TAP_BYTES_CAMPUS = 8
+TAP_PACKETS_DTN = 9
+TAP_PACKETS_CAMPUS = 10
+DEFERRED = 11  # short-flow arrivals that waited for a free column
+SHAPER_DROPPED = 12
+BOTTLENECK_DROPPED = 13
+RETIRED_SENT = 14  # SENT / ACKED / DROPPED of finished short flows whose column was reused
+RETIRED_ACKED = 15
+RETIRED_DROPPED = 16
+N_GLOB_F = 17
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------
 STEP = 0
@@ -172,5 +170,4 @@ P_SHORT_CC = 13
 P_SHORT_RTT = 14
 P_SHORT_LINE = 15  # bytes per step
 P_SHORTS_ON = 16
-P_SEED = 17
-N_PARAMS = 18
+N_PARAMS = 17

@@ -139,7 +139,6 @@ class Simulator:
         params[layout.P_SHORT_RTT] = s.campus.base_rtt_s
         params[layout.P_SHORT_LINE] = self._line_bytes(s.campus.line_rate_bps)
         params[layout.P_SHORTS_ON] = 1.0 if s.campus.short_flows.enabled else 0.0
-        params[layout.P_SEED] = s.seed
         return params
 
     def _line_bytes(self, line_rate_bps: float | None) -> float:

@@ -41,6 +41,7 @@ from scidmz.netsim.layout import (
     BBR2,
     BTL_BW,
     CC,
+    CUBIC,
     CUBIC_K,
     CWND,
     CYCLE_IDX,
@@ -96,45 +97,64 @@ BBR_PROBE_DOWN_GAIN = 0.75
 
 
 @compiled
-def on_ack(flow_f: FloatRows, flow_i: IntRows, i: int, now: float, acked_segs: float) -> None:
-    """Window growth for loss-based control (Reno, Cubic); BBR sets cwnd in ``bbr_step``."""
-    cc = flow_i[CC, i]
-    if cc >= BBR:  # BBR sets its window in bbr_step
-        return
-    if now < flow_f[RECOVERY_UNTIL, i]:
-        return
-    cwnd = flow_f[CWND, i]
-    if cwnd < flow_f[SSTHRESH, i]:
-        flow_f[CWND, i] = cwnd + acked_segs
-        return
-    if cc == RENO:
-        flow_f[CWND, i] = cwnd + acked_segs / cwnd
-        return
-    if flow_f[EPOCH_T, i] < 0.0:
-        flow_f[EPOCH_T, i] = now
-        if cwnd < flow_f[W_MAX, i]:
-            flow_f[CUBIC_K, i] = np.cbrt((flow_f[W_MAX, i] - cwnd) / CUBIC_C)
-        else:
-            flow_f[CUBIC_K, i] = 0.0
-            flow_f[W_MAX, i] = cwnd
-        flow_f[W_EST, i] = cwnd
-    elapsed = now - flow_f[EPOCH_T, i]
-    k = flow_f[CUBIC_K, i]
-    w_max = flow_f[W_MAX, i]
-    offset = elapsed + flow_f[SRTT, i] - k
-    target = CUBIC_C * offset * offset * offset + w_max
-    target = min(max(target, cwnd), 1.5 * cwnd)
-    # One division per ACK: both increments use the window before this ACK, as Linux's
-    # per-ACK counters do.
-    acked_per_cwnd = acked_segs / cwnd
-    cwnd += (target - cwnd) * acked_per_cwnd
-    alpha = CUBIC_ALPHA if flow_f[W_EST, i] < w_max else 1.0
-    flow_f[W_EST, i] += alpha * acked_per_cwnd
-    now_offset = elapsed - k
-    w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
-    if w_cubic < flow_f[W_EST, i]:
-        cwnd = max(cwnd, flow_f[W_EST, i])
-    flow_f[CWND, i] = cwnd
+def grow_windows(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    acked: FloatRows,
+    now: float,
+    per_mss: float,
+    n_flows: int,
+) -> None:
+    """Reno and Cubic window growth for every flow acknowledged in this step.
+
+    Slow start adds the acknowledged segments; Reno adds acked/cwnd (RFC 5681); Cubic moves
+    towards W_cubic(t + RTT) clamped to [cwnd, 1.5 cwnd] and keeps the Reno-friendly W_est
+    (RFC 9438 §4.2–4.4), both increments scaled by the window before this ACK. No growth in
+    recovery; BBR sets its window in ``bbr_step``. An epoch start needs a cube root and is
+    rare, so it gets a scalar pass; the growth itself is one branch-free pass (vectorised).
+    """
+    for i in range(n_flows):
+        if (
+            acked[i] > 0.0
+            and flow_i[CC, i] == CUBIC
+            and flow_f[EPOCH_T, i] < 0.0
+            and flow_f[CWND, i] >= flow_f[SSTHRESH, i]
+            and now >= flow_f[RECOVERY_UNTIL, i]
+        ):
+            cwnd = flow_f[CWND, i]
+            flow_f[EPOCH_T, i] = now
+            if cwnd < flow_f[W_MAX, i]:
+                flow_f[CUBIC_K, i] = np.cbrt((flow_f[W_MAX, i] - cwnd) / CUBIC_C)
+            else:
+                flow_f[CUBIC_K, i] = 0.0
+                flow_f[W_MAX, i] = cwnd
+            flow_f[W_EST, i] = cwnd
+    for i in range(n_flows):
+        segs = acked[i] * per_mss
+        cc = flow_i[CC, i]
+        cwnd = flow_f[CWND, i]
+        grow = (segs > 0.0) & (cc < BBR) & (now >= flow_f[RECOVERY_UNTIL, i])
+        slow = cwnd < flow_f[SSTHRESH, i]
+        per_cwnd = segs / cwnd
+        reno = cwnd + per_cwnd
+        elapsed = now - flow_f[EPOCH_T, i]
+        k = flow_f[CUBIC_K, i]
+        w_max = flow_f[W_MAX, i]
+        offset = elapsed + flow_f[SRTT, i] - k
+        target = CUBIC_C * offset * offset * offset + w_max
+        target = min(max(target, cwnd), 1.5 * cwnd)
+        cubic = cwnd + (target - cwnd) * per_cwnd
+        w_est = flow_f[W_EST, i]
+        alpha = CUBIC_ALPHA if w_est < w_max else 1.0
+        new_w_est = w_est + alpha * per_cwnd
+        now_offset = elapsed - k
+        w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
+        cubic = max(cubic, new_w_est) if w_cubic < new_w_est else cubic
+        is_cubic = cc == CUBIC
+        avoided = cubic if is_cubic else reno
+        grown = cwnd + segs if slow else avoided
+        flow_f[CWND, i] = grown if grow else cwnd
+        flow_f[W_EST, i] = new_w_est if grow & (not slow) & is_cubic else w_est
 
 
 @compiled

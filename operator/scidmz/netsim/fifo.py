@@ -27,13 +27,11 @@ def fifo_push(
     slot_total: FloatArray,
     cursor: IntArray,
     arrivals: FloatArray,
+    total: float,
     columns: int,
     step: int,
 ) -> None:
-    """Append ``arrivals[:columns]``; ``cursor`` is ``[head, count]``."""
-    total = 0.0
-    for c in range(columns):
-        total += arrivals[c]
+    """Append ``arrivals[:columns]`` (summing to ``total``); ``cursor`` is ``[head, count]``."""
     if total <= 0.0:
         return
     size = slots.shape[0]
@@ -66,41 +64,43 @@ def fifo_pop(
     dt: float,
     out: FloatArray,
     sojourn_weighted: FloatArray,
-) -> float:
+) -> tuple[float, float]:
     """Serve up to ``budget`` bytes from the head into ``out`` (added per column).
 
     ``sojourn_weighted[c]`` gains bytes × sojourn for every departing byte, so a caller gets
-    each flow's mean sojourn as ``sojourn_weighted / out``. Returns the bytes served.
+    each flow's mean sojourn as ``sojourn_weighted / out``. Returns the bytes served and
+    their total bytes × sojourn. The per-column loops are branch-free so they vectorise.
     """
     size = slots.shape[0]
     head = cursor[0]
     count = cursor[1]
     served = 0.0
+    weighted = 0.0
     while budget > _EPSILON_BYTES and count > 0:
         sojourn = (step - slot_step[head]) * dt
         total = slot_total[head]
         if total <= budget:
             for c in range(columns):
                 moved = slots[head, c]
-                if moved > 0.0:
-                    out[c] += moved
-                    sojourn_weighted[c] += moved * sojourn
-                    slots[head, c] = 0.0
-                    served += moved
+                out[c] += moved
+                sojourn_weighted[c] += moved * sojourn
+                slots[head, c] = 0.0
             budget -= total
+            served += total
+            weighted += total * sojourn
             head = (head + 1) % size
             count -= 1
         else:
             fraction = budget / total
             for c in range(columns):
                 moved = slots[head, c] * fraction
-                if moved > 0.0:
-                    out[c] += moved
-                    sojourn_weighted[c] += moved * sojourn
-                    slots[head, c] -= moved
-                    served += moved
+                out[c] += moved
+                sojourn_weighted[c] += moved * sojourn
+                slots[head, c] -= moved
             slot_total[head] = total - budget
+            served += budget
+            weighted += budget * sojourn
             budget = 0.0
     cursor[0] = head
     cursor[1] = count
-    return served
+    return served, weighted

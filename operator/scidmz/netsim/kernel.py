@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.netsim.compiled import compiled
-from scidmz.netsim.congestion import bbr_step, on_ack, on_loss
+from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
     ACKED,
@@ -155,7 +155,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _DONE_TOLERANCE_BYTES = 1e-3
-SCRATCH_ROWS = 7
+SCRATCH_ROWS = 10
 
 
 @compiled
@@ -315,6 +315,39 @@ def _tail_drop(
 
 
 @compiled
+def _schedule_acks(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    ack_bytes: FloatArray,
+    ack_rtt_w: FloatArray,
+    ack_tap_w: FloatArray,
+    departed: FloatArray,
+    sojourn_w: FloatArray,
+    slot: int,
+    first: int,
+    end: int,
+    shaped: bool,
+) -> None:
+    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring.
+
+    ``sojourn_w`` is departed bytes x queueing delay, so the RTT-weighted sums need no
+    division: bytes x (base + queueing [+ shaper]) = bytes x base + sojourn_w [+ ...].
+    """
+    if end <= first:
+        return
+    ring = ack_bytes.shape[0]
+    row = slot + flow_i[BASE_STEPS, first]
+    if row >= ring:
+        row -= ring
+    for i in range(first, end):
+        amount = departed[i]
+        tap = amount * flow_f[BASE_RTT, i] + sojourn_w[i]
+        ack_bytes[row, i] += amount
+        ack_tap_w[row, i] += tap
+        ack_rtt_w[row, i] += tap + amount * flow_f[SHAPER_SOJOURN, i] if shaped else tap
+
+
+@compiled
 def _start_short_flows(
     flow_f: FloatArray,
     flow_i: IntArray,
@@ -417,6 +450,9 @@ def advance(
     shaped = scratch[4]
     shaped_w = scratch[5]
     cumulative = scratch[6]
+    pacing = scratch[7]
+    rtt_sample = scratch[8]
+    acked_now = scratch[9]
 
     for s in range(n_steps):
         if glob_i[N_EVENTS] > event_room:
@@ -443,33 +479,36 @@ def advance(
                 now,
             )
 
-        # 2. per flow: ACKs, loss detection, completion, congestion control, send
-        offered = 0.0
-        for i in range(n_flows):
-            send[i] = 0.0
-            departed[i] = 0.0
-            sojourn_w[i] = 0.0
+        # 2. per flow: ACKs, window growth, loss detection, completion, send. The common
+        # work runs as branch-free passes over every column (numba/LLVM vectorise them);
+        # only the rare or per-algorithm work runs in the scalar pass 2c. Finished and free
+        # columns have nothing left to acknowledge, so the passes read zeros there.
+        for i in range(n_flows):  # 2a. ACK accounting
+            acked = ack_bytes[slot, i]
+            has_ack = acked > 0.0
+            per_byte = 1.0 / acked if has_ack else 0.0
+            rtt = ack_rtt_w[slot, i] * per_byte
+            rtt_sample[i] = rtt
+            acked_now[i] = acked
+            flow_f[SAMPLE_RTT_W, i] += ack_rtt_w[slot, i]
+            tap_rtt = ack_tap_w[slot, i] * per_byte
+            flow_f[TAP_RTT, i] = tap_rtt if has_ack else flow_f[TAP_RTT, i]
+            flow_f[TAP_RTT_AT, i] = now if has_ack else flow_f[TAP_RTT_AT, i]
+            srtt = flow_f[SRTT, i]
+            smoothed = rtt if srtt <= 0.0 else srtt + 0.125 * (rtt - srtt)
+            flow_f[SRTT, i] = smoothed if has_ack else srtt
+            flow_f[INFLIGHT, i] -= acked
+            flow_f[ACKED, i] += acked
+            flow_f[SAMPLE_ACKED, i] += acked
+            ack_bytes[slot, i] = 0.0
+            ack_rtt_w[slot, i] = 0.0
+            ack_tap_w[slot, i] = 0.0
+        grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows)
+
+        for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
+            pacing[i] = np.inf
             if flow_i[RUNNING, i] == 0:
                 continue
-            acked = ack_bytes[slot, i]
-            rtt = 0.0
-            if acked > 0.0:
-                per_byte = 1.0 / acked
-                rtt = ack_rtt_w[slot, i] * per_byte
-                flow_f[TAP_RTT, i] = ack_tap_w[slot, i] * per_byte
-                flow_f[TAP_RTT_AT, i] = now
-                ack_bytes[slot, i] = 0.0
-                ack_rtt_w[slot, i] = 0.0
-                ack_tap_w[slot, i] = 0.0
-                flow_f[INFLIGHT, i] -= acked
-                flow_f[ACKED, i] += acked
-                flow_f[SAMPLE_ACKED, i] += acked
-                flow_f[SAMPLE_RTT_W, i] += acked * rtt
-                if flow_f[SRTT, i] <= 0.0:
-                    flow_f[SRTT, i] = rtt
-                else:
-                    flow_f[SRTT, i] += 0.125 * (rtt - flow_f[SRTT, i])
-                on_ack(flow_f, flow_i, i, now, acked * per_mss)
             if flow_f[LOST_PENDING, i] > 0.0 and now >= flow_f[LOSS_AT, i]:
                 lost = flow_f[LOST_PENDING, i]
                 flow_f[LOST_PENDING, i] = 0.0
@@ -486,22 +525,30 @@ def advance(
                     _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_FIN, 0.0, 0.0, i)
                 continue
             running += 1
-            amount = flow_f[CWND, i] * mss - flow_f[INFLIGHT, i]
-            amount = min(amount, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
             if flow_i[CC, i] >= BBR:
-                pacing = bbr_step(flow_f, flow_i, bw_filter, i, now, acked, rtt, mss)
-                amount = min(amount, flow_f[CWND, i] * mss - flow_f[INFLIGHT, i])
-                budget = flow_f[PACING_CREDIT, i] + pacing * dt
-                amount = min(amount, budget)
-                flow_f[PACING_CREDIT, i] = min(budget - max(amount, 0.0), pacing * dt)
-            if amount <= 0.0:
-                continue
+                pacing[i] = bbr_step(
+                    flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss
+                )
+
+        for i in range(n_flows):  # 2d. send
+            window = flow_f[CWND, i] * mss - flow_f[INFLIGHT, i]
+            amount = min(window, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
+            rate = pacing[i]
+            paced = rate < np.inf
+            budget = flow_f[PACING_CREDIT, i] + rate * dt if paced else np.inf
+            amount = min(amount, budget)
+            credit = min(budget - max(amount, 0.0), rate * dt)
+            flow_f[PACING_CREDIT, i] = credit if paced else 0.0
+            amount = amount if flow_i[RUNNING, i] == 1 and amount > 0.0 else 0.0
             send[i] = amount
             flow_f[INFLIGHT, i] += amount
             flow_f[SENT, i] += amount
             flow_f[REMAINING, i] -= amount
-            if i < n_campus:
-                offered += amount
+            departed[i] = 0.0
+            sojourn_w[i] = 0.0
+        offered = 0.0
+        for i in range(n_campus):
+            offered += send[i]
 
         # 3. campus shaper: drop-tail queue + token bucket at u(t)
         tokens = glob_f[TOKENS] + glob_f[CAMPUS_RATE_LIMIT] * dt
@@ -524,9 +571,9 @@ def advance(
                     offered - max(space, 0.0), mss, now,
                 )  # fmt: skip
                 offered -= shaper_drops
-            fifo_push(sh_slots, sh_step, sh_total, sh_cursor, send, n_campus, step)
+            fifo_push(sh_slots, sh_step, sh_total, sh_cursor, send, offered, n_campus, step)
             glob_f[SHAPER_QUEUE] += offered
-            released = fifo_pop(
+            released, shaper_w_sum = fifo_pop(
                 sh_slots,
                 sh_step,
                 sh_total,
@@ -542,35 +589,41 @@ def advance(
         glob_f[TOKENS] = min(params[P_BURST], tokens - released)
         glob_f[SHAPER_DROPPED] += shaper_drops
 
-        # 5. the tap and the bottleneck's drop-tail admission
-        arriving = 0.0
-        tap_dtn = 0.0
-        tap_campus = 0.0
+        # 5. the tap (counters, the activity rule) and the bottleneck's drop-tail admission
+        for i in range(n_campus):
+            has = shaped[i] > 0.0
+            sojourn = shaped_w[i] / shaped[i] if has else 0.0
+            flow_f[SHAPER_SOJOURN, i] = sojourn if has else flow_f[SHAPER_SOJOURN, i]
+            arrive[i] = shaped[i]
+        for i in range(n_campus, n_flows):
+            arrive[i] = send[i]
         for i in range(n_flows):
-            if i < n_campus:
-                arrive[i] = shaped[i]
-                if shaped[i] > 0.0:
-                    flow_f[SHAPER_SOJOURN, i] = shaped_w[i] / shaped[i]
-                    shaper_w_sum += shaped_w[i]
-            else:
-                arrive[i] = send[i]
             amount = arrive[i]
-            if amount <= 0.0:
-                continue
-            arriving += amount
-            if flow_i[CLASS, i] == DTN:
-                tap_dtn += amount
-            else:
-                tap_campus += amount
             packets = amount * per_mss
-            if now - flow_f[TAP_LAST_SEEN, i] < t_th:
-                flow_f[TAP_PACKETS, i] += packets
+            recent = now - flow_f[TAP_LAST_SEEN, i] < t_th
+            counted = flow_f[TAP_PACKETS, i] + packets if recent else packets
+            has = amount > 0.0
+            flow_f[TAP_PACKETS, i] = counted if has else flow_f[TAP_PACKETS, i]
+            flow_f[TAP_LAST_SEEN, i] = now if has else flow_f[TAP_LAST_SEEN, i]
+        tap_campus = 0.0
+        for i in range(n_campus):
+            tap_campus += arrive[i]
+        tap_dtn = 0.0
+        for i in range(n_campus, n_flows):
+            tap_dtn += arrive[i]
+        arriving = tap_campus + tap_dtn
+        tap_active = 0
+        for i in range(n_flows):
+            if flow_i[TAP_ACTIVE, i] == 0:
+                if arrive[i] > 0.0 and flow_f[TAP_PACKETS, i] >= c_th:
+                    flow_i[TAP_ACTIVE, i] = 1
+                    tap_active += 1
+                    _event(events, glob_i, now, flow_i[SERIAL, i], TAP_START, 0.0, 0.0, i)
+            elif now - flow_f[TAP_LAST_SEEN, i] > idle:
+                flow_i[TAP_ACTIVE, i] = 0
+                _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_IDLE, 0.0, 0.0, i)
             else:
-                flow_f[TAP_PACKETS, i] = packets
-            flow_f[TAP_LAST_SEEN, i] = now
-            if flow_i[TAP_ACTIVE, i] == 0 and flow_f[TAP_PACKETS, i] >= c_th:
-                flow_i[TAP_ACTIVE, i] = 1
-                _event(events, glob_i, now, flow_i[SERIAL, i], TAP_START, 0.0, 0.0, i)
+                tap_active += 1
         glob_f[TAP_BYTES_DTN] += tap_dtn
         glob_f[TAP_BYTES_CAMPUS] += tap_campus
         glob_f[TAP_PACKETS_DTN] += tap_dtn * per_mss
@@ -586,9 +639,9 @@ def advance(
             )  # fmt: skip
             arriving -= drop_dtn + drop_campus
         glob_f[BOTTLENECK_DROPPED] += drop_dtn + drop_campus
-        fifo_push(bn_slots, bn_step, bn_total, bn_cursor, arrive, n_flows, step)
+        fifo_push(bn_slots, bn_step, bn_total, bn_cursor, arrive, arriving, n_flows, step)
         glob_f[QUEUE] += arriving
-        served = fifo_pop(
+        served, _ = fifo_pop(
             bn_slots,
             bn_step,
             bn_total,
@@ -602,37 +655,27 @@ def advance(
         )
         glob_f[QUEUE] = max(glob_f[QUEUE] - served, 0.0)
 
-        # 6. departures (ACKs one base RTT later, queuing-delay samples); idle timeouts
-        dep_dtn = 0.0
+        # 6. departures: ACKs one base RTT later, queuing-delay samples. Every campus flow
+        # shares the campus base RTT and every DTN stream the DTN's, so each class writes
+        # one row of the ACK ring.
+        _schedule_acks(
+            flow_f, flow_i, ack_bytes, ack_rtt_w, ack_tap_w, departed, sojourn_w, slot, 0,
+            n_campus, True,
+        )  # fmt: skip
+        _schedule_acks(
+            flow_f, flow_i, ack_bytes, ack_rtt_w, ack_tap_w, departed, sojourn_w, slot,
+            n_campus, n_flows, False,
+        )  # fmt: skip
         dep_campus = 0.0
-        qd_dtn_w = 0.0
         qd_campus_w = 0.0
-        tap_active = 0
-        for i in range(n_flows):
-            amount = departed[i]
-            if amount > 0.0:
-                queue_delay = sojourn_w[i] / amount
-                ack_slot = slot + flow_i[BASE_STEPS, i]
-                if ack_slot >= ring:
-                    ack_slot -= ring
-                ack_bytes[ack_slot, i] += amount
-                path = flow_f[BASE_RTT, i] + queue_delay
-                ack_tap_w[ack_slot, i] += amount * path
-                if i < n_campus:
-                    path += flow_f[SHAPER_SOJOURN, i]
-                ack_rtt_w[ack_slot, i] += amount * path
-                if flow_i[CLASS, i] == DTN:
-                    dep_dtn += amount
-                    qd_dtn_w += sojourn_w[i]
-                else:
-                    dep_campus += amount
-                    qd_campus_w += sojourn_w[i]
-            if flow_i[TAP_ACTIVE, i] == 1:
-                if now - flow_f[TAP_LAST_SEEN, i] > idle:
-                    flow_i[TAP_ACTIVE, i] = 0
-                    _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_IDLE, 0.0, 0.0, i)
-                else:
-                    tap_active += 1
+        for i in range(n_campus):
+            dep_campus += departed[i]
+            qd_campus_w += sojourn_w[i]
+        dep_dtn = 0.0
+        qd_dtn_w = 0.0
+        for i in range(n_campus, n_flows):
+            dep_dtn += departed[i]
+            qd_dtn_w += sojourn_w[i]
         if dep_dtn > 0.0:
             glob_f[QD_DTN_LAST] = qd_dtn_w / dep_dtn
         if dep_campus > 0.0:

@@ -33,6 +33,7 @@ from scidmz.netsim.compiled import compiled
 from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
+    ACK_SHAPER_DELAY,
     ACKED,
     BASE_RTT,
     BASE_STEPS,
@@ -127,7 +128,6 @@ from scidmz.netsim.layout import (
     SERIAL,
     SHAPER_DROPPED,
     SHAPER_QUEUE,
-    SHAPER_SOJOURN,
     SHORT,
     SIZE,
     SRTT,
@@ -315,24 +315,57 @@ def _tail_drop(
 
 
 @compiled
-def _schedule_acks(
+def _account_acks(
     flow_f: FloatArray,
-    flow_i: IntArray,
     ack_bytes: FloatArray,
-    ack_rtt_w: FloatArray,
-    ack_tap_w: FloatArray,
-    departed: FloatArray,
-    sojourn_w: FloatArray,
     slot: int,
     first: int,
     end: int,
-    shaped: bool,
+    queue_delay: float,
+    shaper_delay: float,
+    now: float,
+    rtt_sample: FloatArray,
+    acked_now: FloatArray,
 ) -> None:
-    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring.
+    """Acknowledge what columns ``first..end`` (one class) sent one base RTT ago.
 
-    ``sojourn_w`` is departed bytes x queueing delay, so the RTT-weighted sums need no
-    division: bytes x (base + queueing [+ shaper]) = bytes x base + sojourn_w [+ ...].
+    Their bytes left the bottleneck in the same step, so they share its queuing delay (and,
+    for the campus, the shaper's): RTT = base + queueing [+ shaper], with no division.
+    Branch-free so it vectorises; columns with nothing to acknowledge keep their state.
     """
+    for i in range(first, end):
+        acked = ack_bytes[slot, i]
+        has_ack = acked > 0.0
+        tap = flow_f[BASE_RTT, i] + queue_delay
+        rtt = tap + shaper_delay
+        rtt_sample[i] = rtt if has_ack else 0.0
+        acked_now[i] = acked
+        flow_f[SAMPLE_RTT_W, i] += acked * rtt
+        flow_f[TAP_RTT, i] = tap if has_ack else flow_f[TAP_RTT, i]
+        flow_f[TAP_RTT_AT, i] = now if has_ack else flow_f[TAP_RTT_AT, i]
+        srtt = flow_f[SRTT, i]
+        smoothed = rtt if srtt <= 0.0 else srtt + 0.125 * (rtt - srtt)
+        flow_f[SRTT, i] = smoothed if has_ack else srtt
+        flow_f[INFLIGHT, i] -= acked
+        flow_f[ACKED, i] += acked
+        flow_f[SAMPLE_ACKED, i] += acked
+        ack_bytes[slot, i] = 0.0
+
+
+@compiled
+def _schedule_acks(
+    flow_i: IntArray,
+    ack_bytes: FloatArray,
+    ack_delay: FloatArray,
+    departed: FloatArray,
+    slot: int,
+    first: int,
+    end: int,
+    delay_column: int,
+    queue_delay: float,
+    shaper_delay: float,
+) -> None:
+    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring."""
     if end <= first:
         return
     ring = ack_bytes.shape[0]
@@ -340,11 +373,9 @@ def _schedule_acks(
     if row >= ring:
         row -= ring
     for i in range(first, end):
-        amount = departed[i]
-        tap = amount * flow_f[BASE_RTT, i] + sojourn_w[i]
-        ack_bytes[row, i] += amount
-        ack_tap_w[row, i] += tap
-        ack_rtt_w[row, i] += tap + amount * flow_f[SHAPER_SOJOURN, i] if shaped else tap
+        ack_bytes[row, i] += departed[i]
+    ack_delay[row, delay_column] = queue_delay
+    ack_delay[row, ACK_SHAPER_DELAY] = shaper_delay if delay_column == CAMPUS else 0.0
 
 
 @compiled
@@ -411,8 +442,7 @@ def advance(
     params: FloatArray,
     bw_filter: FloatArray,
     ack_bytes: FloatArray,
-    ack_rtt_w: FloatArray,
-    ack_tap_w: FloatArray,
+    ack_delay: FloatArray,
     bn_slots: FloatArray,
     bn_step: IntArray,
     bn_total: FloatArray,
@@ -448,7 +478,7 @@ def advance(
     departed = scratch[2]
     sojourn_w = scratch[3]
     shaped = scratch[4]
-    shaped_w = scratch[5]
+    shaper_sojourn_w = scratch[5]  # per-flow weights fifo_pop needs; only the total is used
     cumulative = scratch[6]
     pacing = scratch[7]
     rtt_sample = scratch[8]
@@ -483,26 +513,15 @@ def advance(
         # work runs as branch-free passes over every column (numba/LLVM vectorise them);
         # only the rare or per-algorithm work runs in the scalar pass 2c. Finished and free
         # columns have nothing left to acknowledge, so the passes read zeros there.
-        for i in range(n_flows):  # 2a. ACK accounting
-            acked = ack_bytes[slot, i]
-            has_ack = acked > 0.0
-            per_byte = 1.0 / acked if has_ack else 0.0
-            rtt = ack_rtt_w[slot, i] * per_byte
-            rtt_sample[i] = rtt
-            acked_now[i] = acked
-            flow_f[SAMPLE_RTT_W, i] += ack_rtt_w[slot, i]
-            tap_rtt = ack_tap_w[slot, i] * per_byte
-            flow_f[TAP_RTT, i] = tap_rtt if has_ack else flow_f[TAP_RTT, i]
-            flow_f[TAP_RTT_AT, i] = now if has_ack else flow_f[TAP_RTT_AT, i]
-            srtt = flow_f[SRTT, i]
-            smoothed = rtt if srtt <= 0.0 else srtt + 0.125 * (rtt - srtt)
-            flow_f[SRTT, i] = smoothed if has_ack else srtt
-            flow_f[INFLIGHT, i] -= acked
-            flow_f[ACKED, i] += acked
-            flow_f[SAMPLE_ACKED, i] += acked
-            ack_bytes[slot, i] = 0.0
-            ack_rtt_w[slot, i] = 0.0
-            ack_tap_w[slot, i] = 0.0
+        # 2a. ACK accounting, per class (one shared delay each)
+        _account_acks(
+            flow_f, ack_bytes, slot, 0, n_campus, ack_delay[slot, CAMPUS],
+            ack_delay[slot, ACK_SHAPER_DELAY], now, rtt_sample, acked_now,
+        )  # fmt: skip
+        _account_acks(
+            flow_f, ack_bytes, slot, n_campus, n_flows, ack_delay[slot, DTN], 0.0, now,
+            rtt_sample, acked_now,
+        )  # fmt: skip
         grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows)
 
         for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
@@ -558,12 +577,10 @@ def advance(
             # Nothing waits and the bucket covers the step: the shaper is transparent.
             for i in range(n_campus):
                 shaped[i] = send[i]
-                shaped_w[i] = 0.0
             released = offered
         else:
             for i in range(n_campus):
                 shaped[i] = 0.0
-                shaped_w[i] = 0.0
             space = params[P_SHAPER_LIMIT] - glob_f[SHAPER_QUEUE]
             if offered > space:
                 shaper_drops, _ = _tail_drop(
@@ -583,7 +600,7 @@ def advance(
                 step,
                 dt,
                 shaped,
-                shaped_w,
+                shaper_sojourn_w,
             )
             glob_f[SHAPER_QUEUE] = max(glob_f[SHAPER_QUEUE] - released, 0.0)
         glob_f[TOKENS] = min(params[P_BURST], tokens - released)
@@ -591,9 +608,6 @@ def advance(
 
         # 5. the tap (counters, the activity rule) and the bottleneck's drop-tail admission
         for i in range(n_campus):
-            has = shaped[i] > 0.0
-            sojourn = shaped_w[i] / shaped[i] if has else 0.0
-            flow_f[SHAPER_SOJOURN, i] = sojourn if has else flow_f[SHAPER_SOJOURN, i]
             arrive[i] = shaped[i]
         for i in range(n_campus, n_flows):
             arrive[i] = send[i]
@@ -658,14 +672,6 @@ def advance(
         # 6. departures: ACKs one base RTT later, queuing-delay samples. Every campus flow
         # shares the campus base RTT and every DTN stream the DTN's, so each class writes
         # one row of the ACK ring.
-        _schedule_acks(
-            flow_f, flow_i, ack_bytes, ack_rtt_w, ack_tap_w, departed, sojourn_w, slot, 0,
-            n_campus, True,
-        )  # fmt: skip
-        _schedule_acks(
-            flow_f, flow_i, ack_bytes, ack_rtt_w, ack_tap_w, departed, sojourn_w, slot,
-            n_campus, n_flows, False,
-        )  # fmt: skip
         dep_campus = 0.0
         qd_campus_w = 0.0
         for i in range(n_campus):
@@ -676,6 +682,15 @@ def advance(
         for i in range(n_campus, n_flows):
             dep_dtn += departed[i]
             qd_dtn_w += sojourn_w[i]
+        shaper_delay = shaper_w_sum / released if released > 0.0 else 0.0
+        _schedule_acks(
+            flow_i, ack_bytes, ack_delay, departed, slot, 0, n_campus, CAMPUS,
+            qd_campus_w / dep_campus if dep_campus > 0.0 else 0.0, shaper_delay,
+        )  # fmt: skip
+        _schedule_acks(
+            flow_i, ack_bytes, ack_delay, departed, slot, n_campus, n_flows, DTN,
+            qd_dtn_w / dep_dtn if dep_dtn > 0.0 else 0.0, 0.0,
+        )  # fmt: skip
         if dep_dtn > 0.0:
             glob_f[QD_DTN_LAST] = qd_dtn_w / dep_dtn
         if dep_campus > 0.0:

@@ -40,15 +40,14 @@ INFLIGHT_HI = 27  # BBRv2-like loss-derived cap on inflight, bytes; inf = none
 PROBE_UP_SEGS = 28  # BBRv2-like growth of INFLIGHT_HI per round while probing up, segments
 BASE_RTT = 29  # propagation RTT (s)
 LINE_BYTES = 30  # NIC limit per step, bytes
-SHAPER_SOJOURN = 31  # last sojourn of this flow's bytes in the campus shaper (s)
-TAP_LAST_SEEN = 32  # last packet seen at the tap (s)
-TAP_PACKETS = 33  # packets counted towards C_TH
-TAP_RTT = 34  # last RTT sample the tap could take (s): bottleneck queue + path
-TAP_RTT_AT = 35  # when TAP_RTT was taken (s)
-SAMPLE_ACKED = 36  # bytes acknowledged since the last reset (per-sample throughput)
-SAMPLE_RTT_W = 37  # sum of RTT x bytes since the last reset (per-sample mean RTT)
-PACING_CREDIT = 38  # unused pacing budget carried into the next step, bytes
-N_FLOW_F = 39
+TAP_LAST_SEEN = 31  # last packet seen at the tap (s)
+TAP_PACKETS = 32  # packets counted towards C_TH
+TAP_RTT = 33  # last RTT sample the tap could take (s): bottleneck queue + path
+TAP_RTT_AT = 34  # when TAP_RTT was taken (s)
+SAMPLE_ACKED = 35  # bytes acknowledged since the last reset (per-sample throughput)
+SAMPLE_RTT_W = 36  # sum of RTT x bytes since the last reset (per-sample mean RTT)
+PACING_CREDIT = 37  # unused pacing budget carried into the next step, bytes
+N_FLOW_F = 38
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -110,6 +109,12 @@ RAND_CURSOR = 2
 NEXT_SERIAL = 3
 RNG_STATE = 4  # xorshift32 state for drop sampling
 N_GLOB_I = 5
+
+# ---- ACK ring delays: ACK_DELAY[ring slot, column] ----------------------------------------
+# Columns CAMPUS and DTN hold the mean bottleneck queuing delay of that class's bytes that left
+# in the step the slot acknowledges; ACK_SHAPER_DELAY the campus shaper's delay then.
+ACK_SHAPER_DELAY = 2
+N_ACK_DELAY = 3
 
 # ---- per-step outputs: STEP_OUT[row, step] -------------------------------------------------
 OUT_DEP_DTN = 0  # bytes leaving the bottleneck

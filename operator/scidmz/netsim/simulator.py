@@ -87,8 +87,7 @@ class Simulator:
         self.glob_i: IntArray = np.zeros(layout.N_GLOB_I, dtype=np.int64)
         self.bw_filter: FloatArray = np.zeros((n, _BW_FILTER_ROUNDS))
         self.ack_bytes: FloatArray = np.zeros((ring, n))
-        self.ack_rtt_w: FloatArray = np.zeros((ring, n))
-        self.ack_tap_w: FloatArray = np.zeros((ring, n))
+        self.ack_delay: FloatArray = np.zeros((ring, layout.N_ACK_DELAY))
         self.bn_slots: FloatArray = np.zeros((queue_slots, max(n, 1)))
         self.bn_step: IntArray = np.zeros(queue_slots, dtype=np.int64)
         self.bn_total: FloatArray = np.zeros(queue_slots)
@@ -227,7 +226,7 @@ class Simulator:
         while done < n_steps:
             done += advance(
                 self.flow_f, self.flow_i, self.glob_f, self.glob_i, self.params,
-                self.bw_filter, self.ack_bytes, self.ack_rtt_w, self.ack_tap_w,
+                self.bw_filter, self.ack_bytes, self.ack_delay,
                 self.bn_slots, self.bn_step, self.bn_total, self.bn_cursor,
                 self.sh_slots, self.sh_step, self.sh_total, self.sh_cursor,
                 self.rand_gap, self.rand_size, self.step_out, offset + done, self.events,

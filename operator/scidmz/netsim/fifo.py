@@ -39,17 +39,16 @@ def fifo_push(
     count = cursor[1]
     tail = (head + count - 1) % size
     if count > 0 and (count == size or slot_step[tail] == step):
-        slot = tail
-    else:
-        slot = (head + count) % size
         for c in range(columns):
-            slots[slot, c] = 0.0
-        slot_step[slot] = step
-        slot_total[slot] = 0.0
-        cursor[1] = count + 1
+            slots[tail, c] += arrivals[c]
+        slot_total[tail] += total
+        return
+    slot = (head + count) % size
     for c in range(columns):
-        slots[slot, c] += arrivals[c]
-    slot_total[slot] += total
+        slots[slot, c] = arrivals[c]
+    slot_step[slot] = step
+    slot_total[slot] = total
+    cursor[1] = count + 1
 
 
 @compiled

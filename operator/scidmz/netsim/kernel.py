@@ -358,24 +358,75 @@ def _schedule_acks(
     ack_bytes: FloatArray,
     ack_delay: FloatArray,
     departed: FloatArray,
+    sojourn_w: FloatArray,
     slot: int,
     first: int,
     end: int,
     delay_column: int,
-    queue_delay: float,
     shaper_delay: float,
-) -> None:
-    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring."""
+) -> tuple[float, float]:
+    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring.
+
+    Returns the class's bytes departed and their bytes x queueing delay.
+    """
     if end <= first:
-        return
+        return 0.0, 0.0
     ring = ack_bytes.shape[0]
     row = slot + flow_i[BASE_STEPS, first]
     if row >= ring:
         row -= ring
+    total = 0.0
+    weighted = 0.0
     for i in range(first, end):
-        ack_bytes[row, i] += departed[i]
-    ack_delay[row, delay_column] = queue_delay
+        amount = departed[i]
+        ack_bytes[row, i] += amount
+        total += amount
+        weighted += sojourn_w[i]
+    ack_delay[row, delay_column] = weighted / total if total > 0.0 else 0.0
     ack_delay[row, ACK_SHAPER_DELAY] = shaper_delay if delay_column == CAMPUS else 0.0
+    return total, weighted
+
+
+@compiled
+def _tap(
+    flow_f: FloatArray,
+    flow_i: IntArray,
+    glob_i: IntArray,
+    events: FloatArray,
+    arrive: FloatArray,
+    first: int,
+    end: int,
+    now: float,
+    per_mss: float,
+    t_th: float,
+    c_th: float,
+    idle: float,
+) -> tuple[float, int]:
+    """The tap over columns ``first..end``: the C_TH / T_TH rule (paper algorithm 7).
+
+    A flow's packets count while they arrive less than T_TH apart; C_TH of them make it
+    active (new-flow digest); ``idle`` seconds without packets make it inactive again.
+    Returns the bytes seen and the number of active flows.
+    """
+    seen = 0.0
+    active = 0
+    for i in range(first, end):
+        amount = arrive[i]
+        if amount > 0.0:
+            seen += amount
+            packets = amount * per_mss
+            if now - flow_f[TAP_LAST_SEEN, i] < t_th:
+                packets += flow_f[TAP_PACKETS, i]
+            flow_f[TAP_PACKETS, i] = packets
+            flow_f[TAP_LAST_SEEN, i] = now
+            if flow_i[TAP_ACTIVE, i] == 0 and packets >= c_th:
+                flow_i[TAP_ACTIVE, i] = 1
+                _event(events, glob_i, now, flow_i[SERIAL, i], TAP_START, 0.0, 0.0, i)
+        elif flow_i[TAP_ACTIVE, i] == 1 and now - flow_f[TAP_LAST_SEEN, i] > idle:
+            flow_i[TAP_ACTIVE, i] = 0
+            _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_IDLE, 0.0, 0.0, i)
+        active += flow_i[TAP_ACTIVE, i]
+    return seen, active
 
 
 @compiled
@@ -477,7 +528,6 @@ def advance(
     arrive = scratch[1]
     departed = scratch[2]
     sojourn_w = scratch[3]
-    shaped = scratch[4]
     shaper_sojourn_w = scratch[5]  # per-flow weights fifo_pop needs; only the total is used
     cumulative = scratch[6]
     pacing = scratch[7]
@@ -576,11 +626,11 @@ def advance(
         if glob_f[SHAPER_QUEUE] <= 0.0 and offered <= tokens:
             # Nothing waits and the bucket covers the step: the shaper is transparent.
             for i in range(n_campus):
-                shaped[i] = send[i]
+                arrive[i] = send[i]
             released = offered
         else:
             for i in range(n_campus):
-                shaped[i] = 0.0
+                arrive[i] = 0.0
             space = params[P_SHAPER_LIMIT] - glob_f[SHAPER_QUEUE]
             if offered > space:
                 shaper_drops, _ = _tail_drop(
@@ -599,7 +649,7 @@ def advance(
                 n_campus,
                 step,
                 dt,
-                shaped,
+                arrive,
                 shaper_sojourn_w,
             )
             glob_f[SHAPER_QUEUE] = max(glob_f[SHAPER_QUEUE] - released, 0.0)
@@ -607,37 +657,17 @@ def advance(
         glob_f[SHAPER_DROPPED] += shaper_drops
 
         # 5. the tap (counters, the activity rule) and the bottleneck's drop-tail admission
-        for i in range(n_campus):
-            arrive[i] = shaped[i]
         for i in range(n_campus, n_flows):
             arrive[i] = send[i]
-        for i in range(n_flows):
-            amount = arrive[i]
-            packets = amount * per_mss
-            recent = now - flow_f[TAP_LAST_SEEN, i] < t_th
-            counted = flow_f[TAP_PACKETS, i] + packets if recent else packets
-            has = amount > 0.0
-            flow_f[TAP_PACKETS, i] = counted if has else flow_f[TAP_PACKETS, i]
-            flow_f[TAP_LAST_SEEN, i] = now if has else flow_f[TAP_LAST_SEEN, i]
-        tap_campus = 0.0
-        for i in range(n_campus):
-            tap_campus += arrive[i]
-        tap_dtn = 0.0
-        for i in range(n_campus, n_flows):
-            tap_dtn += arrive[i]
+        tap_campus, active_campus = _tap(
+            flow_f, flow_i, glob_i, events, arrive, 0, n_campus, now, per_mss, t_th, c_th, idle
+        )
+        tap_dtn, active_dtn = _tap(
+            flow_f, flow_i, glob_i, events, arrive, n_campus, n_flows, now, per_mss, t_th, c_th,
+            idle,
+        )  # fmt: skip
+        tap_active = active_campus + active_dtn
         arriving = tap_campus + tap_dtn
-        tap_active = 0
-        for i in range(n_flows):
-            if flow_i[TAP_ACTIVE, i] == 0:
-                if arrive[i] > 0.0 and flow_f[TAP_PACKETS, i] >= c_th:
-                    flow_i[TAP_ACTIVE, i] = 1
-                    tap_active += 1
-                    _event(events, glob_i, now, flow_i[SERIAL, i], TAP_START, 0.0, 0.0, i)
-            elif now - flow_f[TAP_LAST_SEEN, i] > idle:
-                flow_i[TAP_ACTIVE, i] = 0
-                _event(events, glob_i, now, flow_i[SERIAL, i], TAP_STOP_IDLE, 0.0, 0.0, i)
-            else:
-                tap_active += 1
         glob_f[TAP_BYTES_DTN] += tap_dtn
         glob_f[TAP_BYTES_CAMPUS] += tap_campus
         glob_f[TAP_PACKETS_DTN] += tap_dtn * per_mss
@@ -672,25 +702,14 @@ def advance(
         # 6. departures: ACKs one base RTT later, queuing-delay samples. Every campus flow
         # shares the campus base RTT and every DTN stream the DTN's, so each class writes
         # one row of the ACK ring.
-        dep_campus = 0.0
-        qd_campus_w = 0.0
-        for i in range(n_campus):
-            dep_campus += departed[i]
-            qd_campus_w += sojourn_w[i]
-        dep_dtn = 0.0
-        qd_dtn_w = 0.0
-        for i in range(n_campus, n_flows):
-            dep_dtn += departed[i]
-            qd_dtn_w += sojourn_w[i]
         shaper_delay = shaper_w_sum / released if released > 0.0 else 0.0
-        _schedule_acks(
-            flow_i, ack_bytes, ack_delay, departed, slot, 0, n_campus, CAMPUS,
-            qd_campus_w / dep_campus if dep_campus > 0.0 else 0.0, shaper_delay,
+        dep_campus, qd_campus_w = _schedule_acks(
+            flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot, 0, n_campus, CAMPUS,
+            shaper_delay,
         )  # fmt: skip
-        _schedule_acks(
-            flow_i, ack_bytes, ack_delay, departed, slot, n_campus, n_flows, DTN,
-            qd_dtn_w / dep_dtn if dep_dtn > 0.0 else 0.0, 0.0,
-        )  # fmt: skip
+        dep_dtn, qd_dtn_w = _schedule_acks(
+            flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot, n_campus, n_flows, DTN, 0.0
+        )
         if dep_dtn > 0.0:
             glob_f[QD_DTN_LAST] = qd_dtn_w / dep_dtn
         if dep_campus > 0.0:

@@ -3,10 +3,13 @@
 One step of length dt (≤ 1 ms), in this order:
 
 1. **ACKs.** Bytes that left the bottleneck one base RTT ago are acknowledged: inflight
-   shrinks, the RTT sample (base RTT + shaper sojourn + bottleneck sojourn) updates SRTT, and the
-   flow's congestion control grows its window (``congestion.py``). Losses whose detection time
-   has come are declared: they leave inflight, return to the send backlog (retransmission) and
-   trigger the window reduction. A flow whose bytes are all acknowledged completes (FCT event).
+   shrinks, the RTT sample updates SRTT, and the flow's congestion control grows its window
+   (``congestion.py``). All flows of a class share one base RTT, so the bytes a class gets
+   acknowledged in a step left the bottleneck in the same step: their RTT sample is base RTT +
+   that step's mean queuing delay for the class (+ the shaper's delay for the campus). Losses
+   whose detection time has come are declared: they leave inflight, return to the send
+   backlog (retransmission) and trigger the window reduction. A flow whose bytes are all
+   acknowledged completes (FCT event).
 2. **Arrivals** of short flows (paper table 6) take a free column.
 3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
    also respect their pacing rate.
@@ -22,6 +25,10 @@ One step of length dt (≤ 1 ms), in this order:
 
 The loop returns early (fewer steps done) when the event buffer could overflow or the
 short-flow random numbers run out; the Python side drains or refills and calls again.
+
+Speed: the common per-flow work is written as branch-free passes over contiguous rows and the
+rare work (loss, completion, BBR, the activity rule's transitions) as cheap scalar checks;
+see ``bench/netsim_speed.py`` for the figures and README "Benchmarks" for what was tried.
 """
 
 from __future__ import annotations
@@ -155,7 +162,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _DONE_TOLERANCE_BYTES = 1e-3
-SCRATCH_ROWS = 10
+SCRATCH_ROWS = 9
 
 
 @compiled
@@ -528,11 +535,11 @@ def advance(
     arrive = scratch[1]
     departed = scratch[2]
     sojourn_w = scratch[3]
-    shaper_sojourn_w = scratch[5]  # per-flow weights fifo_pop needs; only the total is used
-    cumulative = scratch[6]
-    pacing = scratch[7]
-    rtt_sample = scratch[8]
-    acked_now = scratch[9]
+    shaper_sojourn_w = scratch[4]  # per-flow weights fifo_pop needs; only the total is used
+    cumulative = scratch[5]
+    pacing = scratch[6]
+    rtt_sample = scratch[7]
+    acked_now = scratch[8]
 
     for s in range(n_steps):
         if glob_i[N_EVENTS] > event_room:

@@ -51,3 +51,8 @@ numba.config.CACHE_DIR = str(_cache_dir())  # type: ignore[attr-defined]
 def compiled(function: F) -> F:
     """Compile ``function`` for the step loop (nopython mode, cached, numpy error model)."""
     return cast(F, njit(cache=True, error_model="numpy")(function))
+
+
+def compiled_inline(function: F) -> F:
+    """Like ``compiled``, but inlined into its callers at the numba IR level."""
+    return cast(F, njit(cache=True, error_model="numpy", inline="always")(function))

@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.netsim.compiled import compiled
+from scidmz.netsim.compiled import compiled, compiled_inline
 from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
@@ -321,7 +321,7 @@ def _tail_drop(
     return dropped[CAMPUS], dropped[DTN]
 
 
-@compiled
+@compiled_inline
 def _account_acks(
     flow_f: FloatArray,
     ack_bytes: FloatArray,
@@ -359,7 +359,7 @@ def _account_acks(
         ack_bytes[slot, i] = 0.0
 
 
-@compiled
+@compiled_inline
 def _schedule_acks(
     flow_i: IntArray,
     ack_bytes: FloatArray,
@@ -394,7 +394,7 @@ def _schedule_acks(
     return total, weighted
 
 
-@compiled
+@compiled_inline
 def _tap(
     flow_f: FloatArray,
     flow_i: IntArray,

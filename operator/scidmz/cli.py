@@ -106,6 +106,28 @@ def crd(
         typer.echo(f"wrote {out}")
 
 
+@app.command()
+def p4info(
+    arch: Annotated[str, typer.Option(help="v1model or tna.")] = "v1model",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write here (default: standard output).")
+    ] = None,
+) -> None:
+    """Render the P4Info of the p4/ programs from the pipeline contract (text format)."""
+    from google.protobuf import text_format
+
+    from scidmz.telemetry.pipeline import build_p4info
+
+    if arch not in ("v1model", "tna"):
+        _fail(f"--arch must be v1model or tna, not {arch!r}")
+    text = text_format.MessageToString(build_p4info(arch))  # type: ignore[arg-type]
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+
+
 @testenv_app.command("up")
 def testenv_up(
     workdir: Annotated[

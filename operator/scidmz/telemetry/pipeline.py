@@ -1,0 +1,281 @@
+"""The contract between the P4 programs (``p4/``), the collector and the software target.
+
+Every table, action, direct counter, register and digest the collector touches is declared
+here once, with its widths. From it come:
+
+* ``build_p4info`` — the P4Info the programs compile to. No p4c runs here, so the checked-in
+  ``p4/*/p4info.txtpb`` files are rendered from this contract (``scidmz p4info``) and tests
+  check that the P4 sources declare every entity;
+* ``check_p4info`` — the collector's start-up check of whatever P4Info the switch (or a
+  pushed pipeline) holds: a missing entity or a wrong width is a clear error, not a
+  surprise at the first read.
+
+Names follow p4c's P4Info convention (``<control>.<name>``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from finsy.proto import p4i, p4t
+
+CONTROL = "ScidmzIngress"
+CLASS_DTN = 1
+CLASS_CAMPUS = 2
+ROLE_CAMPUS_SIDE = 1
+ROLE_DTN_SIDE = 2
+ROLE_BOTTLENECK_SIDE = 3
+STOP_FIN = 1
+STOP_IDLE = 2
+FLOW_SLOTS = 65536
+
+MatchKind = Literal["EXACT", "LPM"]
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    bitwidth: int
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    params: tuple[Field, ...] = ()
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    match: tuple[tuple[Field, MatchKind], ...]
+    actions: tuple[str, ...]
+    size: int
+    direct_counter: str | None = None
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    bitwidth: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Digest:
+    name: str
+    members: tuple[Field, ...]
+
+
+def _q(name: str) -> str:
+    return f"{CONTROL}.{name}"
+
+
+NO_ACTION = Action("NoAction")
+ACTIONS: tuple[Action, ...] = (
+    NO_ACTION,
+    Action(_q("set_class"), (Field("class_id", 8),)),
+    Action(_q("set_tap_role"), (Field("role", 8),)),
+    Action(
+        _q("set_settings"),
+        (
+            Field("c_th", 16),
+            Field("t_th_ns", 48),
+            Field("idle_ns", 48),
+            Field("rtt_max_ns", 48),
+        ),
+    ),
+)
+TABLES: tuple[Table, ...] = (
+    Table(
+        _q("classify_v4"),
+        ((Field("hdr.ipv4.dst_addr", 32), "LPM"),),
+        (_q("set_class"), "NoAction"),
+        size=256,
+        direct_counter=_q("class_bytes_v4"),
+    ),
+    Table(
+        _q("classify_v6"),
+        ((Field("hdr.ipv6.dst_addr", 128), "LPM"),),
+        (_q("set_class"), "NoAction"),
+        size=256,
+        direct_counter=_q("class_bytes_v6"),
+    ),
+    Table(
+        _q("reverse_v4"),
+        ((Field("hdr.ipv4.src_addr", 32), "LPM"),),
+        (_q("set_class"), "NoAction"),
+        size=256,
+    ),
+    Table(
+        _q("reverse_v6"),
+        ((Field("hdr.ipv6.src_addr", 128), "LPM"),),
+        (_q("set_class"), "NoAction"),
+        size=256,
+    ),
+    Table(
+        _q("tap_ports"),
+        ((Field("std.ingress_port", 9), "EXACT"),),
+        (_q("set_tap_role"), "NoAction"),
+        size=16,
+    ),
+    Table(_q("settings"), (), (_q("set_settings"), "NoAction"), size=1),
+)
+REGISTERS: tuple[Register, ...] = (
+    Register(_q("queuing_delay_ns"), 48, 4),  # index: class id (algorithm 5)
+    Register(_q("packet_ts"), 48, FLOW_SLOTS),  # ingress-tap time by packet hash
+    Register(_q("seq_ts"), 48, FLOW_SLOTS),  # data time by hash(flow, expected ACK)
+    Register(_q("seq_sig"), 32, FLOW_SLOTS),  # the slot's owner; 0 after a retransmission
+    Register(_q("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
+    Register(_q("flow_last_ns"), 48, FLOW_SLOTS),  # TS_REG of algorithm 7
+    Register(_q("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
+)
+DIGESTS: tuple[Digest, ...] = (
+    Digest("rtt_sample_t", (Field("flow_hash", 32), Field("class_id", 8), Field("rtt_ns", 32))),
+    Digest("flow_start_t", (Field("flow_hash", 32), Field("class_id", 8))),
+    Digest("flow_stop_t", (Field("flow_hash", 32), Field("class_id", 8), Field("reason", 8))),
+)
+
+
+class PipelineError(ValueError):
+    """A P4Info that lacks what the collector needs; the message lists every problem."""
+
+
+def _ids(prefix: int, names: list[str]) -> dict[str, int]:
+    return {name: (prefix << 24) | (index + 1) for index, name in enumerate(names)}
+
+
+def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
+    """The P4Info of the programs in ``p4/<arch>/`` (ids: the prefix byte, then a sequence)."""
+    action_ids = _ids(p4i.P4Ids.ACTION, [a.name for a in ACTIONS])
+    table_ids = _ids(p4i.P4Ids.TABLE, [t.name for t in TABLES])
+    counters = [t.direct_counter for t in TABLES if t.direct_counter]
+    counter_ids = _ids(p4i.P4Ids.DIRECT_COUNTER, counters)
+    register_ids = _ids(p4i.P4Ids.REGISTER, [r.name for r in REGISTERS])
+    digest_ids = _ids(p4i.P4Ids.DIGEST, [d.name for d in DIGESTS])
+
+    info = p4i.P4Info()
+    info.pkg_info.arch = arch
+    info.pkg_info.name = "scidmz"
+    for action in ACTIONS:
+        action_entry = info.actions.add()
+        action_entry.preamble.id = action_ids[action.name]
+        action_entry.preamble.name = action.name
+        action_entry.preamble.alias = action.name.rsplit(".", 1)[-1]
+        for number, param in enumerate(action.params, start=1):
+            action_entry.params.add(id=number, name=param.name, bitwidth=param.bitwidth)
+    for table in TABLES:
+        table_entry = info.tables.add()
+        table_entry.preamble.id = table_ids[table.name]
+        table_entry.preamble.name = table.name
+        table_entry.preamble.alias = table.name.rsplit(".", 1)[-1]
+        for number, (field, kind) in enumerate(table.match, start=1):
+            table_entry.match_fields.add(
+                id=number,
+                name=field.name,
+                bitwidth=field.bitwidth,
+                match_type=p4i.MatchField.MatchType.Value(kind),
+            )
+        for name in table.actions:
+            table_entry.action_refs.add(id=action_ids[name])
+        if table.direct_counter:
+            table_entry.direct_resource_ids.append(counter_ids[table.direct_counter])
+        table_entry.size = table.size
+    for table in TABLES:
+        if not table.direct_counter:
+            continue
+        counter = info.direct_counters.add()
+        counter.preamble.id = counter_ids[table.direct_counter]
+        counter.preamble.name = table.direct_counter
+        counter.preamble.alias = table.direct_counter.rsplit(".", 1)[-1]
+        counter.spec.unit = p4i.CounterSpec.Unit.BYTES
+        counter.direct_table_id = table_ids[table.name]
+    for register in REGISTERS:
+        register_entry = info.registers.add()
+        register_entry.preamble.id = register_ids[register.name]
+        register_entry.preamble.name = register.name
+        register_entry.preamble.alias = register.name.rsplit(".", 1)[-1]
+        register_entry.type_spec.bitstring.bit.bitwidth = register.bitwidth
+        register_entry.size = register.size
+    for digest in DIGESTS:
+        digest_entry = info.digests.add()
+        digest_entry.preamble.id = digest_ids[digest.name]
+        digest_entry.preamble.name = digest.name
+        digest_entry.preamble.alias = digest.name
+        digest_entry.type_spec.struct.name = digest.name
+        struct = info.type_info.structs[digest.name]
+        for member in digest.members:
+            spec = p4t.P4DataTypeSpec()
+            spec.bitstring.bit.bitwidth = member.bitwidth
+            struct.members.add(name=member.name, type_spec=spec)
+    return info
+
+
+def check_p4info(info: p4i.P4Info) -> None:
+    """Raise ``PipelineError`` naming every entity that is missing or has the wrong width."""
+    problems: list[str] = []
+    actions = {a.preamble.name: a for a in info.actions}
+    for action in ACTIONS:
+        found = actions.get(action.name)
+        if found is None:
+            problems.append(f"action {action.name} is missing")
+            continue
+        widths = {p.name: p.bitwidth for p in found.params}
+        for param in action.params:
+            if widths.get(param.name) != param.bitwidth:
+                problems.append(
+                    f"action {action.name} param {param.name}: want bit<{param.bitwidth}>, "
+                    f"found {_width(widths.get(param.name))}"
+                )
+    tables = {t.preamble.name: t for t in info.tables}
+    for table in TABLES:
+        found_table = tables.get(table.name)
+        if found_table is None:
+            problems.append(f"table {table.name} is missing")
+            continue
+        fields = {m.name: m for m in found_table.match_fields}
+        for field, kind in table.match:
+            match = fields.get(field.name)
+            if match is None or match.bitwidth != field.bitwidth:
+                problems.append(
+                    f"table {table.name} key {field.name}: want {kind} bit<{field.bitwidth}>, "
+                    f"found {_width(match.bitwidth if match else None)}"
+                )
+            elif p4i.MatchField.MatchType.Name(match.match_type) != kind:
+                problems.append(f"table {table.name} key {field.name}: want {kind} match")
+    counters = {c.preamble.name for c in info.direct_counters}
+    for table in TABLES:
+        if table.direct_counter and table.direct_counter not in counters:
+            problems.append(f"direct counter {table.direct_counter} is missing")
+    registers = {r.preamble.name: r for r in info.registers}
+    for register in REGISTERS:
+        found_register = registers.get(register.name)
+        width = found_register.type_spec.bitstring.bit.bitwidth if found_register else None
+        if found_register is None:
+            problems.append(f"register {register.name} is missing")
+        elif width != register.bitwidth or found_register.size < register.size:
+            problems.append(
+                f"register {register.name}: want bit<{register.bitwidth}>[{register.size}], "
+                f"found {_width(width)}[{found_register.size}]"
+            )
+    digests = {d.preamble.name for d in info.digests}
+    for digest in DIGESTS:
+        if digest.name not in digests:
+            problems.append(f"digest {digest.name} is missing")
+            continue
+        struct = info.type_info.structs.get(digest.name)
+        members = (
+            {m.name: m.type_spec.bitstring.bit.bitwidth for m in struct.members} if struct else {}
+        )
+        for member in digest.members:
+            if members.get(member.name) != member.bitwidth:
+                problems.append(
+                    f"digest {digest.name} member {member.name}: want bit<{member.bitwidth}>, "
+                    f"found {_width(members.get(member.name))}"
+                )
+    if problems:
+        raise PipelineError("the P4Info does not fit scidmz: " + "; ".join(problems))
+
+
+def _width(bitwidth: int | None) -> str:
+    return "nothing" if bitwidth is None else f"bit<{bitwidth}>"

@@ -1,0 +1,107 @@
+"""The P4 programs, their checked-in P4Info and the collector's pipeline contract agree."""
+
+import re
+
+import pytest
+from finsy.proto import p4i
+from google.protobuf import text_format
+
+from scidmz.telemetry.pipeline import (
+    ACTIONS,
+    DIGESTS,
+    REGISTERS,
+    TABLES,
+    PipelineError,
+    build_p4info,
+    check_p4info,
+)
+from scidmz.testenv.cluster import REPO_ROOT
+
+V1MODEL = REPO_ROOT / "p4" / "v1model"
+
+
+def _checked_in() -> p4i.P4Info:
+    return text_format.Parse((V1MODEL / "p4info.txtpb").read_text(), p4i.P4Info())
+
+
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def test_the_checked_in_p4info_is_the_contracts():
+    assert _checked_in() == build_p4info("v1model"), "run: scidmz p4info --out " + str(
+        V1MODEL / "p4info.txtpb"
+    )
+    check_p4info(_checked_in())
+
+
+def test_the_v1model_source_declares_every_entity_with_its_width():
+    source = (V1MODEL / "scidmz.p4").read_text()
+    for table in TABLES:
+        body = re.search(rf"table {_short(table.name)} \{{(.*?)\n    \}}", source, re.S)
+        assert body, f"table {table.name}"
+        for field, kind in table.match:
+            assert f"{field.name}: {kind.lower()};" in body.group(1), f"{table.name} {field}"
+        for action in table.actions:
+            assert _short(action) in body.group(1)
+        if table.direct_counter:
+            assert f"counters = {_short(table.direct_counter)};" in body.group(1)
+            assert f"direct_counter(CounterType.bytes) {_short(table.direct_counter)};" in source
+    for action in ACTIONS[1:]:
+        params = ", ".join(f"bit<{p.bitwidth}> {p.name}" for p in action.params)
+        assert f"action {_short(action.name)}({params})" in source, action.name
+    for register in REGISTERS:
+        declared = re.search(rf"register<bit<(\d+)>>\((\w+)\) {_short(register.name)};", source)
+        assert declared, register.name
+        assert int(declared.group(1)) == register.bitwidth, register.name
+    for digest in DIGESTS:
+        members = " ".join(f"bit<{m.bitwidth}> {m.name};" for m in digest.members)
+        assert f"struct {digest.name} {{ {members} }}" in source, digest.name
+        assert f"digest<{digest.name}>" in source, digest.name
+
+
+def _without(info: p4i.P4Info, kind: str, name: str) -> p4i.P4Info:
+    copy = p4i.P4Info()
+    copy.CopyFrom(info)
+    entries = getattr(copy, kind)
+    for index, entry in enumerate(entries):
+        if entry.preamble.name == name:
+            del entries[index]
+            return copy
+    raise AssertionError(name)
+
+
+def test_check_names_every_missing_or_wrong_entity():
+    info = build_p4info()
+    broken = _without(info, "registers", "ScidmzIngress.seq_ts")
+    broken = _without(broken, "digests", "flow_stop_t")
+    broken.registers[0].type_spec.bitstring.bit.bitwidth = 32
+    broken.tables[0].match_fields[0].bitwidth = 24
+    broken.type_info.structs["rtt_sample_t"].members[2].type_spec.bitstring.bit.bitwidth = 16
+    with pytest.raises(PipelineError) as error:
+        check_p4info(broken)
+    message = str(error.value)
+    for fragment in (
+        "register ScidmzIngress.seq_ts is missing",
+        "digest flow_stop_t is missing",
+        "register ScidmzIngress.queuing_delay_ns: want bit<48>[4], found bit<32>[4]",
+        "table ScidmzIngress.classify_v4 key hdr.ipv4.dst_addr: want LPM bit<32>, found bit<24>",
+        "digest rtt_sample_t member rtt_ns: want bit<32>, found bit<16>",
+    ):
+        assert fragment in message
+
+
+def test_check_refuses_an_empty_pipeline():
+    with pytest.raises(PipelineError, match=r"table ScidmzIngress\.classify_v4 is missing"):
+        check_p4info(p4i.P4Info())
+
+
+def test_ids_carry_the_p4runtime_prefixes():
+    info = build_p4info()
+    assert all(t.preamble.id >> 24 == p4i.P4Ids.TABLE for t in info.tables)
+    assert all(r.preamble.id >> 24 == p4i.P4Ids.REGISTER for r in info.registers)
+    assert all(d.preamble.id >> 24 == p4i.P4Ids.DIGEST for d in info.digests)
+    assert all(c.preamble.id >> 24 == p4i.P4Ids.DIRECT_COUNTER for c in info.direct_counters)
+    ids = [e.preamble.id for kind in ("tables", "actions", "registers", "digests")
+           for e in getattr(info, kind)]  # fmt: skip
+    assert len(ids) == len(set(ids))

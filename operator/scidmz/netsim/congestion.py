@@ -1,7 +1,8 @@
 """Congestion-control models, compiled with numba and applied per flow per step.
 
-Windows are in segments (as in the RFCs), byte counts in bytes, times in seconds. Every
-function reads and writes one column ``i`` of the flow arrays (rows in ``layout``).
+Windows are in segments (as in the RFCs), byte counts in bytes, times in seconds. The state
+is one column per flow of the arrays in ``layout``: ``grow_windows`` sweeps every column in
+one pass, the other functions handle one column ``i``.
 
 Sources and simplifications:
 

@@ -284,7 +284,8 @@ def _tail_drop(
     for c in range(columns):
         running_sum += arriving[c]
         cumulative[c] = running_sum
-    dropped = np.zeros(2)
+    dropped_campus = 0.0
+    dropped_dtn = 0.0
     remaining = excess
     attempts = 0
     limit = 16 * columns + 64
@@ -304,7 +305,10 @@ def _tail_drop(
             continue
         arriving[low] -= taken
         remaining -= taken
-        dropped[flow_i[CLASS, low]] += taken
+        if flow_i[CLASS, low] == DTN:
+            dropped_dtn += taken
+        else:
+            dropped_campus += taken
         _drop(flow_f, low, taken, now)
     if remaining > 1e-9:
         # Nearly every arrival must go (a tiny buffer): take the rest proportionally.
@@ -316,9 +320,12 @@ def _tail_drop(
             if arriving[c] > 0.0:
                 taken = arriving[c] * (1.0 - keep)
                 arriving[c] -= taken
-                dropped[flow_i[CLASS, c]] += taken
+                if flow_i[CLASS, c] == DTN:
+                    dropped_dtn += taken
+                else:
+                    dropped_campus += taken
                 _drop(flow_f, c, taken, now)
-    return dropped[CAMPUS], dropped[DTN]
+    return dropped_campus, dropped_dtn
 
 
 @compiled_inline

@@ -317,9 +317,7 @@ class Simulator:
 
     def drain_events(self) -> list[FlowEvent]:
         """Flow events since the last drain, in time order."""
-        self._collect_events()
-        blocks, self._pending_events = self._pending_events, []
-        return [FlowEvent.from_row(block[:, k]) for block in blocks for k in range(block.shape[1])]
+        return [FlowEvent.from_row(row) for row in self.drain_event_array().T]
 
     def drain_event_array(self) -> FloatArray:
         """The same events as a ``(layout.N_EV, n)`` array (cheap for long runs)."""

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds testenv bench-operator bench-testenv bench-netsim clean
+.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ lint: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
+
+## Regenerate the gRPC/protobuf modules of operator/scidmz/proto/*.proto (checked in).
+protos: $(STAMP)
+	$(BIN)/python -m grpc_tools.protoc -I operator --python_out=operator --grpc_python_out=operator \
+		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy --mypy_out=operator \
+		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc --mypy_grpc_out=operator \
+		operator/scidmz/proto/telemetry.proto
 
 crds: $(STAMP)
 	$(BIN)/scidmz crd --out crds/scidmz.io_dtntransferpolicies.yaml

@@ -70,14 +70,45 @@ def operator(
 
 
 @app.command()
-def collector(config: ConfigOption) -> None:
+def collector(
+    config: ConfigOption,
+    listen: Annotated[
+        str | None,
+        typer.Option(help="host:port of the sample stream (default: collectorAddress's port)."),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz (default: $SCIDMZ_HTTP_PORT or 9460)."
+        ),
+    ] = None,
+    pipeline_dir: Annotated[
+        Path, typer.Option(help="Where the pipeline ConfigMap to push is mounted.")
+    ] = Path("/etc/scidmz-pipeline"),
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
     """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
-    from scidmz.workload import run_placeholder
+    import os
 
+    from scidmz.api.runtime import load_runtime_config
+    from scidmz.telemetry.collector_config import collector_settings, listen_address
+    from scidmz.telemetry.service import CollectorProcess
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
-        run_placeholder("collector", config, default_port=9460)
+        runtime = load_runtime_config(config)
+        settings = collector_settings(runtime, pipeline_dir)
     except ConfigError as error:
         _fail(str(error))
+        return
+    port = http_port if http_port is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", "9460"))
+    process = CollectorProcess(settings, listen or listen_address(runtime), port)
+    message = process.run_until_signalled()
+    if message:
+        _fail(message)
 
 
 @app.command()
@@ -126,6 +157,89 @@ def p4info(
     else:
         out.write_text(text)
         typer.echo(f"wrote {out}")
+
+
+def _parse_ports(text: str) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name.strip() not in ("campus", "dtn", "bottleneck") or not value.strip().isdigit():
+            raise ValueError(f"--ports wants campus=N,dtn=N,bottleneck=N, got {text!r}")
+        ports[name.strip()] = int(value)
+    if set(ports) != {"campus", "dtn", "bottleneck"}:
+        raise ValueError(f"--ports wants campus=N,dtn=N,bottleneck=N, got {text!r}")
+    return ports
+
+
+@app.command()
+def target(
+    source: Annotated[
+        str, typer.Option(help="Packet source: sim (the network simulator).")
+    ] = "sim",
+    scenario: Annotated[
+        Path | None,
+        typer.Option("--scenario", help="Scenario YAML for --source sim (default: the paper's)."),
+    ] = None,
+    listen: Annotated[str, typer.Option(help="host:port of the P4Runtime server.")] = (
+        "127.0.0.1:9559"
+    ),
+    device_id: Annotated[int, typer.Option(help="P4Runtime device id.")] = 1,
+    speedup: Annotated[float, typer.Option(help="Simulated seconds per wall-clock second.")] = 1.0,
+    ports: Annotated[
+        str, typer.Option(help="Tap wiring: which switch port sees which side of BR1.")
+    ] = "campus=1,dtn=2,bottleneck=3",
+    dtn_address: Annotated[
+        str, typer.Option(help="Where the simulated DTN streams go (inside the DTN-r prefix).")
+    ] = "203.0.113.10",
+    campus_address: Annotated[
+        str, typer.Option(help="Where simulated campus flows go (inside the remote prefix).")
+    ] = "198.51.100.10",
+) -> None:
+    """Software P4Runtime target running the scidmz pipeline over the network simulator."""
+    import asyncio
+    import ipaddress
+    import signal
+
+    from scidmz.netsim.scenario import Scenario, ScenarioError, load_scenario
+    from scidmz.target.netsim_source import NetsimSource, Wiring
+    from scidmz.target.runner import Target
+    from scidmz.telemetry.pipeline import build_p4info
+
+    if source != "sim":
+        _fail(f"--source must be sim (the only packet source in this release), not {source!r}")
+    try:
+        wired = _parse_ports(ports)
+        wiring = Wiring(
+            campus_port=wired["campus"],
+            dtn_port=wired["dtn"],
+            bottleneck_port=wired["bottleneck"],
+            dtn_address=ipaddress.ip_address(dtn_address),
+            campus_address=ipaddress.ip_address(campus_address),
+        )
+        chosen = load_scenario(scenario) if scenario is not None else Scenario()
+        packet_source = NetsimSource(chosen, wiring, speedup=speedup)
+    except (ValueError, ScenarioError) as error:
+        _fail(str(error))
+        return
+
+    async def main() -> None:
+        device = Target(build_p4info("v1model"), packet_source, device_id=device_id)
+        try:
+            await device.start(listen)
+        except OSError as error:
+            _fail(str(error))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(
+            f"scidmz target: device {device_id} on {listen}, source sim at {speedup:g}x, "
+            f"ports {ports}; Ctrl-C stops it"
+        )
+        await stop.wait()
+        await device.stop()
+
+    asyncio.run(main())
 
 
 @testenv_app.command("up")

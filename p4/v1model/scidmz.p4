@@ -71,8 +71,10 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t std) {
     direct_counter(CounterType.bytes) class_bytes_v4;
     direct_counter(CounterType.bytes) class_bytes_v6;
+    counter(4, CounterType.packets_and_bytes) class_traffic;
     register<bit<48>>(4) queuing_delay_ns;
     register<bit<48>>(FLOW_SLOTS) packet_ts;
+    register<bit<8>>(FLOW_SLOTS) packet_class;
     register<bit<48>>(FLOW_SLOTS) seq_ts;
     register<bit<32>>(FLOW_SLOTS) seq_sig;
     register<bit<16>>(FLOW_SLOTS) flow_packets;
@@ -156,93 +158,104 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         }
         meta.payload_len = ip_payload - ((bit<32>)hdr.tcp.data_offset << 2);
         bool is_data = meta.payload_len > 0 || (hdr.tcp.flags & 8w0x01) != 0;
-        if (is_data) {
-            if (hdr.ipv4.isValid()) { classify_v4.apply(); } else { classify_v6.apply(); }
-        } else {
-            if (hdr.ipv4.isValid()) { reverse_v4.apply(); } else { reverse_v6.apply(); }
-        }
-        if (meta.class_id == 0) { mark_to_drop(std); return; }
         bit<32> flow_slot = meta.flow_hash & (FLOW_SLOTS - 1);
         bit<32> packet_slot = meta.packet_hash & (FLOW_SLOTS - 1);
 
         if (meta.role == ROLE_BOTTLENECK_SIDE) {
-            // Algorithm 5, second half: this data packet left BR1's queue now.
             if (is_data) {
+                // Algorithm 5, second half: this data packet left BR1's queue now. Its class
+                // was stored with its BR1-ingress time, so nothing is classified (or counted)
+                // twice.
                 bit<48> entered;
+                bit<8> entered_class;
                 packet_ts.read(entered, packet_slot);
-                if (entered != 0 && entered <= now_ns) {
-                    queuing_delay_ns.write((bit<32>)meta.class_id, now_ns - entered);
+                packet_class.read(entered_class, packet_slot);
+                if (entered != 0 && entered <= now_ns && entered_class != 0) {
+                    queuing_delay_ns.write((bit<32>)entered_class, now_ns - entered);
+                }
+            } else if ((hdr.tcp.flags & 8w0x10) != 0) {
+                // A pure ACK back from the remote side: match it against remembered data.
+                if (hdr.ipv4.isValid()) { reverse_v4.apply(); } else { reverse_v6.apply(); }
+                if (meta.class_id != 0) {
+                    bit<32> sig;
+                    hash(sig, HashAlgorithm.crc32, 32w0, { meta.flow_hash, hdr.tcp.ack_no },
+                         32w0xffffffff);
+                    bit<32> slot = sig & (FLOW_SLOTS - 1);
+                    bit<32> owner;
+                    seq_sig.read(owner, slot);
+                    if (owner == sig) {
+                        bit<48> sent;
+                        seq_ts.read(sent, slot);
+                        bit<48> rtt = now_ns - sent;
+                        if (rtt < meta.rtt_max_ns) {
+                            digest<rtt_sample_t>(1, { meta.flow_hash, meta.class_id,
+                                                      (bit<32>)rtt });
+                        }
+                        seq_sig.write(slot, 0);
+                    }
                 }
             }
-        } else if (is_data) {
-            // Algorithm 5, first half: when this packet reached BR1.
-            packet_ts.write(packet_slot, now_ns);
-            // RTT: remember when data expecting ACK (seq + payload) passed; Karn's rule
-            // voids a slot whose data is seen twice (a retransmission).
-            if (meta.payload_len > 0) {
-                bit<32> expected = hdr.tcp.seq_no + meta.payload_len;
-                bit<32> sig;
-                hash(sig, HashAlgorithm.crc32, 32w0, { meta.flow_hash, expected }, 32w0xffffffff);
-                bit<32> slot = sig & (FLOW_SLOTS - 1);
-                bit<32> owner;
-                seq_sig.read(owner, slot);
-                bit<48> sent;
-                seq_ts.read(sent, slot);
-                if (owner == sig && now_ns - sent < meta.rtt_max_ns) {
-                    seq_sig.write(slot, 0);
-                } else {
-                    seq_sig.write(slot, sig);
-                    seq_ts.write(slot, now_ns);
-                }
-            }
-            // Algorithm 7: C_TH packets less than T_TH apart make a flow active; FIN, or a
-            // packet after the idle timeout (lazy expiry), ends it.
-            bit<16> count;
-            bit<48> last;
-            bit<8> active;
-            flow_packets.read(count, flow_slot);
-            flow_last_ns.read(last, flow_slot);
-            flow_active.read(active, flow_slot);
-            if (active == 1 && now_ns - last > meta.idle_ns) {
-                digest<flow_stop_t>(1, { meta.flow_hash, meta.class_id, STOP_IDLE });
-                active = 0;
-                count = 0;
-            }
-            if (now_ns - last < meta.t_th_ns) {
-                if (count < meta.c_th) { count = count + 1; }
-            } else {
-                count = 1;
-            }
-            if (active == 0 && count >= meta.c_th) {
-                active = 1;
-                digest<flow_start_t>(1, { meta.flow_hash, meta.class_id });
-            }
-            if ((hdr.tcp.flags & 8w0x01) != 0 && active == 1) {
-                active = 0;
-                count = 0;
-                digest<flow_stop_t>(1, { meta.flow_hash, meta.class_id, STOP_FIN });
-            }
-            flow_packets.write(flow_slot, count);
-            flow_last_ns.write(flow_slot, now_ns);
-            flow_active.write(flow_slot, active);
-        } else if ((hdr.tcp.flags & 8w0x10) != 0) {
-            // A pure ACK from the remote side: match it against the remembered data.
+            mark_to_drop(std);
+            return;
+        }
+        // Campus or DTN side: data on its way into BR1 (ACKs towards the senders are not
+        // needed here). Untapped ports (role 0) measure nothing.
+        if (meta.role == 0 || !is_data) { mark_to_drop(std); return; }
+        if (hdr.ipv4.isValid()) { classify_v4.apply(); } else { classify_v6.apply(); }
+        if (meta.class_id == 0) { mark_to_drop(std); return; }
+        class_traffic.count((bit<32>)meta.class_id);
+
+        // Algorithm 5, first half: when (and as which class) this packet reached BR1.
+        packet_ts.write(packet_slot, now_ns);
+        packet_class.write(packet_slot, meta.class_id);
+        // RTT: remember when data expecting ACK (seq + payload) passed; Karn's rule voids a
+        // slot whose data is seen twice (a retransmission).
+        if (meta.payload_len > 0) {
+            bit<32> expected = hdr.tcp.seq_no + meta.payload_len;
             bit<32> sig;
-            hash(sig, HashAlgorithm.crc32, 32w0, { meta.flow_hash, hdr.tcp.ack_no },
-                 32w0xffffffff);
+            hash(sig, HashAlgorithm.crc32, 32w0, { meta.flow_hash, expected }, 32w0xffffffff);
             bit<32> slot = sig & (FLOW_SLOTS - 1);
             bit<32> owner;
             seq_sig.read(owner, slot);
-            if (owner == sig) {
-                bit<48> sent;
-                seq_ts.read(sent, slot);
-                bit<48> rtt = now_ns - sent;
-                if (rtt < meta.rtt_max_ns) {
-                    digest<rtt_sample_t>(1, { meta.flow_hash, meta.class_id, (bit<32>)rtt });
-                }
+            bit<48> sent;
+            seq_ts.read(sent, slot);
+            if (owner == sig && now_ns - sent < meta.rtt_max_ns) {
                 seq_sig.write(slot, 0);
+            } else {
+                seq_sig.write(slot, sig);
+                seq_ts.write(slot, now_ns);
             }
         }
+        // Algorithm 7: C_TH packets less than T_TH apart make a flow active; FIN, or a
+        // packet after the idle timeout (lazy expiry), ends it.
+        bit<16> count;
+        bit<48> last;
+        bit<8> active;
+        flow_packets.read(count, flow_slot);
+        flow_last_ns.read(last, flow_slot);
+        flow_active.read(active, flow_slot);
+        if (active == 1 && now_ns - last > meta.idle_ns) {
+            digest<flow_stop_t>(1, { meta.flow_hash, meta.class_id, STOP_IDLE });
+            active = 0;
+            count = 0;
+        }
+        if (now_ns - last < meta.t_th_ns) {
+            if (count < meta.c_th) { count = count + 1; }
+        } else {
+            count = 1;
+        }
+        if (active == 0 && count >= meta.c_th) {
+            active = 1;
+            digest<flow_start_t>(1, { meta.flow_hash, meta.class_id });
+        }
+        if ((hdr.tcp.flags & 8w0x01) != 0 && active == 1) {
+            active = 0;
+            count = 0;
+            digest<flow_stop_t>(1, { meta.flow_hash, meta.class_id, STOP_FIN });
+        }
+        flow_packets.write(flow_slot, count);
+        flow_last_ns.write(flow_slot, now_ns);
+        flow_active.write(flow_slot, active);
         mark_to_drop(std);
     }
 }

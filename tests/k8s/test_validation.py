@@ -115,6 +115,12 @@ CASES = [
     ),
     ("tc-without-settings", "actuator", {"type": "tc"}, ["spec.actuator.tc", "required"]),
     (
+        "overlapping-prefixes",
+        "campus.remotePrefix",
+        "203.0.113.10/32",
+        ["spec.dtn.receiverPrefix", "overlap"],
+    ),
+    (
         "duplicate-ports",
         "switch.ports",
         {"campus": 1, "dtn": 1, "bottleneck": 3},

@@ -8,6 +8,7 @@ from google.protobuf import text_format
 
 from scidmz.telemetry.pipeline import (
     ACTIONS,
+    COUNTERS,
     DIGESTS,
     REGISTERS,
     TABLES,
@@ -54,6 +55,12 @@ def test_the_v1model_source_declares_every_entity_with_its_width():
         declared = re.search(rf"register<bit<(\d+)>>\((\w+)\) {_short(register.name)};", source)
         assert declared, register.name
         assert int(declared.group(1)) == register.bitwidth, register.name
+    for counter in COUNTERS:
+        declared = re.search(
+            rf"counter\((\w+), CounterType.packets_and_bytes\) {_short(counter.name)};", source
+        )
+        assert declared, counter.name
+        assert f"{_short(counter.name)}.count(" in source, counter.name
     for digest in DIGESTS:
         members = " ".join(f"bit<{m.bitwidth}> {m.name};" for m in digest.members)
         assert f"struct {digest.name} {{ {members} }}" in source, digest.name
@@ -78,6 +85,7 @@ def test_check_names_every_missing_or_wrong_entity():
     broken.registers[0].type_spec.bitstring.bit.bitwidth = 32
     broken.tables[0].match_fields[0].bitwidth = 24
     broken.type_info.structs["rtt_sample_t"].members[2].type_spec.bitstring.bit.bitwidth = 16
+    broken.counters[0].spec.unit = p4i.CounterSpec.Unit.BYTES
     with pytest.raises(PipelineError) as error:
         check_p4info(broken)
     message = str(error.value)
@@ -87,6 +95,7 @@ def test_check_names_every_missing_or_wrong_entity():
         "register ScidmzIngress.queuing_delay_ns: want bit<48>[4], found bit<32>[4]",
         "table ScidmzIngress.classify_v4 key hdr.ipv4.dst_addr: want LPM bit<32>, found bit<24>",
         "digest rtt_sample_t member rtt_ns: want bit<32>, found bit<16>",
+        "counter ScidmzIngress.class_traffic: want packets and bytes [4], found BYTES[4]",
     ):
         assert fragment in message
 
@@ -102,6 +111,8 @@ def test_ids_carry_the_p4runtime_prefixes():
     assert all(r.preamble.id >> 24 == p4i.P4Ids.REGISTER for r in info.registers)
     assert all(d.preamble.id >> 24 == p4i.P4Ids.DIGEST for d in info.digests)
     assert all(c.preamble.id >> 24 == p4i.P4Ids.DIRECT_COUNTER for c in info.direct_counters)
-    ids = [e.preamble.id for kind in ("tables", "actions", "registers", "digests")
+    assert all(c.preamble.id >> 24 == p4i.P4Ids.COUNTER for c in info.counters)
+    kinds = ("tables", "actions", "registers", "digests", "counters", "direct_counters")
+    ids = [e.preamble.id for kind in kinds
            for e in getattr(info, kind)]  # fmt: skip
     assert len(ids) == len(set(ids))

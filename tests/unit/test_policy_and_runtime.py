@@ -65,6 +65,8 @@ def _spec(example_policy, **changes):
         ({"sampleTime": "50ms"}, "between 100ms and 60s"),
         ({"dtn.receiverPrefix": "203.0.113.300/32"}, "receiverPrefix"),
         ({"campus.remotePrefix": "203.0.113.7/24"}, "host bits"),
+        ({"campus.remotePrefix": "203.0.113.10/32"}, "overlap"),
+        ({"dtn.receiverPrefix": "203.0.0.0/16"}, "overlap"),
         ({"controller.strategy": "pid"}, "strategy"),
         ({"controller.gains": {"kp": -1, "ki": 1, "kw": 1}}, "kp"),
         ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}}, "limits.min must not exceed"),

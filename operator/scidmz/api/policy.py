@@ -57,6 +57,21 @@ def _cidr(text: str) -> str:
     return text
 
 
+PREFIX_OVERLAP_MESSAGE = (
+    "dtn.receiverPrefix and campus.remotePrefix overlap: the remote prefix must not equal or "
+    "lie inside the DTN-r prefix (the DTN-r prefix may lie inside the remote prefix; the "
+    "longer prefix wins)"
+)
+
+
+def prefixes_conflict(dtn_prefix: str, campus_prefix: str) -> bool:
+    """Overlapping class prefixes that longest-prefix match cannot separate: equal ones, or
+    a remote (campus) prefix inside the DTN-r prefix. A DTN-r host inside the remote network
+    is the normal case: its longer prefix wins."""
+    dtn, campus = ipaddress.ip_network(dtn_prefix), ipaddress.ip_network(campus_prefix)
+    return dtn.version == campus.version and campus.subnet_of(dtn)  # type: ignore[arg-type]
+
+
 _HOST_PORT_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
 
 
@@ -365,6 +380,50 @@ class FailsafeSpec(ApiModel):
         return self
 
 
+class TelemetrySpec(ApiModel):
+    """How the collector turns the switch's reports into y(t) (paper algorithms 4 and 7)."""
+
+    rtt_smoothing: float = Field(
+        default=0.875,
+        ge=0,
+        lt=1,
+        description="alpha of the campus RTT moving average (algorithm 4): RTT <- alpha*RTT + "
+        "(1-alpha)*mean of the per-flow RTTs, once per sample time. The paper leaves it open; "
+        "0.875 is TCP's SRTT weight, also used by P4BS. 0 takes each sample's mean as is.",
+    )
+    flow_timeout: Duration = Field(
+        default="2s",
+        description="A campus flow without an RTT sample for this long leaves the RTT vector "
+        "(algorithm 4).",
+    )
+    active_flow_packets: int = Field(
+        default=10,
+        ge=1,
+        le=65535,
+        description="C_TH: packets a flow must send, each within activeFlowWindow of the "
+        "previous, before it counts as active (algorithm 7).",
+    )
+    active_flow_window: Duration = Field(
+        default="100ms", description="T_TH of the active-flow rule (algorithm 7)."
+    )
+    idle_timeout: Duration = Field(
+        default="2s", description="An active flow silent this long is reported stopped."
+    )
+    rtt_horizon: Duration = Field(
+        default="1s",
+        description="A data packet's timestamp slot expires after this long: later ACKs "
+        "give no RTT sample.",
+    )
+
+    @model_validator(mode="after")
+    def _positive_durations(self) -> TelemetrySpec:
+        for name in ("flow_timeout", "active_flow_window", "idle_timeout", "rtt_horizon"):
+            seconds = parse_duration(getattr(self, name))
+            if not 0 < seconds <= 3600:
+                raise ValueError(f"telemetry.{to_camel(name)} must be between 0 and 1h")
+        return self
+
+
 def _spec_rules() -> list[dict[str, str]]:
     target = cel_rate_bps("self.targetRate")
     capacity = cel_rate_bps("self.bottleneckCapacity")
@@ -444,9 +503,9 @@ def _spec_rules() -> list[dict[str, str]]:
             "reason": "FieldValueInvalid",
         },
         {
-            "rule": "self.dtn.receiverPrefix != self.campus.remotePrefix",
-            "message": "dtn.receiverPrefix and campus.remotePrefix must differ (the DTN prefix may "
-            "lie inside the remote prefix; longest prefix wins)",
+            "rule": "!isCIDR(self.dtn.receiverPrefix) || !isCIDR(self.campus.remotePrefix) || "
+            "!cidr(self.dtn.receiverPrefix).containsCIDR(cidr(self.campus.remotePrefix))",
+            "message": PREFIX_OVERLAP_MESSAGE,
             "fieldPath": ".dtn.receiverPrefix",
             "reason": "FieldValueInvalid",
         },
@@ -492,6 +551,10 @@ class DTNTransferPolicySpec(ApiModel):
     failsafe: FailsafeSpec = Field(
         default_factory=FailsafeSpec, description="Behaviour on stale telemetry and shutdown."
     )
+    telemetry: TelemetrySpec = Field(
+        default_factory=TelemetrySpec,
+        description="Estimator settings of the collector (RTT smoothing, active-flow rule).",
+    )
     paused: bool = Field(
         default=False,
         description="Scale the collector and controller to zero, keeping their configuration.",
@@ -522,8 +585,8 @@ class DTNTransferPolicySpec(ApiModel):
                 )
         if self.failsafe.rate != "trivial" and parse_rate(self.failsafe.rate) > capacity:
             raise ValueError("failsafe.rate must not exceed bottleneckCapacity")
-        if self.dtn.receiver_prefix == self.campus.remote_prefix:
-            raise ValueError("dtn.receiverPrefix and campus.remotePrefix must differ")
+        if prefixes_conflict(self.dtn.receiver_prefix, self.campus.remote_prefix):
+            raise ValueError(PREFIX_OVERLAP_MESSAGE)
         return self
 
 

@@ -73,6 +73,17 @@ class FailsafeConfig(_Frozen):
     rate_bps: float = Field(ge=0)
 
 
+class TelemetryConfig(_Frozen):
+    """Estimator settings (defaults: ``TelemetrySpec``'s)."""
+
+    rtt_smoothing: float = Field(default=0.875, ge=0, lt=1)
+    flow_timeout_s: float = Field(default=2.0, gt=0)
+    active_flow_packets: int = Field(default=10, ge=1, le=65535)
+    active_flow_window_s: float = Field(default=0.1, gt=0)
+    idle_timeout_s: float = Field(default=2.0, gt=0)
+    rtt_horizon_s: float = Field(default=1.0, gt=0)
+
+
 class RuntimeConfig(_Frozen):
     """Everything the collector and controller need, with units in the field names."""
 
@@ -90,6 +101,7 @@ class RuntimeConfig(_Frozen):
     controller: ControllerConfig
     actuator: ActuatorConfig
     failsafe: FailsafeConfig
+    telemetry: TelemetryConfig = TelemetryConfig()
     collector_address: str = Field(
         description="host:port of the collector's sample stream, as the controller dials it."
     )
@@ -173,6 +185,14 @@ def resolve_runtime_config(
         ),
         failsafe=FailsafeConfig(
             stale_after_s=parse_duration(spec.failsafe.stale_after), rate_bps=failsafe_rate
+        ),
+        telemetry=TelemetryConfig(
+            rtt_smoothing=spec.telemetry.rtt_smoothing,
+            flow_timeout_s=parse_duration(spec.telemetry.flow_timeout),
+            active_flow_packets=spec.telemetry.active_flow_packets,
+            active_flow_window_s=parse_duration(spec.telemetry.active_flow_window),
+            idle_timeout_s=parse_duration(spec.telemetry.idle_timeout),
+            rtt_horizon_s=parse_duration(spec.telemetry.rtt_horizon),
         ),
         collector_address=collector_address,
     )

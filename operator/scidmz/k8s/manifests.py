@@ -18,6 +18,7 @@ from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config
 
 MANAGED_BY: Final = "scidmz-operator"
 CONFIG_MOUNT: Final = "/etc/scidmz"
+PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 POLICY_LABEL: Final = f"{GROUP}/policy"
 COLLECTOR: Final = "collector"
@@ -254,7 +255,18 @@ def build_collector_deployment(
         [grpc],
         _restricted_security_context(settings),
     )
-    return _deployment(ref, COLLECTOR, config, paused, settings, container, {})
+    deployment = _deployment(ref, COLLECTOR, config, paused, settings, container, {})
+    if config.switch.pipeline_config_map:
+        # The pipeline to push (P4Info + device config) rides in the user's ConfigMap; the
+        # collector reads it from files named by the keys in its runtime config.
+        pod = deployment["spec"]["template"]["spec"]
+        pod["volumes"].append(
+            {"name": "pipeline", "configMap": {"name": config.switch.pipeline_config_map}}
+        )
+        pod["containers"][0]["volumeMounts"].append(
+            {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True}
+        )
+    return deployment
 
 
 def build_controller_deployment(

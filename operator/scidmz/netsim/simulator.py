@@ -195,6 +195,19 @@ class Simulator:
             raise ValueError(f"campus rate limit must be a finite rate >= 0, got {rate_bps!r}")
         self.glob_f[layout.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
 
+    def set_activity_rule(
+        self, packets_threshold: int, window_s: float, idle_timeout_s: float
+    ) -> None:
+        """The tap's C_TH / T_TH rule and idle timeout (algorithm 7), from the next step on
+        (the P4 pipeline's settings table: the collector may change them)."""
+        if packets_threshold < 1 or not window_s > 0 or not idle_timeout_s > 0:
+            raise ValueError(
+                "activity rule needs packets_threshold >= 1 and positive window and timeout"
+            )
+        self.params[layout.P_C_TH] = packets_threshold
+        self.params[layout.P_T_TH] = window_s
+        self.params[layout.P_IDLE] = idle_timeout_s
+
     @property
     def campus_rate_limit_bps(self) -> float:
         return float(self.glob_f[layout.CAMPUS_RATE_LIMIT] * 8.0)

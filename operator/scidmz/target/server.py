@@ -1,17 +1,18 @@
 """The software P4Runtime target's gRPC service (P4Runtime 1.4 over grpc.aio).
 
-This release serves the control half of the API: Capabilities, pipeline config
-(Get/Set, checked against the scidmz contract), Write and Read of table entries, and the
-StreamChannel with arbitration. Counters, registers and digests from a packet source
-(netsim) come next. The decisions live in pure modules (``arbitration``, ``entries``);
-this one only moves messages and maps errors to the P4Runtime error model.
+It serves Capabilities; pipeline config (Get/Set, checked against the scidmz contract);
+Write of table entries and digest configuration, with the P4Runtime error model; Read of
+table entries (optionally with their counter data), direct and indirect counters,
+registers and digest configuration; and the StreamChannel with arbitration, digest lists
+and their acks. The decisions live in other modules (``arbitration``, ``entries``,
+``dataplane``, ``digests``); this one moves messages and maps errors to status codes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -19,10 +20,20 @@ import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
 from scidmz.target.arbitration import Arbitration, Verdict, arbitrate, disconnect
-from scidmz.target.entries import EntryKey, PipelineIndex, UpdateError, apply_update
+from scidmz.target.dataplane import Dataplane
+from scidmz.target.digests import DigestConfig, ReadyList
+from scidmz.target.entries import EntryKey, PipelineIndex, UpdateError, apply_update, entry_key
+from scidmz.target.observation import ActivityRule
 from scidmz.telemetry.pipeline import PipelineError, check_p4info
 
 API_VERSION = "1.4.0"
+READ_BATCH = 4096
+"""Entities per ReadResponse: a 65,536-slot register streams in 16 responses."""
+
+
+def bitstring(value: int) -> bytes:
+    """P4Runtime's canonical bytestring: big-endian, no leading zero bytes, at least one."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
 
 
 def election_id(value: p4r.Uint128) -> int:
@@ -36,15 +47,33 @@ def _uint128(value: int) -> p4r.Uint128:
 class TargetService(p4r_grpc.P4RuntimeServicer):
     """One device: its pipeline, its table entries and its connected controllers."""
 
-    def __init__(self, device_id: int, p4info: p4i.P4Info) -> None:
+    def __init__(
+        self,
+        device_id: int,
+        p4info: p4i.P4Info,
+        ports: frozenset[int] | None = None,
+        on_settings: Callable[[ActivityRule], None] | None = None,
+    ) -> None:
         check_p4info(p4info)
         self.device_id = device_id
-        self.p4info = p4info
-        self.index = PipelineIndex.from_p4info(p4info)
-        self.entries: Mapping[EntryKey, p4r.TableEntry] = MappingProxyType({})
+        self.ports = ports
+        self._on_settings = on_settings
         self.arbitration = Arbitration(device_id)
         self._streams: dict[int, asyncio.Queue[p4r.StreamMessageResponse]] = {}
         self._stream_ids = itertools.count(1)
+        self.digest_lists_sent = 0
+        self._load(p4info)
+
+    def _load(self, p4info: p4i.P4Info) -> None:
+        self.p4info = p4info
+        self.index = PipelineIndex.from_p4info(p4info)
+        self.entries: Mapping[EntryKey, p4r.TableEntry] = MappingProxyType({})
+        self.dataplane = Dataplane(p4info, self._on_settings)
+        self._tap_ports_id = self.dataplane.table_ids.get("ScidmzIngress.tap_ports", -1)
+        self._digest_structs = {
+            d.preamble.id: len(p4info.type_info.structs[d.type_spec.struct.name].members)
+            for d in p4info.digests
+        }
 
     # ---- helpers ---------------------------------------------------------------------------
     async def _check_device(self, device_id: int, context: Any) -> None:
@@ -100,9 +129,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         except PipelineError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
         if request.action != p4r.SetForwardingPipelineConfigRequest.VERIFY:
-            self.p4info = request.config.p4info
-            self.index = PipelineIndex.from_p4info(self.p4info)
-            self.entries = MappingProxyType({})
+            self._load(request.config.p4info)
         return p4r.SetForwardingPipelineConfigResponse()
 
     async def Write(  # noqa: N802
@@ -114,24 +141,12 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         failed = False
         for update in request.updates:
             error = p4r.Error(canonical_code=rpc_code.OK)
-            if update.entity.WhichOneof("entity") != "table_entry":
+            try:
+                self._apply(update)
+            except UpdateError as rejected:
                 error = p4r.Error(
-                    canonical_code=rpc_code.UNIMPLEMENTED,
-                    message="only table entries are writable on this target",
+                    canonical_code=rpc_code.Code.Value(rejected.code), message=rejected.message
                 )
-            else:
-                try:
-                    self.entries = apply_update(
-                        self.index,
-                        self.entries,
-                        p4r.Update.Type.Name(update.type),
-                        update.entity.table_entry,
-                    )
-                except UpdateError as rejected:
-                    error = p4r.Error(
-                        canonical_code=rpc_code.Code.Value(rejected.code),
-                        message=rejected.message,
-                    )
             failed = failed or error.canonical_code != rpc_code.OK
             details.append(error)
         if failed:
@@ -146,21 +161,206 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
             )
         return p4r.WriteResponse()
 
+    def _apply(self, update: p4r.Update) -> None:
+        kind = update.entity.WhichOneof("entity")
+        update_type = p4r.Update.Type.Name(update.type)
+        if kind == "table_entry":
+            entry = update.entity.table_entry
+            self._check_port(update_type, entry)
+            self.entries = apply_update(self.index, self.entries, update_type, entry)
+            self.dataplane.entries_changed(self.entries)
+        elif kind == "digest_entry":
+            self._apply_digest(update_type, update.entity.digest_entry)
+        else:
+            raise UpdateError(
+                "UNIMPLEMENTED",
+                f"{kind} is not writable on this target (table and digest entries are)",
+            )
+
+    def _check_port(self, update_type: str, entry: p4r.TableEntry) -> None:
+        if self.ports is None or entry.table_id != self._tap_ports_id or update_type == "DELETE":
+            return
+        for match in entry.match:
+            port = int.from_bytes(match.exact.value, "big")
+            if port not in self.ports:
+                raise UpdateError(
+                    "INVALID_ARGUMENT",
+                    f"tap_ports: port {port} is not a port of device {self.device_id} "
+                    f"(ports: {', '.join(map(str, sorted(self.ports)))})",
+                )
+
+    def _apply_digest(self, update_type: str, entry: p4r.DigestEntry) -> None:
+        queue = self.dataplane.digests.get(entry.digest_id)
+        if queue is None:
+            raise UpdateError("NOT_FOUND", f"no digest with id {entry.digest_id}")
+        if update_type == "DELETE":
+            if queue.config is None:
+                raise UpdateError("NOT_FOUND", f"digest {entry.digest_id} is not configured")
+            queue.configure(None)
+            return
+        config = DigestConfig(
+            entry.config.max_timeout_ns, entry.config.max_list_size, entry.config.ack_timeout_ns
+        )
+        problems = config.problems()
+        if problems:
+            raise UpdateError(
+                "INVALID_ARGUMENT", f"digest {entry.digest_id}: {'; '.join(problems)}"
+            )
+        if update_type == "INSERT" and queue.config is not None:
+            raise UpdateError("ALREADY_EXISTS", f"digest {entry.digest_id} is configured")
+        if update_type == "MODIFY" and queue.config is None:
+            raise UpdateError("NOT_FOUND", f"digest {entry.digest_id} is not configured")
+        queue.configure(config)
+
     async def Read(  # noqa: N802
         self, request: p4r.ReadRequest, context: Any
     ) -> AsyncIterator[p4r.ReadResponse]:
         await self._check_device(request.device_id, context)
-        response = p4r.ReadResponse()
-        for entity in request.entities:
-            if entity.WhichOneof("entity") != "table_entry":
-                await context.abort(
-                    grpc.StatusCode.UNIMPLEMENTED, "only table entries are readable yet"
-                )
-            wanted = entity.table_entry.table_id
-            for entry in self.entries.values():
-                if wanted in (0, entry.table_id):
-                    response.entities.add().table_entry.CopyFrom(entry)
-        yield response
+        batch: list[p4r.Entity] = []
+        for wanted in request.entities:
+            try:
+                for entity in self._read(wanted):
+                    batch.append(entity)
+                    if len(batch) >= READ_BATCH:
+                        yield p4r.ReadResponse(entities=batch)
+                        batch = []
+            except UpdateError as error:
+                await context.abort(getattr(grpc.StatusCode, error.code), error.message)
+        yield p4r.ReadResponse(entities=batch)
+
+    def _read(self, wanted: p4r.Entity) -> Iterator[p4r.Entity]:
+        kind = wanted.WhichOneof("entity")
+        if kind == "table_entry":
+            yield from self._read_tables(wanted.table_entry)
+        elif kind == "direct_counter_entry":
+            yield from self._read_direct(wanted.direct_counter_entry)
+        elif kind == "counter_entry":
+            yield from self._read_counters(wanted.counter_entry)
+        elif kind == "register_entry":
+            yield from self._read_registers(wanted.register_entry)
+        elif kind == "digest_entry":
+            yield from self._read_digests(wanted.digest_entry)
+        else:
+            raise UpdateError("UNIMPLEMENTED", f"{kind} is not readable on this target")
+
+    def _selected_entries(self, wanted: p4r.TableEntry) -> list[p4r.TableEntry]:
+        if wanted.table_id and wanted.table_id not in self.index.tables:
+            raise UpdateError("NOT_FOUND", f"no table with id {wanted.table_id}")
+        if wanted.match or wanted.is_default_action:
+            found = self.entries.get(entry_key(wanted))
+            if found is None:
+                raise UpdateError("NOT_FOUND", "no such table entry")
+            return [found]
+        return [e for e in self.entries.values() if wanted.table_id in (0, e.table_id)]
+
+    def _read_tables(self, wanted: p4r.TableEntry) -> Iterator[p4r.Entity]:
+        with_counters = wanted.HasField("counter_data")
+        for entry in self._selected_entries(wanted):
+            entity = p4r.Entity()
+            entity.table_entry.CopyFrom(entry)
+            if with_counters and entry.table_id in self.dataplane.direct_counter_tables.values():
+                data = entity.table_entry.counter_data
+                data.byte_count, data.packet_count = self.dataplane.direct_counter(entry_key(entry))
+            yield entity
+
+    def _read_direct(self, wanted: p4r.DirectCounterEntry) -> Iterator[p4r.Entity]:
+        counted = set(self.dataplane.direct_counter_tables.values())
+        table_id = wanted.table_entry.table_id
+        if table_id and table_id not in counted:
+            raise UpdateError("INVALID_ARGUMENT", f"table {table_id} has no direct counter")
+        for entry in self._selected_entries(wanted.table_entry):
+            if entry.table_id not in counted or entry.is_default_action:
+                continue
+            entity = p4r.Entity()
+            entity.direct_counter_entry.table_entry.CopyFrom(entry)
+            data = entity.direct_counter_entry.data
+            data.byte_count, data.packet_count = self.dataplane.direct_counter(entry_key(entry))
+            yield entity
+
+    def _read_counters(self, wanted: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+        counters = self.dataplane.counters
+        if wanted.counter_id and wanted.counter_id not in counters:
+            raise UpdateError("NOT_FOUND", f"no counter with id {wanted.counter_id}")
+        for counter_id, values in counters.items():
+            if wanted.counter_id not in (0, counter_id):
+                continue
+            indices = self._indices(wanted, values.shape[0], "counter")
+            for index in indices:
+                entity = p4r.Entity()
+                entry = entity.counter_entry
+                entry.counter_id = counter_id
+                entry.index.index = index
+                entry.data.byte_count = int(values[index, 0])
+                entry.data.packet_count = int(values[index, 1])
+                yield entity
+
+    def _read_registers(self, wanted: p4r.RegisterEntry) -> Iterator[p4r.Entity]:
+        registers = self.dataplane.registers
+        if wanted.register_id and wanted.register_id not in registers:
+            raise UpdateError("NOT_FOUND", f"no register with id {wanted.register_id}")
+        for register_id, values in registers.items():
+            if wanted.register_id not in (0, register_id):
+                continue
+            for index in self._indices(wanted, values.shape[0], "register"):
+                entity = p4r.Entity()
+                entry = entity.register_entry
+                entry.register_id = register_id
+                entry.index.index = index
+                entry.data.bitstring = bitstring(int(values[index]))
+                yield entity
+
+    @staticmethod
+    def _indices(wanted: p4r.CounterEntry | p4r.RegisterEntry, size: int, what: str) -> range:
+        if not wanted.HasField("index"):
+            return range(size)
+        index = wanted.index.index
+        if not 0 <= index < size:
+            raise UpdateError("OUT_OF_RANGE", f"{what} index {index} is outside 0..{size - 1}")
+        return range(index, index + 1)
+
+    def _read_digests(self, wanted: p4r.DigestEntry) -> Iterator[p4r.Entity]:
+        digests = self.dataplane.digests
+        if wanted.digest_id and wanted.digest_id not in digests:
+            raise UpdateError("NOT_FOUND", f"no digest with id {wanted.digest_id}")
+        for digest_id, queue in digests.items():
+            if wanted.digest_id not in (0, digest_id) or queue.config is None:
+                continue
+            entity = p4r.Entity()
+            entity.digest_entry.digest_id = digest_id
+            config = entity.digest_entry.config
+            config.max_timeout_ns = queue.config.max_timeout_ns
+            config.max_list_size = queue.config.max_list_size
+            config.ack_timeout_ns = queue.config.ack_timeout_ns
+            yield entity
+
+    # ---- digests -------------------------------------------------------------------------
+    def deliver_digests(self, now_ns: int, wall_ns: int) -> int:
+        """Send every digest list that is due to the primary; returns how many went out.
+        Without a primary, digests wait (bounded) for one."""
+        primary = self.arbitration.primary
+        queue = self._streams.get(primary) if primary is not None else None
+        if queue is None:
+            return 0
+        sent = 0
+        for digest_id, digests in self.dataplane.digests.items():
+            while (ready := digests.poll(now_ns)) is not None:
+                queue.put_nowait(self._digest_list(digest_id, ready, wall_ns))
+                sent += 1
+        self.digest_lists_sent += sent
+        return sent
+
+    @staticmethod
+    def _digest_list(digest_id: int, ready: ReadyList, wall_ns: int) -> p4r.StreamMessageResponse:
+        response = p4r.StreamMessageResponse()
+        digest = response.digest
+        digest.digest_id = digest_id
+        digest.list_id = ready.list_id
+        digest.timestamp = wall_ns
+        for record in ready.records:
+            members = digest.data.add().struct.members
+            for value in record:
+                members.add().bitstring = bitstring(value)
+        return response
 
     # ---- the stream ------------------------------------------------------------------------
     async def StreamChannel(  # noqa: N802
@@ -203,7 +403,15 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
     ) -> Verdict | None:
         """Handle this client's stream requests; returns why the stream must end."""
         async for request in requests:
-            if request.WhichOneof("update") != "arbitration":
+            kind = request.WhichOneof("update")
+            if kind == "digest_ack":
+                if client == self.arbitration.primary:
+                    ack = request.digest_ack
+                    queue_of = self.dataplane.digests.get(ack.digest_id)
+                    if queue_of is not None:
+                        queue_of.ack(ack.list_id)
+                continue
+            if kind != "arbitration":
                 continue
             update = request.arbitration
             self.arbitration, verdict, notify = arbitrate(

@@ -1,6 +1,6 @@
 """The contract between the P4 programs (``p4/``), the collector and the software target.
 
-Every table, action, direct counter, register and digest the collector touches is declared
+Every table, action, counter, register and digest the collector touches is declared
 here once, with its widths. From it come:
 
 * ``build_p4info`` — the P4Info the programs compile to. No p4c runs here, so the checked-in
@@ -58,6 +58,14 @@ class Table:
 class Register:
     name: str
     bitwidth: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Counter:
+    """An indirect counter, indexed by class id, counting packets and bytes."""
+
+    name: str
     size: int
 
 
@@ -124,11 +132,15 @@ TABLES: tuple[Table, ...] = (
 REGISTERS: tuple[Register, ...] = (
     Register(_q("queuing_delay_ns"), 48, 4),  # index: class id (algorithm 5)
     Register(_q("packet_ts"), 48, FLOW_SLOTS),  # ingress-tap time by packet hash
+    Register(_q("packet_class"), 8, FLOW_SLOTS),  # ... and that packet's class
     Register(_q("seq_ts"), 48, FLOW_SLOTS),  # data time by hash(flow, expected ACK)
     Register(_q("seq_sig"), 32, FLOW_SLOTS),  # the slot's owner; 0 after a retransmission
     Register(_q("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
     Register(_q("flow_last_ns"), 48, FLOW_SLOTS),  # TS_REG of algorithm 7
     Register(_q("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
+)
+COUNTERS: tuple[Counter, ...] = (
+    Counter(_q("class_traffic"), 4),  # index: class id; data packets and bytes at BR1 ingress
 )
 DIGESTS: tuple[Digest, ...] = (
     Digest("rtt_sample_t", (Field("flow_hash", 32), Field("class_id", 8), Field("rtt_ns", 32))),
@@ -152,6 +164,7 @@ def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
     counters = [t.direct_counter for t in TABLES if t.direct_counter]
     counter_ids = _ids(p4i.P4Ids.DIRECT_COUNTER, counters)
     register_ids = _ids(p4i.P4Ids.REGISTER, [r.name for r in REGISTERS])
+    indirect_ids = _ids(p4i.P4Ids.COUNTER, [c.name for c in COUNTERS])
     digest_ids = _ids(p4i.P4Ids.DIGEST, [d.name for d in DIGESTS])
 
     info = p4i.P4Info()
@@ -190,6 +203,13 @@ def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
         counter.preamble.alias = table.direct_counter.rsplit(".", 1)[-1]
         counter.spec.unit = p4i.CounterSpec.Unit.BYTES
         counter.direct_table_id = table_ids[table.name]
+    for indirect in COUNTERS:
+        counter_entry = info.counters.add()
+        counter_entry.preamble.id = indirect_ids[indirect.name]
+        counter_entry.preamble.name = indirect.name
+        counter_entry.preamble.alias = indirect.name.rsplit(".", 1)[-1]
+        counter_entry.spec.unit = p4i.CounterSpec.Unit.BOTH
+        counter_entry.size = indirect.size
     for register in REGISTERS:
         register_entry = info.registers.add()
         register_entry.preamble.id = register_ids[register.name]
@@ -247,6 +267,18 @@ def check_p4info(info: p4i.P4Info) -> None:
     for table in TABLES:
         if table.direct_counter and table.direct_counter not in counters:
             problems.append(f"direct counter {table.direct_counter} is missing")
+    indirect = {c.preamble.name: c for c in info.counters}
+    for wanted in COUNTERS:
+        found_counter = indirect.get(wanted.name)
+        if found_counter is None:
+            problems.append(f"counter {wanted.name} is missing")
+        elif (
+            found_counter.size < wanted.size or found_counter.spec.unit != p4i.CounterSpec.Unit.BOTH
+        ):
+            problems.append(
+                f"counter {wanted.name}: want packets and bytes [{wanted.size}], found "
+                f"{p4i.CounterSpec.Unit.Name(found_counter.spec.unit)}[{found_counter.size}]"
+            )
     registers = {r.preamble.name: r for r in info.registers}
     for register in REGISTERS:
         found_register = registers.get(register.name)

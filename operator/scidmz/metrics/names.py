@@ -1,0 +1,40 @@
+"""Every Prometheus metric name scidmz exports, in one place (shared/DESIGN.md).
+
+Base units are bytes and seconds; labels are ``policy``, ``namespace`` and, where a value
+belongs to a traffic class, ``class`` (``dtn`` or ``campus``). Never a 5-tuple in a label.
+Dashboards and alerts use only these names; a test keeps them in step.
+"""
+
+from __future__ import annotations
+
+PREFIX = "scidmz_"
+
+# ---- the network state y(t) (collector) -------------------------------------------------
+RATE = "scidmz_rate_bytes_per_second"
+RTT = "scidmz_rtt_seconds"
+QUEUING_DELAY = "scidmz_queuing_delay_seconds"
+ACTIVE_FLOWS = "scidmz_active_flows"
+CLASS_BYTES = "scidmz_class_bytes_total"
+STATE_VALID = "scidmz_state_valid"
+SAMPLE_AGE = "scidmz_sample_age_seconds"
+SAMPLE_STALE = "scidmz_sample_stale"
+
+# ---- the collector's own health -----------------------------------------------------------
+POLL_DURATION = "scidmz_collector_poll_seconds"
+P4RUNTIME_ERRORS = "scidmz_p4runtime_errors_total"
+DIGESTS_RECEIVED = "scidmz_digests_received_total"
+SAMPLES_PUBLISHED = "scidmz_samples_total"
+SWITCH_CONNECTED = "scidmz_switch_connected"
+SWITCH_PRIMARY = "scidmz_switch_primary"
+SWITCH_RECONNECTS = "scidmz_switch_reconnects_total"
+LOOP_OVERRUNS = "scidmz_loop_overruns_total"
+
+# ---- control (controller) -----------------------------------------------------------------
+TARGET_RATE = "scidmz_target_rate_bytes_per_second"
+CAMPUS_RATE_LIMIT = "scidmz_campus_rate_limit_bytes_per_second"
+MODEL_OUTPUT = "scidmz_model_output_bytes_per_second"
+TRACKING_MRAE = "scidmz_tracking_mrae"
+FAILSAFE_ACTIVE = "scidmz_failsafe_active"
+CONTROL_LOOP = "scidmz_control_loop_seconds"
+
+BUILD_INFO = "scidmz_build_info"

@@ -1,0 +1,241 @@
+"""The data half of the software target: the P4 program's semantics over observations.
+
+``Dataplane`` holds what the program in ``p4/v1model/scidmz.p4`` holds — direct counters
+on the classification entries, the ``class_traffic`` indirect counter, the registers, the
+digest queues — and updates them from a source's ``Observation`` the way the program would:
+
+* data entering BR1 through a port whose ``tap_ports`` role is the campus or DTN side is
+  classified by destination (``classify_v4/v6``, longest prefix first); unclassified
+  traffic, or traffic on an untapped port, measures nothing;
+* a class's BR1 sojourn lands in ``queuing_delay_ns[class]`` only when the bottleneck side
+  is tapped too (algorithm 5 needs both copies of a packet);
+* returning ACKs are classified by source (``reverse_v4/v6``) on the bottleneck side; their
+  RTT becomes an ``rtt_sample_t`` digest unless it is beyond the settings' RTT horizon;
+* activity-rule transitions become ``flow_start_t`` / ``flow_stop_t`` digests and update
+  the ``flow_*`` registers of the flow's slot.
+
+No I/O and no clocks: the runner passes ``now_ns``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from ipaddress import IPv4Network, IPv6Network, ip_network
+
+import numpy as np
+import numpy.typing as npt
+from finsy.proto import p4i, p4r
+
+from scidmz.target.digests import DigestQueue, DigestRecord
+from scidmz.target.entries import EntryKey
+from scidmz.target.observation import ActivityRule, Address, FlowChange, Observation
+from scidmz.telemetry import pipeline as contract
+
+Network = IPv4Network | IPv6Network
+U64Array = npt.NDArray[np.uint64]
+
+INGRESS_ROLES = frozenset({contract.ROLE_CAMPUS_SIDE, contract.ROLE_DTN_SIDE})
+DEFAULT_SETTINGS = (10, 100_000_000, 2_000_000_000, 1_000_000_000)
+"""The program's default ``set_settings(c_th, t_th_ns, idle_ns, rtt_max_ns)``."""
+
+
+@dataclass(frozen=True)
+class Route:
+    network: Network
+    class_id: int
+    key: EntryKey
+
+
+@dataclass(frozen=True)
+class Settings:
+    c_th: int
+    t_th_ns: int
+    idle_ns: int
+    rtt_max_ns: int
+
+    def activity_rule(self) -> ActivityRule:
+        return ActivityRule(self.c_th, self.t_th_ns / 1e9, self.idle_ns / 1e9)
+
+
+def _int(value: bytes) -> int:
+    return int.from_bytes(value, "big")
+
+
+def _lookup(routes: tuple[Route, ...], address: Address) -> Route | None:
+    for route in routes:  # sorted longest prefix first
+        if address.version == route.network.version and address in route.network:
+            return route
+    return None
+
+
+class Dataplane:
+    """Counters, registers and digest queues of one pipeline instance."""
+
+    def __init__(
+        self,
+        p4info: p4i.P4Info,
+        on_settings: Callable[[ActivityRule], None] | None = None,
+    ) -> None:
+        self.tables = {t.preamble.id: t.preamble.name for t in p4info.tables}
+        self.table_ids = {name: id_ for id_, name in self.tables.items()}
+        self.action_names = {a.preamble.id: a.preamble.name for a in p4info.actions}
+        self.registers: dict[int, U64Array] = {
+            r.preamble.id: np.zeros(r.size, dtype=np.uint64) for r in p4info.registers
+        }
+        self.register_ids = {r.preamble.name: r.preamble.id for r in p4info.registers}
+        self.counters: dict[int, U64Array] = {
+            c.preamble.id: np.zeros((c.size, 2), dtype=np.uint64) for c in p4info.counters
+        }
+        self.counter_ids = {c.preamble.name: c.preamble.id for c in p4info.counters}
+        self.direct_counter_tables = {
+            c.preamble.id: c.direct_table_id for c in p4info.direct_counters
+        }
+        self.digests: dict[int, DigestQueue] = {
+            d.preamble.id: DigestQueue() for d in p4info.digests
+        }
+        self.digest_ids = {d.preamble.name: d.preamble.id for d in p4info.digests}
+        self.direct: dict[EntryKey, list[int]] = {}
+        self.routes: tuple[Route, ...] = ()
+        self.reverse_routes: tuple[Route, ...] = ()
+        self.roles: Mapping[int, int] = {}
+        self.settings = Settings(*DEFAULT_SETTINGS)
+        self._on_settings = on_settings
+        # The source's activity rule runs whatever is installed; the program only sees
+        # (and reports) flows it can classify. A flow already active when its prefix gets
+        # installed is reported then, as its next C_TH packets would make the program do.
+        self._active: dict[int, FlowChange] = {}
+        self._reported: set[int] = set()
+        self._now_ns = 0
+
+    # ---- entries -------------------------------------------------------------------------
+    def entries_changed(self, entries: Mapping[EntryKey, p4r.TableEntry]) -> None:
+        """Re-derive routes, roles and settings from the installed entries. Direct counters
+        live and die with their entries (a modified entry keeps its counts)."""
+        routes: list[Route] = []
+        reverse: list[Route] = []
+        roles: dict[int, int] = {}
+        settings = Settings(*DEFAULT_SETTINGS)
+        for key, entry in entries.items():
+            name = self.tables.get(entry.table_id, "").rsplit(".", 1)[-1]
+            params = [_int(p.value) for p in entry.action.action.params]
+            action = self.action_names.get(entry.action.action.action_id, "")
+            if name == "settings" and action.endswith("set_settings"):
+                settings = Settings(*params)
+            elif name == "tap_ports" and action.endswith("set_tap_role"):
+                roles[_int(entry.match[0].exact.value)] = params[0]
+            elif name in ("classify_v4", "classify_v6", "reverse_v4", "reverse_v6"):
+                if not action.endswith("set_class") or not entry.match:
+                    continue
+                lpm = entry.match[0].lpm
+                width = 32 if name.endswith("v4") else 128
+                value = _int(lpm.value).to_bytes(width // 8, "big")
+                route = Route(ip_network((value, lpm.prefix_len)), params[0], key)
+                (routes if name.startswith("classify") else reverse).append(route)
+        by_length = lambda r: -r.network.prefixlen  # noqa: E731
+        self.routes = tuple(sorted(routes, key=by_length))
+        self.reverse_routes = tuple(sorted(reverse, key=by_length))
+        self.roles = roles
+        self.direct = {r.key: self.direct.get(r.key, [0, 0]) for r in self.routes}
+        if settings != self.settings:
+            self.settings = settings
+            if self._on_settings is not None:
+                self._on_settings(settings.activity_rule())
+        unreported = [c for h, c in self._active.items() if h not in self._reported]
+        self._report_flows(unreported, self._now_ns)
+
+    # ---- the data path -----------------------------------------------------------------
+    def observe(self, observation: Observation, now_ns: int) -> None:
+        """Apply one tick of tap observations (see the module docstring)."""
+        bottleneck_tapped = (
+            self.roles.get(observation.bottleneck_port) == contract.ROLE_BOTTLENECK_SIDE
+        )
+        class_traffic = self.counters.get(self.counter_ids.get(_q("class_traffic"), -1))
+        qd = self.registers.get(self.register_ids.get(_q("queuing_delay_ns"), -1))
+        for traffic in observation.traffic:
+            if self.roles.get(traffic.port) not in INGRESS_ROLES:
+                continue
+            route = _lookup(self.routes, traffic.destination)
+            if route is None:
+                continue
+            counts = self.direct[route.key]
+            counts[0] += traffic.bytes
+            counts[1] += traffic.packets
+            if class_traffic is not None and route.class_id < class_traffic.shape[0]:
+                class_traffic[route.class_id, 0] += np.uint64(traffic.bytes)
+                class_traffic[route.class_id, 1] += np.uint64(traffic.packets)
+            if (
+                bottleneck_tapped
+                and traffic.queuing_delay_ns > 0
+                and qd is not None
+                and route.class_id < qd.shape[0]
+            ):
+                qd[route.class_id] = traffic.queuing_delay_ns
+        if bottleneck_tapped:
+            self._rtt_digests(observation, now_ns)
+        self._flow_digests(observation, now_ns)
+
+    def _rtt_digests(self, observation: Observation, now_ns: int) -> None:
+        queue = self.digests.get(self.digest_ids.get("rtt_sample_t", -1))
+        if queue is None:
+            return
+        records: list[DigestRecord] = []
+        horizon = self.settings.rtt_max_ns
+        for match in observation.rtt_matches:
+            route = _lookup(self.reverse_routes, match.remote)
+            if route is None or not 0 <= match.rtt_ns < horizon:
+                continue
+            records.append((match.flow_hash, route.class_id, min(match.rtt_ns, 0xFFFFFFFF)))
+        queue.push(records, now_ns)
+
+    def _flow_digests(self, observation: Observation, now_ns: int) -> None:
+        for change in observation.flow_changes:
+            if change.started:
+                self._active[change.flow_hash] = change
+            else:
+                self._active.pop(change.flow_hash, None)
+        self._report_flows(observation.flow_changes, now_ns)
+
+    def _report_flows(self, changes: Iterable[FlowChange], now_ns: int) -> None:
+        """Algorithm 7's digests and registers for the changes the program can see."""
+        self._now_ns = max(self._now_ns, now_ns)
+        start = self.digests.get(self.digest_ids.get("flow_start_t", -1))
+        stop = self.digests.get(self.digest_ids.get("flow_stop_t", -1))
+        active = self.registers.get(self.register_ids.get(_q("flow_active"), -1))
+        packets = self.registers.get(self.register_ids.get(_q("flow_packets"), -1))
+        last = self.registers.get(self.register_ids.get(_q("flow_last_ns"), -1))
+        starts: list[DigestRecord] = []
+        stops: list[DigestRecord] = []
+        for change in changes:
+            if change.started == (change.flow_hash in self._reported):
+                continue  # a stop the program never reported a start for, or a repeat
+            if self.roles.get(change.port) not in INGRESS_ROLES:
+                continue
+            route = _lookup(self.routes, change.destination)
+            if route is None:
+                continue
+            slot = change.flow_hash % contract.FLOW_SLOTS
+            if active is not None and packets is not None and last is not None:
+                active[slot] = 1 if change.started else 0
+                packets[slot] = self.settings.c_th if change.started else 0
+                last[slot] = now_ns
+            if change.started:
+                self._reported.add(change.flow_hash)
+                starts.append((change.flow_hash, route.class_id))
+            else:
+                self._reported.discard(change.flow_hash)
+                stops.append((change.flow_hash, route.class_id, change.reason))
+        if start is not None:
+            start.push(starts, now_ns)
+        if stop is not None:
+            stop.push(stops, now_ns)
+
+    # ---- reads -------------------------------------------------------------------------
+    def direct_counter(self, key: EntryKey) -> tuple[int, int]:
+        """(bytes, packets) of a classification entry; (0, 0) for other entries."""
+        counts = self.direct.get(key, [0, 0])
+        return counts[0], counts[1]
+
+
+def _q(name: str) -> str:
+    return f"{contract.CONTROL}.{name}"

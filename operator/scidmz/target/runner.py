@@ -1,0 +1,142 @@
+"""Run the software target: the P4Runtime service, the packet source's clock, the sim hook.
+
+``Target`` owns one device. Its tick loop advances the source on monotonic deadlines
+(overruns are counted, never accumulated as drift), feeds the observation to the
+dataplane, and delivers due digest lists to the primary controller. The simulator source
+also serves ``scidmz.v1.SimActuator`` on the same gRPC address, through which the
+controller's ``sim`` actuator sets u(t).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from finsy.proto import p4i, p4r_grpc
+
+from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+from scidmz.target.netsim_source import NetsimSource
+from scidmz.target.observation import PacketSource
+from scidmz.target.server import TargetService
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TICK_S = 0.005
+
+
+@dataclass
+class TickStats:
+    ticks: int = 0
+    overruns: int = 0
+    last_tick_s: float = 0.0
+
+
+class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
+    """u(t) into the simulated shaper; the simulator's ground truth out."""
+
+    def __init__(self, source: NetsimSource) -> None:
+        self.source = source
+
+    async def SetCampusRateLimit(  # noqa: N802 (gRPC method name)
+        self, request: telemetry_pb2.CampusRateLimit, context: Any
+    ) -> telemetry_pb2.CampusRateLimit:
+        rate = request.rate_bps
+        if not math.isfinite(rate) or rate < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"rate_bps must be finite and >= 0, got {rate}"
+            )
+        self.source.set_campus_rate_limit(rate)
+        return telemetry_pb2.CampusRateLimit(rate_bps=self.source.sim.campus_rate_limit_bps)
+
+    async def GetGroundTruth(  # noqa: N802
+        self, request: telemetry_pb2.GroundTruthRequest, context: Any
+    ) -> telemetry_pb2.GroundTruth:
+        if not self.source.truth:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the simulator has not ticked yet")
+        point = self.source.truth[-1]
+        return telemetry_pb2.GroundTruth(
+            sim_time_s=point.sim_s,
+            dtn_tap_bytes=point.dtn_tap_bytes,
+            campus_tap_bytes=point.campus_tap_bytes,
+            dtn_queuing_delay_s=point.dtn_queuing_delay_s,
+            campus_queuing_delay_s=point.campus_queuing_delay_s,
+            dtn_rtt_s=point.dtn_rtt_s,
+            campus_rtt_s=point.campus_rtt_s,
+            active_flows=point.active_flows,
+            campus_rate_limit_bps=point.campus_rate_limit_bps,
+        )
+
+
+class Target:
+    """One software P4Runtime device fed by a packet source."""
+
+    def __init__(
+        self,
+        p4info: p4i.P4Info,
+        source: PacketSource,
+        device_id: int = 1,
+        tick_s: float = DEFAULT_TICK_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.service = TargetService(
+            device_id, p4info, ports=source.ports, on_settings=source.set_activity_rule
+        )
+        self.tick_s = tick_s
+        self.stats = TickStats()
+        self._clock = clock
+        self._server: grpc.aio.Server | None = None
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def start(self, listen: str) -> None:
+        """Listen on ``listen`` (host:port) and start ticking."""
+        server = grpc.aio.server()
+        p4r_grpc.add_P4RuntimeServicer_to_server(self.service, server)
+        if isinstance(self.source, NetsimSource):
+            telemetry_pb2_grpc.add_SimActuatorServicer_to_server(
+                SimActuatorService(self.source), server
+            )
+        if server.add_insecure_port(listen) == 0:
+            raise OSError(f"cannot listen on {listen}")
+        await server.start()
+        self._server = server
+        self._ticker = asyncio.create_task(self._tick_forever())
+
+    async def stop(self, grace_s: float = 0.5) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)
+        if self._server is not None:
+            await self._server.stop(grace_s)
+
+    async def wait(self) -> None:
+        if self._server is not None:
+            await self._server.wait_for_termination()
+
+    def tick(self, elapsed_s: float) -> None:
+        """One step of the data plane: advance the source, observe, deliver digests."""
+        observation = self.source.advance(elapsed_s)
+        now_ns = time.monotonic_ns()
+        self.service.dataplane.observe(observation, now_ns)
+        self.service.deliver_digests(now_ns, time.time_ns())
+        self.stats.ticks += 1
+
+    async def _tick_forever(self) -> None:
+        last = self._clock()
+        deadline = last + self.tick_s
+        while True:
+            await asyncio.sleep(max(0.0, deadline - self._clock()))
+            now = self._clock()
+            self.tick(now - last)
+            self.stats.last_tick_s = self._clock() - now
+            last = now
+            deadline += self.tick_s
+            if deadline < self._clock():
+                self.stats.overruns += 1
+                deadline = self._clock() + self.tick_s

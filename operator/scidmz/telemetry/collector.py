@@ -1,0 +1,373 @@
+"""The telemetry collector: P4Runtime session upkeep, the sample loop, publishing.
+
+Two tasks share one ``Collector``:
+
+* the connection task keeps a ready session: connect, arbitrate (waiting as backup until
+  promoted), check the P4Info against the contract (optionally pushing the pipeline),
+  reconcile the table entries and digest configuration, seed the active-flow set from the
+  ``flow_active`` register. On any transient failure it closes the session and retries
+  with capped exponential backoff; it never gives up;
+* the sample task runs on monotonic deadlines every T: Read the counters and registers,
+  take the digests received since the last sample, ``estimate`` y(t), publish it to the
+  stream, the Prometheus snapshot and the logs. Without a ready session it publishes the
+  last values marked stale, so subscribers see time pass and can fail safe.
+
+What is wrong with the configuration or the pipeline (a P4Info missing an entity, a port
+the switch refuses) is not transient: ``CollectorError`` ends ``run`` with a message
+naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from finsy.proto import p4i, p4r
+from prometheus_client import CollectorRegistry
+
+from scidmz.metrics.http import Health
+from scidmz.telemetry import program
+from scidmz.telemetry.estimators import FlowEvent, RttSample
+from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter
+from scidmz.telemetry.pipeline import PipelineError, check_p4info
+from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimate
+from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
+from scidmz.telemetry.state import NetworkState
+from scidmz.telemetry.stream import TelemetryService, to_message
+
+log = logging.getLogger(__name__)
+
+
+class CollectorError(Exception):
+    """Start-up cannot succeed with this configuration or pipeline; the message says why."""
+
+
+@dataclass(frozen=True)
+class CollectorSettings:
+    policy: str
+    namespace: str
+    address: str
+    device_id: int
+    election_id: int
+    sample_time_s: float
+    plan: program.Plan
+    estimator: EstimatorSettings
+    pipeline: tuple[p4i.P4Info, bytes] | None = None
+    backoff_initial_s: float = 0.2
+    backoff_max_s: float = 5.0
+    rpc_timeout_s: float = 5.0
+
+
+class Collector:
+    def __init__(
+        self,
+        settings: CollectorSettings,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry or CollectorRegistry()
+        self.stream = TelemetryService()
+        self.health = Health()
+        self.metrics = SelfMetrics.create(self.registry)
+        self.registry.register(
+            StateExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
+        )
+        self.snapshot: Snapshot | None = None
+        self.sequence = 0
+        self._labels = (settings.policy, settings.namespace)
+        self._clock = clock
+        self._wall = wall_clock
+        self._state = EstimatorState()
+        self._ids: program.Ids | None = None
+        self._session: SwitchSession | None = None
+        self._ready: SwitchSession | None = None
+        self._rtt_samples: list[RttSample] = []
+        self._flow_events: list[FlowEvent] = []
+        self._fatal: CollectorError | None = None
+        self._last_good: NetworkState | None = None
+
+    # ---- the public face -------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set; raises ``CollectorError`` on a fatal configuration error."""
+        tasks = [
+            asyncio.create_task(self._keep_connected(), name="connection"),
+            asyncio.create_task(self._sample_forever(), name="samples"),
+        ]
+        stopper = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            for task in (*tasks, stopper):
+                task.cancel()
+            await asyncio.gather(*tasks, stopper, return_exceptions=True)
+            if self._session is not None:
+                await self._session.close()
+            self.health.set_ready(False, "stopped")
+
+    @property
+    def is_primary(self) -> bool:
+        return self._ready is not None
+
+    # ---- connection upkeep ---------------------------------------------------------------
+    async def _keep_connected(self) -> None:
+        s = self.settings
+        delay = s.backoff_initial_s
+        attempt = 0
+        while True:
+            if attempt:
+                self.metrics.reconnects.labels(*self._labels).inc()
+            attempt += 1
+            session = SwitchSession(s.address, s.device_id, s.election_id, self._on_digest)
+            self._session = session
+            try:
+                await self._serve_session(session)
+                delay = s.backoff_initial_s  # the session lived: start over gently
+            except (P4RuntimeError, SessionClosed, OSError) as error:
+                code = error.code.name if isinstance(error, P4RuntimeError) else "UNAVAILABLE"
+                self.metrics.p4runtime_errors.labels(*self._labels, code).inc()
+                self.health.set_ready(False, f"switch {s.address}: {error}")
+                log.warning("switch %s: %s; retrying in %.1f s", s.address, error, delay)
+            finally:
+                self._ready = None
+                self.metrics.connected.labels(*self._labels).set(0)
+                self.metrics.primary.labels(*self._labels).set(0)
+                await session.close()
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
+            delay = min(delay * 2, s.backoff_max_s)
+
+    async def _serve_session(self, session: SwitchSession) -> None:
+        """Connect, wait for mastership, set up, and serve until the session fails or
+        this collector is demoted (then wait to be promoted again)."""
+        s = self.settings
+        primary = await session.open(s.rpc_timeout_s)
+        self.metrics.connected.labels(*self._labels).set(1)
+        log.info("connected to %s as %s", s.address, "primary" if primary else "backup")
+        while True:
+            while not session.is_primary:
+                self.health.set_ready(
+                    False, f"backup: election id {s.election_id} < primary's "
+                    f"{session.primary_election_id}",
+                )  # fmt: skip
+                session.role_changed.clear()
+                await self._wait(session, session.role_changed.wait())
+            self.metrics.primary.labels(*self._labels).set(1)
+            await self._set_up(session)
+            self._ready = session
+            self.health.set_ready(True, f"primary on {s.address}")
+            session.role_changed.clear()
+            while session.is_primary:
+                await self._wait(session, session.role_changed.wait())
+                session.role_changed.clear()
+            self._ready = None
+            self.metrics.primary.labels(*self._labels).set(0)
+
+    @staticmethod
+    async def _wait(session: SwitchSession, awaitable: Awaitable[object]) -> None:
+        """Wait for ``awaitable``, raising the session's error if it closes first."""
+        waiter: asyncio.Future[object] = asyncio.ensure_future(awaitable)
+        closed: asyncio.Future[object] = session.closed  # type: ignore[assignment]
+        try:
+            await asyncio.wait({waiter, closed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if session.closed.done():
+            session.closed.result()  # raises why it closed
+
+    async def _set_up(self, session: SwitchSession) -> None:
+        s = self.settings
+        info = await session.get_p4info(s.rpc_timeout_s)
+        if s.pipeline is not None and (info is None or info != s.pipeline[0]):
+            try:
+                check_p4info(s.pipeline[0])
+            except PipelineError as error:
+                raise self._die(f"the pipeline to push does not fit: {error}") from None
+            log.info("pushing the pipeline to %s", s.address)
+            await session.set_pipeline(*s.pipeline)
+            info = await session.get_p4info(s.rpc_timeout_s)
+        if info is None:
+            raise self._die(
+                f"switch {s.address} has no pipeline and none is configured to push "
+                "(switch.pipeline.configMapRef)"
+            )
+        try:
+            check_p4info(info)
+        except PipelineError as error:
+            raise self._die(f"switch {s.address}: {error}") from None
+        ids = program.Ids.from_p4info(info)
+        self._ids = ids
+        await self._reconcile_entries(session, ids)
+        # Digests from here on apply on top of the register snapshot read below: a flow
+        # that starts while the register streams out is caught by one or the other.
+        self._rtt_samples.clear()
+        self._flow_events.clear()
+        await self._configure_digests(session, ids)
+        active = program.parse_active_slots(
+            await session.read(program.active_slots_request(ids), s.rpc_timeout_s)
+        )
+        self._state = replace(self._state, previous=None, active_flows=active)
+        log.info("set up %s: entries installed, %d active flows held", s.address, len(active))
+
+    def _die(self, message: str) -> CollectorError:
+        self._fatal = CollectorError(message)
+        return self._fatal
+
+    async def _reconcile_entries(self, session: SwitchSession, ids: program.Ids) -> None:
+        s = self.settings
+        desired = program.desired_entries(ids, s.plan)
+        wanted = {_key(e): e for e in desired if not e.is_default_action}
+        read = []
+        for table_id in program.managed_tables(ids):
+            entity = p4r.Entity()
+            entity.table_entry.table_id = table_id
+            read.append(entity)
+        present = {
+            _key(e.table_entry): e.table_entry for e in await session.read(read, s.rpc_timeout_s)
+        }
+        updates = []
+        for key, entry in present.items():
+            if key not in wanted:
+                updates.append(_update(p4r.Update.DELETE, entry))
+        for key, entry in wanted.items():
+            if key not in present:
+                updates.append(_update(p4r.Update.INSERT, entry))
+            elif not _same_action(present[key].action, entry.action):
+                updates.append(_update(p4r.Update.MODIFY, entry))
+        updates += [_update(p4r.Update.MODIFY, e) for e in desired if e.is_default_action]
+        try:
+            await session.write(updates, s.rpc_timeout_s)
+        except P4RuntimeError as error:
+            if error.failures_with("INVALID_ARGUMENT") or error.failures_with("NOT_FOUND"):
+                raise self._die(f"switch {s.address} refused the configuration: {error}") from None
+            raise
+
+    async def _configure_digests(self, session: SwitchSession, ids: program.Ids) -> None:
+        s = self.settings
+        inserts = [
+            p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(digest_entry=entry))
+            for entry in program.digest_entries(ids)
+        ]
+        try:
+            await session.write(inserts, s.rpc_timeout_s)
+        except P4RuntimeError as error:
+            existing = {f.index for f in error.failures_with("ALREADY_EXISTS")}
+            if len(existing) != len(error.failures):
+                raise
+            await session.write(
+                [
+                    p4r.Update(type=p4r.Update.MODIFY, entity=inserts[i].entity)
+                    for i in sorted(existing)
+                ],
+                s.rpc_timeout_s,
+            )
+
+    def _on_digest(self, digest: p4r.DigestList) -> None:
+        ids = self._ids
+        if ids is None:
+            return
+        samples, events = program.parse_digest(ids, digest, self._clock())
+        self._rtt_samples.extend(samples)
+        self._flow_events.extend(events)
+        name = ids.digest_names.get(digest.digest_id, str(digest.digest_id))
+        self.metrics.digests.labels(*self._labels, name).inc(len(digest.data))
+
+    # ---- sampling ----------------------------------------------------------------------------
+    async def _sample_forever(self) -> None:
+        period = self.settings.sample_time_s
+        deadline = self._clock() + period
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            await asyncio.sleep(max(0.0, deadline - self._clock()))
+            await self.sample_once()
+            deadline += period
+            if deadline <= self._clock():
+                missed = math.floor((self._clock() - deadline) / period) + 1
+                self.metrics.overruns.labels(*self._labels).inc(missed)
+                deadline += missed * period
+
+    async def sample_once(self) -> None:
+        """Poll and publish one sample (stale when there is no ready session)."""
+        session, ids = self._ready, self._ids
+        if session is None or ids is None:
+            self._publish_stale()
+            return
+        started = self._clock()
+        try:
+            entities = await session.read(program.poll_request(ids), self.settings.rpc_timeout_s)
+        except P4RuntimeError as error:
+            self.metrics.p4runtime_errors.labels(*self._labels, error.code.name).inc()
+            log.warning("poll failed: %s", error)
+            if error.is_transient:
+                await session.close()
+            self._publish_stale()
+            return
+        poll = program.parse_poll(entities, self._clock())
+        samples, self._rtt_samples = self._rtt_samples, []
+        events, self._flow_events = self._flow_events, []
+        previous = self._state.previous
+        self._state, state = estimate(self._state, poll, samples, events, self.settings.estimator)
+        interval = poll.counters.at_s - previous.at_s if previous is not None else math.nan
+        self._last_good = state
+        counters = (poll.counters.dtn_bytes, poll.counters.campus_bytes)
+        self._publish(state, interval, stale=False, counters=counters)
+        self.metrics.poll_seconds.labels(*self._labels).observe(self._clock() - started)
+
+    def _publish_stale(self) -> None:
+        if self._last_good is None:
+            return
+        snap = self.snapshot
+        counters = (0, 0) if snap is None else (snap.dtn_bytes, snap.campus_bytes)
+        self._publish(self._last_good, math.nan, stale=True, counters=counters)
+
+    def _publish(
+        self, state: NetworkState, interval_s: float, stale: bool, counters: tuple[int, int]
+    ) -> None:
+        self.sequence += 1
+        self.snapshot = Snapshot(state, stale, counters[0], counters[1], self.sequence, interval_s)
+        message = to_message(
+            state, self.sequence, self._wall(), interval_s, stale, _policy(self.settings)
+        )
+        self.stream.publish(message)
+        self.metrics.samples.labels(*self._labels, "true" if stale else "false").inc()
+
+
+def _policy(settings: CollectorSettings) -> str:
+    return f"{settings.namespace}/{settings.policy}"
+
+
+def _canonical(value: bytes) -> bytes:
+    return value.lstrip(b"\0") or b"\0"
+
+
+def _key(entry: p4r.TableEntry) -> tuple[object, ...]:
+    """An entry's identity with values canonical (switches return minimal bytestrings)."""
+    fields = []
+    for match in entry.match:
+        if match.WhichOneof("field_match_type") == "lpm":
+            fields.append((match.field_id, _canonical(match.lpm.value), match.lpm.prefix_len))
+        else:
+            fields.append((match.field_id, _canonical(match.exact.value), -1))
+    return entry.table_id, entry.priority, tuple(sorted(fields))
+
+
+def _same_action(a: p4r.TableAction, b: p4r.TableAction) -> bool:
+    def params(action: p4r.TableAction) -> tuple[object, ...]:
+        return tuple(sorted((p.param_id, _canonical(p.value)) for p in action.action.params))
+
+    return a.action.action_id == b.action.action_id and params(a) == params(b)
+
+
+def _update(kind: int, entry: p4r.TableEntry) -> p4r.Update:
+    update = p4r.Update(type=kind)  # type: ignore[arg-type]
+    update.entity.table_entry.CopyFrom(entry)
+    return update

@@ -1,0 +1,99 @@
+"""From the operator's runtime config to the collector's settings, checking what it can.
+
+Everything that can be judged without the switch is judged here, before any connection,
+and reported together: tap ports that are not distinct 9-bit port numbers, class prefixes
+that longest-prefix match cannot separate, an unreadable pipeline to push. (Whether the
+switch has those ports, and whether its P4Info fits, is judged at connection time.)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+from finsy.proto import p4i
+from google.protobuf import text_format
+
+from scidmz.api.policy import PREFIX_OVERLAP_MESSAGE, prefixes_conflict
+from scidmz.api.runtime import ConfigError, RuntimeConfig
+from scidmz.telemetry.collector import CollectorSettings
+from scidmz.telemetry.program import Plan
+from scidmz.telemetry.sampling import EstimatorSettings
+
+MAX_PORT = 511  # ports are bit<9> in v1model and TNA
+
+
+def _problems(config: RuntimeConfig) -> list[str]:
+    found = []
+    sw = config.switch
+    ports = {"campus": sw.campus_port, "dtn": sw.dtn_port, "bottleneck": sw.bottleneck_port}
+    if len(set(ports.values())) != len(ports):
+        found.append(f"switch ports must be distinct, got {ports}")
+    for name, port in ports.items():
+        if not 0 <= port <= MAX_PORT:
+            found.append(f"switch port {name}={port} is not a switch port number (0..{MAX_PORT})")
+    prefixes_ok = True
+    for name, prefix in (
+        ("dtn prefix", config.dtn_prefix),
+        ("campus prefix", config.campus_prefix),
+    ):
+        try:
+            ipaddress.ip_network(prefix)
+        except ValueError as error:
+            found.append(f"{name} {prefix!r}: {error}")
+            prefixes_ok = False
+    if prefixes_ok and prefixes_conflict(config.dtn_prefix, config.campus_prefix):
+        found.append(f"{PREFIX_OVERLAP_MESSAGE} ({config.dtn_prefix}, {config.campus_prefix})")
+    return found
+
+
+def _pipeline(config: RuntimeConfig, pipeline_dir: Path) -> tuple[p4i.P4Info, bytes] | None:
+    sw = config.switch
+    if not sw.pipeline_config_map:
+        return None
+    p4info_path = pipeline_dir / (sw.p4info_key or "p4info.txtpb")
+    device_path = pipeline_dir / (sw.device_config_key or "device_config.bin")
+    try:
+        info = text_format.Parse(p4info_path.read_text(), p4i.P4Info())
+    except OSError as error:
+        raise ConfigError(f"pipeline P4Info {p4info_path}: {error.strerror}") from None
+    except text_format.ParseError as error:
+        raise ConfigError(f"pipeline P4Info {p4info_path}: not a text P4Info: {error}") from None
+    device_config = device_path.read_bytes() if device_path.exists() else b""
+    return info, device_config
+
+
+def collector_settings(config: RuntimeConfig, pipeline_dir: Path) -> CollectorSettings:
+    """Raise ``ConfigError`` listing every problem; nothing connects before this passes."""
+    problems = _problems(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    t = config.telemetry
+    sw = config.switch
+    return CollectorSettings(
+        policy=config.policy,
+        namespace=config.namespace,
+        address=sw.address,
+        device_id=sw.device_id,
+        election_id=sw.election_id,
+        sample_time_s=config.sample_time_s,
+        plan=Plan(
+            dtn_prefix=config.dtn_prefix,
+            campus_prefix=config.campus_prefix,
+            campus_port=sw.campus_port,
+            dtn_port=sw.dtn_port,
+            bottleneck_port=sw.bottleneck_port,
+            active_flow_packets=t.active_flow_packets,
+            active_flow_window_ns=round(t.active_flow_window_s * 1e9),
+            idle_timeout_ns=round(t.idle_timeout_s * 1e9),
+            rtt_horizon_ns=round(t.rtt_horizon_s * 1e9),
+        ),
+        estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
+        pipeline=_pipeline(config, pipeline_dir),
+    )
+
+
+def listen_address(config: RuntimeConfig) -> str:
+    """Where the sample stream listens: all interfaces, on the port the controller dials."""
+    _, _, port = config.collector_address.rpartition(":")
+    return f"[::]:{port}"

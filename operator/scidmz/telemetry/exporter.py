@@ -1,0 +1,189 @@
+"""Prometheus exposition of the collector: y(t) from the latest snapshot, and self-metrics.
+
+``StateExporter`` is a custom collector over an immutable ``Snapshot`` the loop replaces
+each sample time; a scrape never sees half a sample. Its exposition, for one policy::
+
+    scidmz_rate_bytes_per_second{class="dtn",namespace="ns",policy="p"} 7.5e+07
+    scidmz_rtt_seconds{class="campus",namespace="ns",policy="p"} 0.0112
+    scidmz_queuing_delay_seconds{class="dtn",namespace="ns",policy="p"} 0.0013
+    scidmz_active_flows{namespace="ns",policy="p"} 108.0
+    scidmz_class_bytes_total{class="dtn",namespace="ns",policy="p"} 1.2e+10
+    scidmz_state_valid{namespace="ns",policy="p",variable="dtn_rtt_s"} 1.0
+    scidmz_sample_age_seconds{namespace="ns",policy="p"} 0.4
+    scidmz_sample_stale{namespace="ns",policy="p"} 0.0
+
+Values that were not measured (no packets of a class yet) are left out rather than
+exported as NaN, so PromQL sees "absent", not a number.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scidmz.metrics import names
+from scidmz.telemetry.state import STATE_VARIABLES, NetworkState
+
+LABELS = ("policy", "namespace")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    state: NetworkState
+    stale: bool
+    dtn_bytes: int
+    campus_bytes: int
+    sequence: int = 0
+    interval_s: float = float("nan")
+
+
+class StateExporter(Collector):
+    def __init__(
+        self,
+        policy: str,
+        namespace: str,
+        snapshot: Callable[[], Snapshot | None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._labels = [policy, namespace]
+        self._snapshot = snapshot
+        self._clock = clock
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # values appear with the first sample; describe nothing up front
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._snapshot()
+        if snap is None:
+            return
+        s = snap.state
+        by_class = [*LABELS, "class"]
+        rate = GaugeMetricFamily(
+            names.RATE, "Class rate at the tap, y1/y2 (algorithm 3).", labels=by_class
+        )
+        rtt = GaugeMetricFamily(
+            names.RTT, "Class round-trip time, y3/y4 (algorithm 4).", labels=by_class
+        )
+        qd = GaugeMetricFamily(
+            names.QUEUING_DELAY,
+            "Class queuing delay in the border router, y5/y6 (algorithm 6).",
+            labels=by_class,
+        )
+        for cls, rate_bps, rtt_s, qd_s in (
+            ("dtn", s.dtn_rate_bps, s.dtn_rtt_s, s.dtn_queuing_delay_s),
+            ("campus", s.campus_rate_bps, s.campus_rtt_s, s.campus_queuing_delay_s),
+        ):
+            labels = [*self._labels, cls]
+            if math.isfinite(rate_bps):
+                rate.add_metric(labels, rate_bps / 8.0)
+            if math.isfinite(rtt_s):
+                rtt.add_metric(labels, rtt_s)
+            if math.isfinite(qd_s):
+                qd.add_metric(labels, qd_s)
+        yield rate
+        yield rtt
+        yield qd
+        flows = GaugeMetricFamily(
+            names.ACTIVE_FLOWS, "Active flows, y7 (algorithm 8).", labels=list(LABELS)
+        )
+        flows.add_metric(self._labels, s.active_flows)
+        yield flows
+        total = CounterMetricFamily(
+            names.CLASS_BYTES, "Data bytes per class at the tap (direct counters).", labels=by_class
+        )
+        total.add_metric([*self._labels, "dtn"], snap.dtn_bytes)
+        total.add_metric([*self._labels, "campus"], snap.campus_bytes)
+        yield total
+        valid = GaugeMetricFamily(
+            names.STATE_VALID,
+            "1 when the state variable was measured in the latest sample.",
+            labels=[*LABELS, "variable"],
+        )
+        for name, ok in zip(STATE_VARIABLES, s.valid(), strict=True):
+            valid.add_metric([*self._labels, name], 1.0 if ok and not snap.stale else 0.0)
+        yield valid
+        age = GaugeMetricFamily(
+            names.SAMPLE_AGE, "Seconds since the latest good sample.", labels=list(LABELS)
+        )
+        age.add_metric(self._labels, max(0.0, self._clock() - s.measured_at_s))
+        yield age
+        stale = GaugeMetricFamily(
+            names.SAMPLE_STALE, "1 while the switch cannot be read.", labels=list(LABELS)
+        )
+        stale.add_metric(self._labels, 1.0 if snap.stale else 0.0)
+        yield stale
+
+
+@dataclass(frozen=True)
+class SelfMetrics:
+    """The collector's own health, labelled by policy and namespace."""
+
+    poll_seconds: Histogram
+    p4runtime_errors: Counter
+    digests: Counter
+    samples: Counter
+    connected: Gauge
+    primary: Gauge
+    reconnects: Counter
+    overruns: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> SelfMetrics:
+        labels = list(LABELS)
+        return cls(
+            poll_seconds=Histogram(
+                names.POLL_DURATION,
+                "Time to read the switch and compute one sample.",
+                labels,
+                buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+                registry=registry,
+            ),
+            p4runtime_errors=Counter(
+                names.P4RUNTIME_ERRORS,
+                "Failed P4Runtime calls.",
+                [*labels, "code"],
+                registry=registry,
+            ),
+            digests=Counter(
+                names.DIGESTS_RECEIVED,
+                "Digest entries received.",
+                [*labels, "digest"],
+                registry=registry,
+            ),
+            samples=Counter(
+                names.SAMPLES_PUBLISHED,
+                "Samples published.",
+                [*labels, "stale"],
+                registry=registry,
+            ),
+            connected=Gauge(
+                names.SWITCH_CONNECTED,
+                "1 while the P4Runtime stream is up.",
+                labels,
+                registry=registry,
+            ),
+            primary=Gauge(
+                names.SWITCH_PRIMARY,
+                "1 while this collector is the primary controller.",
+                labels,
+                registry=registry,
+            ),
+            reconnects=Counter(
+                names.SWITCH_RECONNECTS,
+                "Connection attempts after the first.",
+                labels,
+                registry=registry,
+            ),
+            overruns=Counter(
+                names.LOOP_OVERRUNS,
+                "Sample times missed because a poll overran.",
+                labels,
+                registry=registry,
+            ),
+        )

@@ -1,0 +1,229 @@
+"""What the collector writes to and reads from the pipeline, by name: pure message building.
+
+P4Info ids differ between compilers (p4c, bf-p4c, the software target), so everything is
+resolved by name from the device's own P4Info (``Ids``). From a ``Plan`` (prefixes, tap
+ports, settings) come the table entries and digest configuration to install; from the
+pipeline come the Read request of every sample time and the parsing of its answer and of
+digest lists into the estimators' inputs.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from finsy.proto import p4d, p4i, p4r
+
+from scidmz.telemetry import pipeline as contract
+from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttSample
+from scidmz.telemetry.sampling import Poll
+
+DIGEST_MAX_TIMEOUT_NS = 10_000_000
+DIGEST_MAX_LIST_SIZE = 1024
+DIGEST_ACK_TIMEOUT_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The classification, tap wiring and settings one policy asks of the switch."""
+
+    dtn_prefix: str
+    campus_prefix: str
+    campus_port: int
+    dtn_port: int
+    bottleneck_port: int
+    active_flow_packets: int
+    active_flow_window_ns: int
+    idle_timeout_ns: int
+    rtt_horizon_ns: int
+
+
+@dataclass(frozen=True)
+class Ids:
+    """Names to ids in one device's P4Info."""
+
+    tables: dict[str, int]
+    actions: dict[str, int]
+    registers: dict[str, int]
+    counters: dict[str, int]
+    digests: dict[str, int]
+    digest_names: dict[int, str]
+
+    @classmethod
+    def from_p4info(cls, info: p4i.P4Info) -> Ids:
+        """Call after ``pipeline.check_p4info``: every name the contract lists is present."""
+        digests = {d.preamble.name: d.preamble.id for d in info.digests}
+        return cls(
+            tables={t.preamble.name: t.preamble.id for t in info.tables},
+            actions={a.preamble.name: a.preamble.id for a in info.actions},
+            registers={r.preamble.name: r.preamble.id for r in info.registers},
+            counters={c.preamble.name: c.preamble.id for c in info.counters},
+            digests=digests,
+            digest_names={v: k for k, v in digests.items()},
+        )
+
+
+def _q(name: str) -> str:
+    return f"{contract.CONTROL}.{name}"
+
+
+def _bytes(value: int, bitwidth: int) -> bytes:
+    return value.to_bytes((bitwidth + 7) // 8, "big")
+
+
+def _action(ids: Ids, name: str, params: tuple[tuple[int, int], ...]) -> p4r.TableAction:
+    """``params``: (value, bitwidth) in the action's parameter order (ids 1, 2, ...)."""
+    action = p4r.TableAction()
+    action.action.action_id = ids.actions[_q(name)]
+    for param_id, (value, bitwidth) in enumerate(params, start=1):
+        action.action.params.add(param_id=param_id, value=_bytes(value, bitwidth))
+    return action
+
+
+def _lpm_entry(ids: Ids, table: str, prefix: str, class_id: int) -> p4r.TableEntry:
+    network = ipaddress.ip_network(prefix)
+    width = network.max_prefixlen
+    entry = p4r.TableEntry(table_id=ids.tables[_q(table)])
+    match = entry.match.add(field_id=1)
+    match.lpm.value = _bytes(int(network.network_address), width)
+    match.lpm.prefix_len = network.prefixlen
+    entry.action.CopyFrom(_action(ids, "set_class", ((class_id, 8),)))
+    return entry
+
+
+def desired_entries(ids: Ids, plan: Plan) -> list[p4r.TableEntry]:
+    """Classification (both directions), tap roles and the settings default action."""
+    entries = []
+    for prefix, class_id in (
+        (plan.dtn_prefix, contract.CLASS_DTN),
+        (plan.campus_prefix, contract.CLASS_CAMPUS),
+    ):
+        family = "v4" if ipaddress.ip_network(prefix).version == 4 else "v6"
+        entries.append(_lpm_entry(ids, f"classify_{family}", prefix, class_id))
+        entries.append(_lpm_entry(ids, f"reverse_{family}", prefix, class_id))
+    for port, role in (
+        (plan.campus_port, contract.ROLE_CAMPUS_SIDE),
+        (plan.dtn_port, contract.ROLE_DTN_SIDE),
+        (plan.bottleneck_port, contract.ROLE_BOTTLENECK_SIDE),
+    ):
+        entry = p4r.TableEntry(table_id=ids.tables[_q("tap_ports")])
+        entry.match.add(field_id=1).exact.value = _bytes(port, 9)
+        entry.action.CopyFrom(_action(ids, "set_tap_role", ((role, 8),)))
+        entries.append(entry)
+    settings = p4r.TableEntry(table_id=ids.tables[_q("settings")], is_default_action=True)
+    settings.action.CopyFrom(
+        _action(
+            ids,
+            "set_settings",
+            (
+                (plan.active_flow_packets, 16),
+                (plan.active_flow_window_ns, 48),
+                (plan.idle_timeout_ns, 48),
+                (plan.rtt_horizon_ns, 48),
+            ),
+        )
+    )
+    entries.append(settings)
+    return entries
+
+
+def managed_tables(ids: Ids) -> list[int]:
+    """Tables whose entries the collector owns (stale ones are deleted at set-up)."""
+    names = ("classify_v4", "classify_v6", "reverse_v4", "reverse_v6", "tap_ports")
+    return [ids.tables[_q(name)] for name in names]
+
+
+def digest_entries(ids: Ids) -> list[p4r.DigestEntry]:
+    entries = []
+    for digest in contract.DIGESTS:
+        entry = p4r.DigestEntry(digest_id=ids.digests[digest.name])
+        entry.config.max_timeout_ns = DIGEST_MAX_TIMEOUT_NS
+        entry.config.max_list_size = DIGEST_MAX_LIST_SIZE
+        entry.config.ack_timeout_ns = DIGEST_ACK_TIMEOUT_NS
+        entries.append(entry)
+    return entries
+
+
+def poll_request(ids: Ids) -> list[p4r.Entity]:
+    """One Read per sample time: the classification counters and the two QD registers."""
+    entities = []
+    for table in ("classify_v4", "classify_v6"):
+        entity = p4r.Entity()
+        entity.direct_counter_entry.table_entry.table_id = ids.tables[_q(table)]
+        entities.append(entity)
+    for class_id in (contract.CLASS_DTN, contract.CLASS_CAMPUS):
+        entity = p4r.Entity()
+        entity.register_entry.register_id = ids.registers[_q("queuing_delay_ns")]
+        entity.register_entry.index.index = class_id
+        entities.append(entity)
+    return entities
+
+
+def parse_poll(entities: list[p4r.Entity], at_s: float) -> Poll:
+    """Sum the direct counters per class (the entry's ``set_class`` argument) and read the
+    QD registers (index = class id)."""
+    class_bytes = {contract.CLASS_DTN: 0, contract.CLASS_CAMPUS: 0}
+    qd = {contract.CLASS_DTN: 0, contract.CLASS_CAMPUS: 0}
+    for entity in entities:
+        kind = entity.WhichOneof("entity")
+        if kind == "direct_counter_entry":
+            counter = entity.direct_counter_entry
+            params = counter.table_entry.action.action.params
+            if params:
+                class_id = int.from_bytes(params[0].value, "big")
+                if class_id in class_bytes:
+                    class_bytes[class_id] += counter.data.byte_count
+        elif kind == "register_entry":
+            register = entity.register_entry
+            if register.index.index in qd:
+                qd[register.index.index] = int.from_bytes(register.data.bitstring, "big")
+    return Poll(
+        counters=CounterReading(
+            dtn_bytes=class_bytes[contract.CLASS_DTN],
+            campus_bytes=class_bytes[contract.CLASS_CAMPUS],
+            at_s=at_s,
+        ),
+        dtn_queuing_delay_ns=qd[contract.CLASS_DTN],
+        campus_queuing_delay_ns=qd[contract.CLASS_CAMPUS],
+    )
+
+
+def _members(data: p4d.P4Data) -> list[int]:
+    return [int.from_bytes(m.bitstring, "big") for m in data.struct.members]
+
+
+def parse_digest(
+    ids: Ids, digest: p4r.DigestList, at_s: float
+) -> tuple[list[RttSample], list[FlowEvent]]:
+    """A digest list as RTT samples or flow events. Flows are keyed by their register slot
+    (hash mod FLOW_SLOTS): the data plane keeps per-flow state by slot, so two flows that
+    share a slot are one flow to it, and must be to the collector too."""
+    name = ids.digest_names.get(digest.digest_id)
+    samples: list[RttSample] = []
+    events: list[FlowEvent] = []
+    for data in digest.data:
+        values = _members(data)
+        if name == "rtt_sample_t" and len(values) == 3:
+            flow, class_id, rtt_ns = values
+            samples.append(RttSample(flow, class_id == contract.CLASS_DTN, rtt_ns / 1e9, at_s))
+        elif name == "flow_start_t" and len(values) == 2:
+            events.append(FlowEvent(values[0] % contract.FLOW_SLOTS, started=True))
+        elif name == "flow_stop_t" and len(values) == 3:
+            events.append(FlowEvent(values[0] % contract.FLOW_SLOTS, started=False))
+    return samples, events
+
+
+def active_slots_request(ids: Ids) -> list[p4r.Entity]:
+    entity = p4r.Entity()
+    entity.register_entry.register_id = ids.registers[_q("flow_active")]
+    return [entity]
+
+
+def parse_active_slots(entities: list[p4r.Entity]) -> frozenset[int]:
+    """The slots the data plane holds active: the AF set after a (re)connect."""
+    return frozenset(
+        e.register_entry.index.index
+        for e in entities
+        if e.WhichOneof("entity") == "register_entry"
+        and int.from_bytes(e.register_entry.data.bitstring, "big") != 0
+    )

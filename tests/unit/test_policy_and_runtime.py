@@ -67,6 +67,9 @@ def _spec(example_policy, **changes):
         ({"campus.remotePrefix": "203.0.113.7/24"}, "host bits"),
         ({"campus.remotePrefix": "203.0.113.10/32"}, "overlap"),
         ({"dtn.receiverPrefix": "203.0.0.0/16"}, "overlap"),
+        ({"telemetry": {"rttSmoothing": 1.0}}, "rttSmoothing"),
+        ({"telemetry": {"flowTimeout": "0s"}}, "flowTimeout must be between 0 and 1h"),
+        ({"telemetry": {"activeFlowPackets": 0}}, "activeFlowPackets"),
         ({"controller.strategy": "pid"}, "strategy"),
         ({"controller.gains": {"kp": -1, "ki": 1, "kw": 1}}, "kp"),
         ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}}, "limits.min must not exceed"),
@@ -98,6 +101,23 @@ def test_resolution_fills_paper_defaults(example_policy):
     assert config.controller.max_step_bps == pytest.approx(2e8)
     assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
     assert config.actuator.sim_address == spec.switch.address
+    assert config.telemetry.rtt_smoothing == 0.875  # the defaults of TelemetrySpec, in SI
+    assert config.telemetry.active_flow_window_s == pytest.approx(0.1)
+
+
+def test_runtime_config_carries_telemetry_settings(example_policy):
+    example_policy["spec"]["telemetry"] = {
+        "rttSmoothing": 0.5,
+        "flowTimeout": "5s",
+        "activeFlowPackets": 4,
+        "activeFlowWindow": "20ms",
+        "idleTimeout": "500ms",
+        "rttHorizon": "2s",
+    }
+    config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
+    t = config.telemetry
+    assert (t.rtt_smoothing, t.flow_timeout_s, t.active_flow_packets) == (0.5, 5.0, 4)
+    assert (t.active_flow_window_s, t.idle_timeout_s, t.rtt_horizon_s) == (0.02, 0.5, 2.0)
 
 
 def test_runtime_config_round_trips(tmp_path, example_policy):

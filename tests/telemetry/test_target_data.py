@@ -1,0 +1,219 @@
+"""The software target's data half over real gRPC: counters, registers, digests, errors."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+from finsy.proto import p4r, p4r_grpc
+
+from scidmz.target.digests import DEFAULT_MAX_OUTSTANDING
+from scidmz.telemetry import pipeline as contract
+from scidmz.telemetry.program import Ids, desired_entries
+from scidmz.telemetry.session import P4RuntimeError, SwitchSession
+from tests.telemetry.harness import PLAN, running_target, wait_for
+
+
+def _update(kind: int, **entity: object) -> p4r.Update:
+    return p4r.Update(type=kind, entity=p4r.Entity(**entity))  # type: ignore[arg-type]
+
+
+async def _primary(address: str, election: int = 10) -> SwitchSession:
+    session = SwitchSession(address, 1, election)
+    assert await session.open()
+    return session
+
+
+async def _install(session: SwitchSession) -> Ids:
+    info = await session.get_p4info()
+    assert info is not None
+    ids = Ids.from_p4info(info)
+    updates = [
+        _update(p4r.Update.MODIFY if e.is_default_action else p4r.Update.INSERT, table_entry=e)
+        for e in desired_entries(ids, PLAN)
+    ]
+    await session.write(updates)
+    return ids
+
+
+def test_counters_registers_and_digest_config_read_back():
+    async def main():
+        async with running_target() as (target, address):
+            session = await _primary(address)
+            try:
+                ids = await _install(session)
+                await asyncio.sleep(0.5)
+                class_traffic = ids.counters["ScidmzIngress.class_traffic"]
+                both = [p4r.Entity(), p4r.Entity(), p4r.Entity()]
+                both[0].direct_counter_entry.table_entry.table_id = 0  # every direct counter
+                both[1].counter_entry.counter_id = class_traffic
+                both[2].table_entry.table_id = ids.tables["ScidmzIngress.classify_v4"]
+                both[2].table_entry.counter_data.SetInParent()
+                found = await session.read(both)
+                direct = {
+                    e.direct_counter_entry.table_entry.action.action.params[0].value[-1]:
+                    e.direct_counter_entry.data.byte_count
+                    for e in found if e.WhichOneof("entity") == "direct_counter_entry"
+                }  # fmt: skip
+                indirect = {
+                    e.counter_entry.index.index: e.counter_entry.data
+                    for e in found if e.WhichOneof("entity") == "counter_entry"
+                }  # fmt: skip
+                with_data = [
+                    e.table_entry.counter_data.byte_count
+                    for e in found if e.WhichOneof("entity") == "table_entry"
+                ]  # fmt: skip
+                assert set(indirect) == {0, 1, 2, 3}
+                for class_id in (contract.CLASS_DTN, contract.CLASS_CAMPUS):
+                    assert direct[class_id] > 100_000
+                    assert indirect[class_id].byte_count == direct[class_id]
+                    assert indirect[class_id].packet_count > 0
+                assert sorted(with_data) == sorted(direct.values())
+
+                whole = p4r.Entity()
+                whole.register_entry.register_id = ids.registers["ScidmzIngress.flow_active"]
+                slots = await session.read([whole])
+                assert len(slots) == contract.FLOW_SLOTS  # streamed in several responses
+                assert sum(int.from_bytes(e.register_entry.data.bitstring) for e in slots) > 100
+
+                digest = p4r.DigestEntry(digest_id=ids.digests["flow_start_t"])
+                digest.config.max_timeout_ns = 5_000_000
+                digest.config.max_list_size = 10
+                await session.write([_update(p4r.Update.INSERT, digest_entry=digest)])
+                read = p4r.Entity()
+                read.digest_entry.digest_id = 0
+                (configured,) = await session.read([read])
+                assert configured.digest_entry == digest
+            finally:
+                await session.close()
+
+    asyncio.run(main())
+
+
+def test_bad_requests_get_the_p4runtime_status_codes():
+    async def main():
+        async with running_target() as (_, address):
+            session = await _primary(address)
+            backup = SwitchSession(address, 1, 5)
+            try:
+                ids = await _install(session)
+                qd = ids.registers["ScidmzIngress.queuing_delay_ns"]
+
+                out_of_range = p4r.Entity()
+                out_of_range.register_entry.register_id = qd
+                out_of_range.register_entry.index.index = 4
+                with pytest.raises(P4RuntimeError) as error:
+                    await session.read([out_of_range])
+                assert error.value.code == grpc.StatusCode.OUT_OF_RANGE
+
+                unknown = p4r.Entity()
+                unknown.register_entry.register_id = 0x0300FFFF
+                with pytest.raises(P4RuntimeError) as error:
+                    await session.read([unknown])
+                assert error.value.code == grpc.StatusCode.NOT_FOUND
+
+                bad_port = p4r.TableEntry(table_id=ids.tables["ScidmzIngress.tap_ports"])
+                bad_port.match.add(field_id=1).exact.value = (7).to_bytes(2, "big")
+                bad_port.action.action.action_id = ids.actions["ScidmzIngress.set_tap_role"]
+                bad_port.action.action.params.add(param_id=1, value=b"\x01")
+                twice = p4r.DigestEntry(digest_id=ids.digests["rtt_sample_t"])
+                negative = p4r.DigestEntry(digest_id=ids.digests["flow_stop_t"])
+                negative.config.max_list_size = -1
+                with pytest.raises(P4RuntimeError) as error:
+                    await session.write(
+                        [
+                            _update(p4r.Update.INSERT, table_entry=bad_port),
+                            _update(p4r.Update.INSERT, digest_entry=twice),
+                            _update(p4r.Update.INSERT, digest_entry=twice),
+                            _update(p4r.Update.INSERT, digest_entry=negative),
+                            _update(p4r.Update.MODIFY, digest_entry=p4r.DigestEntry(digest_id=9)),
+                        ]
+                    )
+                failures = {f.index: (f.code, f.message) for f in error.value.failures}
+                assert error.value.code == grpc.StatusCode.UNKNOWN
+                assert failures[0][0] == "INVALID_ARGUMENT" and "port 7" in failures[0][1]
+                assert 1 not in failures  # the first insert of a batch goes through
+                assert failures[2][0] == "ALREADY_EXISTS"
+                assert failures[3] == ("INVALID_ARGUMENT", f"digest {negative.digest_id}: "
+                                       "max_list_size must be >= 0")  # fmt: skip
+                assert failures[4][0] == "NOT_FOUND"
+
+                assert not await backup.open()
+                with pytest.raises(P4RuntimeError) as error:
+                    await backup.write([_update(p4r.Update.INSERT, digest_entry=negative)])
+                assert error.value.is_not_primary
+
+                wrong_device = SwitchSession(address, 2, 20)
+                with pytest.raises(P4RuntimeError) as error:
+                    await wrong_device.open()
+                assert error.value.code == grpc.StatusCode.NOT_FOUND
+                await wrong_device.close()
+            finally:
+                await backup.close()
+                await session.close()
+
+    asyncio.run(main())
+
+
+def test_digest_lists_honour_list_size_and_wait_for_acks():
+    async def main():
+        async with running_target() as (_, address):
+            session = await _primary(address)
+            channel = grpc.aio.insecure_channel(address)
+            stub = p4r_grpc.P4RuntimeStub(channel)
+            try:
+                ids = await _install(session)
+                # A raw controller that does not ack: take over mastership with a higher id.
+                stream = stub.StreamChannel()
+                hello = p4r.StreamMessageRequest()
+                hello.arbitration.device_id = 1
+                hello.arbitration.election_id.low = 99
+                await stream.write(hello)
+                assert (await stream.read()).arbitration.status.code == 0
+                digest = p4r.DigestEntry(digest_id=ids.digests["rtt_sample_t"])
+                digest.config.max_timeout_ns = 10**9  # only full lists, in this test's time
+                digest.config.max_list_size = 5
+                request = p4r.WriteRequest(device_id=1, election_id=p4r.Uint128(low=99))
+                request.updates.append(_update(p4r.Update.INSERT, digest_entry=digest))
+                await stub.Write(request, timeout=5)
+
+                lists = []
+
+                async def read_forever():
+                    # a cancelled read would cancel the whole call: one reader, never cancelled
+                    while True:
+                        message = await stream.read()
+                        if message is grpc.aio.EOF:
+                            return
+                        if message.WhichOneof("update") == "digest":
+                            lists.append(message.digest)
+
+                reader = asyncio.create_task(read_forever())
+                await wait_for(lambda: len(lists) >= DEFAULT_MAX_OUTSTANDING, 5, "lists")
+                await asyncio.sleep(0.5)
+                assert len(lists) == DEFAULT_MAX_OUTSTANDING  # nothing more until an ack
+                assert all(len(d.data) == 5 for d in lists)
+                assert len({d.list_id for d in lists}) == len(lists)
+                ack = p4r.StreamMessageRequest()
+                ack.digest_ack.digest_id = digest.digest_id
+                ack.digest_ack.list_id = lists[0].list_id
+                await stream.write(ack)
+                await wait_for(lambda: len(lists) > DEFAULT_MAX_OUTSTANDING, 5, "one more list")
+                rtt_ns = int.from_bytes(lists[-1].data[0].struct.members[2].bitstring, "big")
+                assert 10_000_000 <= rtt_ns < 1_000_000_000
+                stream.cancel()
+                await asyncio.gather(reader, return_exceptions=True)
+            finally:
+                await channel.close()
+                await session.close()
+
+    asyncio.run(main())
+
+
+def test_wait_for_helper_times_out_clearly():
+    async def main():
+        with pytest.raises(AssertionError, match="never"):
+            await wait_for(lambda: False, 0.1, "never")
+
+    asyncio.run(main())

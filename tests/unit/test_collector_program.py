@@ -1,0 +1,113 @@
+"""The collector's messages to and from the pipeline, and one sample time's estimate."""
+
+import math
+
+import pytest
+from finsy.proto import p4r
+
+from scidmz.telemetry import pipeline as contract
+from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttSample
+from scidmz.telemetry.pipeline import build_p4info
+from scidmz.telemetry.program import (
+    Ids,
+    Plan,
+    desired_entries,
+    parse_active_slots,
+    parse_digest,
+    parse_poll,
+    poll_request,
+)
+from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
+
+IDS = Ids.from_p4info(build_p4info())
+PLAN = Plan("2001:db8::10/128", "198.51.100.0/24", 5, 6, 7, 10, 100_000_000, 2 * 10**9, 10**9)
+
+
+def test_entries_cover_both_families_both_directions_ports_and_settings():
+    entries = desired_entries(IDS, PLAN)
+    names = {v: k.rsplit(".", 1)[-1] for k, v in IDS.tables.items()}
+    by_table: dict[str, list[p4r.TableEntry]] = {}
+    for entry in entries:
+        by_table.setdefault(names[entry.table_id], []).append(entry)
+    assert by_table["classify_v6"][0].match[0].lpm.prefix_len == 128
+    assert by_table["reverse_v6"][0].match[0].lpm.value[-1] == 0x10
+    assert by_table["classify_v4"][0].match[0].lpm.value == bytes([198, 51, 100, 0])
+    ports = sorted(int.from_bytes(e.match[0].exact.value, "big") for e in by_table["tap_ports"])
+    assert ports == [5, 6, 7]
+    (settings,) = by_table["settings"]
+    assert settings.is_default_action
+    values = [int.from_bytes(p.value, "big") for p in settings.action.action.params]
+    assert values == [10, 100_000_000, 2 * 10**9, 10**9]
+
+
+def _counter(class_id: int, byte_count: int) -> p4r.Entity:
+    entity = p4r.Entity()
+    entry = entity.direct_counter_entry
+    entry.table_entry.action.action.params.add(param_id=1, value=bytes([class_id]))
+    entry.data.byte_count = byte_count
+    return entity
+
+
+def _register(index: int, value: int) -> p4r.Entity:
+    entity = p4r.Entity()
+    entity.register_entry.index.index = index
+    entity.register_entry.data.bitstring = value.to_bytes(6, "big")
+    return entity
+
+
+def test_a_poll_sums_counters_per_class_and_reads_the_qd_registers():
+    assert len(poll_request(IDS)) == 4
+    poll = parse_poll(
+        [
+            _counter(contract.CLASS_DTN, 100),
+            _counter(contract.CLASS_CAMPUS, 40),
+            _counter(contract.CLASS_CAMPUS, 2),  # a v6 entry of the same class
+            _register(contract.CLASS_DTN, 1_500_000),
+            _register(contract.CLASS_CAMPUS, 250_000),
+        ],
+        at_s=3.0,
+    )
+    assert poll == Poll(CounterReading(100, 42, 3.0), 1_500_000, 250_000)
+
+
+def test_digests_become_rtt_samples_and_slot_keyed_flow_events():
+    digest = p4r.DigestList(digest_id=IDS.digests["rtt_sample_t"], list_id=1)
+    for values in ((0x10001, contract.CLASS_DTN, 150_000_000), (7, contract.CLASS_CAMPUS, 12_000)):
+        members = digest.data.add().struct.members
+        for value in values:
+            members.add().bitstring = value.to_bytes(4, "big")
+    samples, events = parse_digest(IDS, digest, at_s=2.0)
+    assert samples == [RttSample(0x10001, True, 0.15, 2.0), RttSample(7, False, 12e-6, 2.0)]
+    assert events == []
+    stop = p4r.DigestList(digest_id=IDS.digests["flow_stop_t"], list_id=2)
+    members = stop.data.add().struct.members
+    for value in (0x10001, contract.CLASS_DTN, contract.STOP_FIN):
+        members.add().bitstring = value.to_bytes(4, "big")
+    assert parse_digest(IDS, stop, 2.0) == ([], [FlowEvent(1, started=False)])
+    assert parse_active_slots([_register(9, 1), _register(10, 0)]) == frozenset({9})
+
+
+def test_estimate_chains_the_algorithms():
+    settings = EstimatorSettings(rtt_smoothing=0.5, flow_timeout_s=2.0)
+    first = Poll(CounterReading(0, 0, 10.0), 0, 0)
+    state, y = estimate(EstimatorState(), first, [], [FlowEvent(1, True)], settings)
+    assert math.isnan(y.dtn_rate_bps) and math.isnan(y.campus_rate_bps)  # no baseline yet
+    assert y.active_flows == 1
+    second = Poll(CounterReading(125_000, 0, 11.0), 2_000_000, 3_000_000)
+    samples = [
+        RttSample(5, False, 0.010, 10.5),
+        RttSample(6, False, 0.030, 10.6),
+        RttSample(9, True, 0.110, 10.7),
+    ]
+    state, y = estimate(state, second, samples, [FlowEvent(2, True)], settings)
+    assert y.dtn_rate_bps == pytest.approx(1e6)
+    assert y.campus_rate_bps == 0
+    assert y.dtn_queuing_delay_s == pytest.approx(0.002)
+    assert math.isnan(y.campus_queuing_delay_s)  # campus sent nothing: its register is old
+    assert y.campus_rtt_s == pytest.approx(0.020)
+    assert y.dtn_rtt_s == pytest.approx(0.110)
+    assert y.active_flows == 2
+    third = Poll(CounterReading(125_000, 0, 12.0), 0, 0)
+    _, y = estimate(state, third, [RttSample(5, False, 0.050, 11.5)], [], settings)
+    # flows 5 (now 50 ms) and 6 (30 ms) -> mean 40 ms, smoothed with alpha = 0.5
+    assert y.campus_rtt_s == pytest.approx(0.5 * 0.020 + 0.5 * 0.040)

@@ -1,0 +1,148 @@
+"""The target's data half applies the installed tables to observations like the P4 program."""
+
+from ipaddress import ip_address
+
+import pytest
+from finsy.proto import p4r
+
+from scidmz.target.dataplane import Dataplane
+from scidmz.target.digests import DigestConfig
+from scidmz.target.entries import EntryKey, entry_key
+from scidmz.target.observation import FlowChange, Observation, RttMatch, Traffic
+from scidmz.telemetry import pipeline as contract
+from scidmz.telemetry.pipeline import build_p4info
+from scidmz.telemetry.program import Ids, Plan, desired_entries
+
+PLAN = Plan(
+    dtn_prefix="203.0.113.10/32",
+    campus_prefix="203.0.113.0/24",  # the DTN-r host inside the remote network
+    campus_port=1,
+    dtn_port=2,
+    bottleneck_port=3,
+    active_flow_packets=7,
+    active_flow_window_ns=50_000_000,
+    idle_timeout_ns=1_000_000_000,
+    rtt_horizon_ns=300_000_000,
+)
+DTN = ip_address("203.0.113.10")
+CAMPUS = ip_address("203.0.113.77")
+ELSEWHERE = ip_address("192.0.2.1")
+
+
+def _installed(plan=PLAN, skip=()):
+    info = build_p4info()
+    rules = []
+    dataplane = Dataplane(info, on_settings=rules.append)
+    entries: dict[EntryKey, p4r.TableEntry] = {}
+    for entry in desired_entries(Ids.from_p4info(info), plan):
+        name = dataplane.tables[entry.table_id].rsplit(".", 1)[-1]
+        if name not in skip:
+            entries[entry_key(entry)] = entry
+    dataplane.entries_changed(entries)
+    for queue in dataplane.digests.values():
+        queue.configure(DigestConfig(0, 0, 0))
+    return dataplane, rules
+
+
+def _by_class(dataplane):
+    totals = {}
+    for route in dataplane.routes:
+        totals[route.class_id] = dataplane.direct_counter(route.key)
+    return totals
+
+
+def _digests(dataplane, name):
+    queue = dataplane.digests[dataplane.digest_ids[name]]
+    ready = queue.poll(10**15)
+    return [] if ready is None else list(ready.records)
+
+
+def test_longest_prefix_classifies_and_counts_per_class():
+    dataplane, _ = _installed()
+    dataplane.observe(
+        Observation(
+            bottleneck_port=3,
+            traffic=(
+                Traffic(2, DTN, 9000, 6, 1_000_000),
+                Traffic(1, CAMPUS, 3000, 2, 2_000_000),
+                Traffic(1, ELSEWHERE, 5000, 4, 3_000_000),  # no entry: not measured
+            ),
+        ),
+        now_ns=1,
+    )
+    assert _by_class(dataplane) == {contract.CLASS_DTN: (9000, 6), contract.CLASS_CAMPUS: (3000, 2)}
+    indirect = dataplane.counters[dataplane.counter_ids["ScidmzIngress.class_traffic"]]
+    assert indirect[contract.CLASS_DTN].tolist() == [9000, 6]
+    qd = dataplane.registers[dataplane.register_ids["ScidmzIngress.queuing_delay_ns"]]
+    assert qd[contract.CLASS_DTN] == 1_000_000 and qd[contract.CLASS_CAMPUS] == 2_000_000
+
+
+def test_untapped_ports_measure_nothing_and_qd_needs_the_bottleneck_side():
+    dataplane, _ = _installed(skip=("tap_ports",))
+    dataplane.observe(
+        Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 1_000_000),)), 1
+    )
+    assert _by_class(dataplane)[contract.CLASS_DTN] == (0, 0)
+    # only the ingress sides tapped: bytes count, but no sojourn can be measured
+    dataplane, _ = _installed()
+    tap_ports = dataplane.table_ids["ScidmzIngress.tap_ports"]
+    entries = {}
+    for entry in desired_entries(Ids.from_p4info(build_p4info()), PLAN):
+        if entry.table_id == tap_ports and entry.match[0].exact.value == (3).to_bytes(2, "big"):
+            continue
+        entries[entry_key(entry)] = entry
+    dataplane.entries_changed(entries)
+    dataplane.observe(
+        Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 1_000_000),)), 1
+    )
+    assert _by_class(dataplane)[contract.CLASS_DTN] == (9000, 6)
+    qd = dataplane.registers[dataplane.register_ids["ScidmzIngress.queuing_delay_ns"]]
+    assert qd[contract.CLASS_DTN] == 0
+
+
+def test_rtt_matches_are_classified_by_source_and_bounded_by_the_horizon():
+    dataplane, _ = _installed()
+    dataplane.observe(
+        Observation(
+            bottleneck_port=3,
+            rtt_matches=(
+                RttMatch(11, DTN, 150_000_000),
+                RttMatch(12, CAMPUS, 12_000_000),
+                RttMatch(13, CAMPUS, 400_000_000),  # beyond rtt_horizon: the slot expired
+                RttMatch(14, ELSEWHERE, 5_000_000),
+            ),
+        ),
+        1,
+    )
+    assert _digests(dataplane, "rtt_sample_t") == [
+        (11, contract.CLASS_DTN, 150_000_000),
+        (12, contract.CLASS_CAMPUS, 12_000_000),
+    ]
+
+
+def test_settings_reach_the_source_once_per_change():
+    _, rules = _installed()
+    assert len(rules) == 1
+    assert rules[0].packets_threshold == 7
+    assert rules[0].window_s == pytest.approx(0.05)
+    assert rules[0].idle_timeout_s == pytest.approx(1.0)
+
+
+def test_flow_digests_follow_the_activity_rule_and_late_classification():
+    info = build_p4info()
+    dataplane = Dataplane(info)
+    for queue in dataplane.digests.values():
+        queue.configure(DigestConfig(0, 0, 0))
+    early = FlowChange(21, 1, CAMPUS, started=True)
+    dataplane.observe(Observation(bottleneck_port=3, flow_changes=(early,)), 1)
+    assert _digests(dataplane, "flow_start_t") == []  # nothing classified yet
+    entries = {entry_key(e): e for e in desired_entries(Ids.from_p4info(info), PLAN)}
+    dataplane.entries_changed(entries)  # the flow is still active: reported now
+    assert _digests(dataplane, "flow_start_t") == [(21, contract.CLASS_CAMPUS)]
+    active = dataplane.registers[dataplane.register_ids["ScidmzIngress.flow_active"]]
+    assert active[21] == 1
+    stop = FlowChange(21, 1, CAMPUS, started=False, reason=contract.STOP_FIN)
+    never_started = FlowChange(22, 1, CAMPUS, started=False, reason=contract.STOP_IDLE)
+    dataplane.observe(Observation(bottleneck_port=3, flow_changes=(stop, never_started)), 2)
+    assert _digests(dataplane, "flow_stop_t") == [(21, contract.CLASS_CAMPUS, contract.STOP_FIN)]
+    assert active[21] == 0

@@ -39,7 +39,7 @@ async def _install(session: SwitchSession) -> Ids:
 
 def test_counters_registers_and_digest_config_read_back():
     async def main():
-        async with running_target() as (target, address):
+        async with running_target() as (_, address):
             session = await _primary(address)
             try:
                 ids = await _install(session)

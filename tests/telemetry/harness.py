@@ -63,11 +63,14 @@ def settings(
 
 @asynccontextmanager
 async def running_target(
-    scenario: Scenario | None = None, port: int | None = None, wiring: Wiring = WIRING
+    scenario: Scenario | None = None,
+    port: int | None = None,
+    wiring: Wiring = WIRING,
+    arch: str = "v1model",
 ) -> AsyncIterator[tuple[Target, str]]:
     port = port or free_port()
     source = NetsimSource(scenario or Scenario(), wiring)
-    target = Target(build_p4info("v1model"), source)
+    target = Target(build_p4info(arch), source)  # type: ignore[arg-type]
     address = f"127.0.0.1:{port}"
     await target.start(address)
     try:

@@ -133,3 +133,17 @@ def test_a_pipeline_missing_an_entity_stops_start_up():
                     await asyncio.sleep(5)
 
     asyncio.run(main())
+
+
+def test_the_collector_resolves_tofino_p4info_names():
+    """bf-p4c's P4Info: pipe-prefixed names, digests named after their extern instance,
+    32-bit registers. Everything is found by canonical name or struct."""
+
+    async def main():
+        async with running_target(arch="tna") as (_, address):
+            async with running_collector(settings(address, sample_time_s=0.2)) as collector:
+                await wait_for(lambda: _fresh(collector, 3), 10, "samples")
+                assert all(collector.snapshot.state.valid())
+                assert collector.snapshot.state.active_flows == 108
+
+    asyncio.run(main())

@@ -77,13 +77,17 @@ def test_digests_become_rtt_samples_and_slot_keyed_flow_events():
         for value in values:
             members.add().bitstring = value.to_bytes(4, "big")
     samples, events = parse_digest(IDS, digest, at_s=2.0)
-    assert samples == [RttSample(0x10001, True, 0.15, 2.0), RttSample(7, False, 12e-6, 2.0)]
+    assert samples.flow_id.tolist() == [0x10001, 7]
+    assert samples.is_dtn.tolist() == [True, False]
+    assert samples.rtt_s.tolist() == pytest.approx([0.15, 12e-6])
+    assert samples.at_s.tolist() == [2.0, 2.0]
     assert events == []
     stop = p4r.DigestList(digest_id=IDS.digests["flow_stop_t"], list_id=2)
     members = stop.data.add().struct.members
     for value in (0x10001, contract.CLASS_DTN, contract.STOP_FIN):
         members.add().bitstring = value.to_bytes(4, "big")
-    assert parse_digest(IDS, stop, 2.0) == ([], [FlowEvent(1, started=False)])
+    samples, events = parse_digest(IDS, stop, 2.0)
+    assert len(samples) == 0 and events == [FlowEvent(1, started=False)]
     assert parse_active_slots([_register(9, 1), _register(10, 0)]) == frozenset({9})
 
 
@@ -111,3 +115,33 @@ def test_estimate_chains_the_algorithms():
     _, y = estimate(state, third, [RttSample(5, False, 0.050, 11.5)], [], settings)
     # flows 5 (now 50 ms) and 6 (30 ms) -> mean 40 ms, smoothed with alpha = 0.5
     assert y.campus_rtt_s == pytest.approx(0.5 * 0.020 + 0.5 * 0.040)
+
+
+def _random_digest(rng, rows: int, width: int) -> p4r.DigestList:
+    digest = p4r.DigestList(digest_id=1, list_id=int(rng.integers(1, 2**40)), timestamp=12345)
+    for _ in range(rows):
+        members = digest.data.add().struct.members
+        for _ in range(width):
+            value = int(rng.integers(0, 2**32))
+            members.add().bitstring = value.to_bytes(max(1, (value.bit_length() + 7) // 8))
+    return digest
+
+
+def test_the_wire_decoder_agrees_with_protobuf():
+    import numpy as np
+
+    from scidmz.telemetry.wire import decode_structs, struct_members
+
+    rng = np.random.default_rng(4)
+    for rows, width in ((0, 3), (1, 2), (1500, 3)):
+        digest = _random_digest(rng, rows, width)
+        expected = [[int.from_bytes(m.bitstring) for m in d.struct.members] for d in digest.data]
+        assert struct_members(digest, width).tolist() == expected
+    # anything unexpected: the decoder says so, and the general path still reads it
+    odd = _random_digest(rng, 3, 3)
+    odd.data.add().bool = True  # not a struct: left out by the general path
+    buf = np.frombuffer(odd.SerializeToString(), dtype=np.uint8)
+    assert decode_structs(buf, np.zeros((4, 3), dtype=np.int64)) == -1
+    assert struct_members(odd, 3).shape == (3, 3)
+    truncated = np.frombuffer(_random_digest(rng, 5, 3).SerializeToString()[:-2], dtype=np.uint8)
+    assert decode_structs(truncated, np.zeros((5, 3), dtype=np.int64)) == -1

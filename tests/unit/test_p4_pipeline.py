@@ -116,3 +116,60 @@ def test_ids_carry_the_p4runtime_prefixes():
     ids = [e.preamble.id for kind in kinds
            for e in getattr(info, kind)]  # fmt: skip
     assert len(ids) == len(set(ids))
+
+
+TNA = REPO_ROOT / "p4" / "tna"
+
+
+def test_the_checked_in_tna_p4info_is_the_contracts():
+    info = text_format.Parse((TNA / "p4info.txtpb").read_text(), p4i.P4Info())
+    assert info == build_p4info("tna"), "run: scidmz p4info --arch tna --out " + str(
+        TNA / "p4info.txtpb"
+    )
+    check_p4info(info)  # bf-p4c's pipe-prefixed names and 32-bit registers fit the contract
+    assert info.tables[0].preamble.name.startswith("pipe.ScidmzIngress.")
+    assert info.digests[0].preamble.name == "pipe.ScidmzIngressDeparser.rtt_sample_digest"
+
+
+def test_the_tna_source_declares_every_entity_with_its_width():
+    source = (TNA / "scidmz.p4").read_text()
+    for table in TABLES:
+        body = re.search(rf"table {_short(table.name)} \{{(.*?)\n    \}}", source, re.S)
+        assert body, f"table {table.name}"
+        for field, kind in table.match:
+            name = field.name.replace("std.ingress_port", "ig_intr_md.ingress_port")
+            assert f"{name}: {kind.lower()};" in body.group(1), f"{table.name} {field}"
+        if table.direct_counter:
+            assert f"counters = {_short(table.direct_counter)};" in body.group(1)
+            assert (
+                f"DirectCounter<bit<64>>(CounterType_t.BYTES) {_short(table.direct_counter)};"
+                in source
+            )
+    for action in ACTIONS[1:]:
+        params = ", ".join(f"bit<{p.bitwidth}> {p.name}" for p in action.params)
+        assert f"action {_short(action.name)}({params})" in source, action.name
+    for register in REGISTERS:
+        declared = re.search(
+            rf"Register<bit<(\d+)>, bit<32>>\((\w+)\) {_short(register.name)};", source
+        )
+        assert declared, register.name
+        assert int(declared.group(1)) == register.width("tna"), register.name
+        assert f"({_short(register.name)})" in source, f"{register.name} is never used"
+    for counter in COUNTERS:
+        assert (
+            f"Counter<bit<64>, bit<32>>({counter.size}, CounterType_t.PACKETS_AND_BYTES) "
+            f"{_short(counter.name)};" in source
+        )
+    for digest in DIGESTS:
+        members = " ".join(f"bit<{m.bitwidth}> {m.name};" for m in digest.members)
+        assert f"struct {digest.name} {{ {members} }}" in source, digest.name
+        instance = digest.name.removesuffix("_t") + "_digest"
+        assert f"Digest<{digest.name}>() {instance};" in source
+        assert f"{instance}.pack(" in source
+
+
+def test_wrong_tna_register_widths_are_named():
+    info = build_p4info("tna")
+    info.registers[0].type_spec.bitstring.bit.bitwidth = 48
+    with pytest.raises(PipelineError, match=r"queuing_delay_ns: want bit<32>\[4\], found bit<48>"):
+        check_p4info(info)

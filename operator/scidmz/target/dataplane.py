@@ -77,24 +77,25 @@ class Dataplane:
         p4info: p4i.P4Info,
         on_settings: Callable[[ActivityRule], None] | None = None,
     ) -> None:
-        self.tables = {t.preamble.id: t.preamble.name for t in p4info.tables}
-        self.table_ids = {name: id_ for id_, name in self.tables.items()}
-        self.action_names = {a.preamble.id: a.preamble.name for a in p4info.actions}
+        name = contract.canonical_name
+        self.tables = {t.preamble.id: name(t.preamble.name) for t in p4info.tables}
+        self.table_ids = {table: id_ for id_, table in self.tables.items()}
+        self.action_names = {a.preamble.id: name(a.preamble.name) for a in p4info.actions}
         self.registers: dict[int, U64Array] = {
             r.preamble.id: np.zeros(r.size, dtype=np.uint64) for r in p4info.registers
         }
-        self.register_ids = {r.preamble.name: r.preamble.id for r in p4info.registers}
+        self.register_ids = {name(r.preamble.name): r.preamble.id for r in p4info.registers}
         self.counters: dict[int, U64Array] = {
             c.preamble.id: np.zeros((c.size, 2), dtype=np.uint64) for c in p4info.counters
         }
-        self.counter_ids = {c.preamble.name: c.preamble.id for c in p4info.counters}
+        self.counter_ids = {name(c.preamble.name): c.preamble.id for c in p4info.counters}
         self.direct_counter_tables = {
             c.preamble.id: c.direct_table_id for c in p4info.direct_counters
         }
         self.digests: dict[int, DigestQueue] = {
             d.preamble.id: DigestQueue() for d in p4info.digests
         }
-        self.digest_ids = {d.preamble.name: d.preamble.id for d in p4info.digests}
+        self.digest_ids = {contract.digest_struct(d): d.preamble.id for d in p4info.digests}
         self.direct: dict[EntryKey, list[int]] = {}
         self.routes: tuple[Route, ...] = ()
         self.reverse_routes: tuple[Route, ...] = ()

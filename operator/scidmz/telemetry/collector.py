@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from scidmz.metrics.http import Health
 from scidmz.telemetry import program
-from scidmz.telemetry.estimators import FlowEvent, RttSample
+from scidmz.telemetry.estimators import FlowEvent, RttBatch
 from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter
 from scidmz.telemetry.pipeline import PipelineError, check_p4info
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimate
@@ -88,7 +88,7 @@ class Collector:
         self._ids: program.Ids | None = None
         self._session: SwitchSession | None = None
         self._ready: SwitchSession | None = None
-        self._rtt_samples: list[RttSample] = []
+        self._rtt_batches: list[RttBatch] = []
         self._flow_events: list[FlowEvent] = []
         self._fatal: CollectorError | None = None
         self._last_good: NetworkState | None = None
@@ -208,7 +208,7 @@ class Collector:
         await self._reconcile_entries(session, ids)
         # Digests from here on apply on top of the register snapshot read below: a flow
         # that starts while the register streams out is caught by one or the other.
-        self._rtt_samples.clear()
+        self._rtt_batches.clear()
         self._flow_events.clear()
         await self._configure_digests(session, ids)
         active = program.parse_active_slots(
@@ -254,7 +254,7 @@ class Collector:
         s = self.settings
         inserts = [
             p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(digest_entry=entry))
-            for entry in program.digest_entries(ids)
+            for entry in program.digest_entries(ids, s.plan.digest_max_timeout_ns)
         ]
         try:
             await session.write(inserts, s.rpc_timeout_s)
@@ -275,7 +275,8 @@ class Collector:
         if ids is None:
             return
         samples, events = program.parse_digest(ids, digest, self._clock())
-        self._rtt_samples.extend(samples)
+        if len(samples):
+            self._rtt_batches.append(samples)
         self._flow_events.extend(events)
         name = ids.digest_names.get(digest.digest_id, str(digest.digest_id))
         self.metrics.digests.labels(*self._labels, name).inc(len(digest.data))
@@ -312,7 +313,8 @@ class Collector:
             self._publish_stale()
             return
         poll = program.parse_poll(entities, self._clock())
-        samples, self._rtt_samples = self._rtt_samples, []
+        samples = RttBatch.concat(self._rtt_batches)
+        self._rtt_batches = []
         events, self._flow_events = self._flow_events, []
         previous = self._state.previous
         self._state, state = estimate(self._state, poll, samples, events, self.settings.estimator)

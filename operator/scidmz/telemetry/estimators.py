@@ -7,9 +7,16 @@ feeds them and keeps the returned state. Every function names its paper algorith
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
 
 DEFAULT_RTT_SMOOTHING = 0.875
 """α of the campus RTT EWMA (algorithm 4). The paper does not give it; P4BS (seed 003) uses
@@ -53,23 +60,66 @@ class RttSample:
 
 
 @dataclass(frozen=True)
-class FlowRtt:
-    rtt_s: float
-    seen_at_s: float
+class RttBatch:
+    """RTT samples as columns, in arrival order (what a digest list decodes into)."""
+
+    flow_id: IntArray
+    is_dtn: BoolArray
+    rtt_s: FloatArray
+    at_s: FloatArray
+
+    @classmethod
+    def of(cls, samples: Iterable[RttSample]) -> RttBatch:
+        rows = list(samples)
+        return cls(
+            np.array([r.flow_id for r in rows], dtype=np.int64),
+            np.array([r.is_dtn for r in rows], dtype=bool),
+            np.array([r.rtt_s for r in rows], dtype=np.float64),
+            np.array([r.at_s for r in rows], dtype=np.float64),
+        )
+
+    @classmethod
+    def concat(cls, batches: Sequence[RttBatch]) -> RttBatch:
+        if not batches:
+            return EMPTY_BATCH
+        return cls(
+            np.concatenate([b.flow_id for b in batches]),
+            np.concatenate([b.is_dtn for b in batches]),
+            np.concatenate([b.rtt_s for b in batches]),
+            np.concatenate([b.at_s for b in batches]),
+        )
+
+    def __len__(self) -> int:
+        return int(self.flow_id.shape[0])
+
+
+EMPTY_BATCH = RttBatch(
+    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
+)
 
 
 @dataclass(frozen=True)
 class RttState:
-    """The campus ``flow_vector`` of algorithm 4 and the smoothed values it yields."""
+    """The campus ``flow_vector`` of algorithm 4 (columns sorted by flow id: each flow's
+    latest RTT and when it was seen) and the smoothed values it yields."""
 
-    campus_flows: Mapping[int, FlowRtt] = field(default_factory=lambda: MappingProxyType({}))
+    flow_ids: IntArray = field(default_factory=lambda: EMPTY_BATCH.flow_id)
+    flow_rtt_s: FloatArray = field(default_factory=lambda: EMPTY_BATCH.rtt_s)
+    flow_seen_s: FloatArray = field(default_factory=lambda: EMPTY_BATCH.at_s)
     campus_rtt_s: float = math.nan
     dtn_rtt_s: float = math.nan
+
+    @property
+    def campus_flows(self) -> Mapping[int, float]:
+        """flow id → latest RTT (s); builds a dict, for inspection rather than loops."""
+        return MappingProxyType(
+            dict(zip(self.flow_ids.tolist(), self.flow_rtt_s.tolist(), strict=True))
+        )
 
 
 def update_rtt(
     state: RttState,
-    samples: Iterable[RttSample],
+    samples: RttBatch | Iterable[RttSample],
     now_s: float,
     flow_timeout_s: float,
     alpha: float = DEFAULT_RTT_SMOOTHING,
@@ -80,25 +130,33 @@ def update_rtt(
     vector; the vector's mean is smoothed, ``RTT ← α·RTT + (1−α)·mean`` (the first mean is
     taken as is). DTN: the mean of this interval's DTN samples (the paper reads it straight
     from the digest); with none, the previous value stands. NaN until a first sample.
+    Columnar (numpy), so 100,000 flows cost milliseconds, not a Python loop each.
     """
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha must be in [0, 1), got {alpha}")
-    flows = dict(state.campus_flows)
-    dtn_samples: list[float] = []
-    for sample in samples:
-        if not math.isfinite(sample.rtt_s) or sample.rtt_s < 0:
-            continue
-        if sample.is_dtn:
-            dtn_samples.append(sample.rtt_s)
-        else:
-            flows[sample.flow_id] = FlowRtt(sample.rtt_s, sample.at_s)
-    flows = {k: v for k, v in flows.items() if now_s - v.seen_at_s <= flow_timeout_s}
-    campus = state.campus_rtt_s
-    if flows:
-        mean = sum(f.rtt_s for f in flows.values()) / len(flows)
-        campus = mean if math.isnan(campus) else alpha * campus + (1 - alpha) * mean
-    dtn = sum(dtn_samples) / len(dtn_samples) if dtn_samples else state.dtn_rtt_s
-    return replace(state, campus_flows=MappingProxyType(flows), campus_rtt_s=campus, dtn_rtt_s=dtn)
+    batch = samples if isinstance(samples, RttBatch) else RttBatch.of(samples)
+    good = np.isfinite(batch.rtt_s) & (batch.rtt_s >= 0)
+    dtn = batch.rtt_s[good & batch.is_dtn]
+    campus = good & ~batch.is_dtn
+    # the newest value per flow wins: new samples (latest last) ahead of the old vector
+    ids = np.concatenate([batch.flow_id[campus][::-1], state.flow_ids])
+    rtts = np.concatenate([batch.rtt_s[campus][::-1], state.flow_rtt_s])
+    seen = np.concatenate([batch.at_s[campus][::-1], state.flow_seen_s])
+    ids, first = np.unique(ids, return_index=True)
+    rtts, seen = rtts[first], seen[first]
+    alive = now_s - seen <= flow_timeout_s
+    ids, rtts, seen = ids[alive], rtts[alive], seen[alive]
+    campus_rtt = state.campus_rtt_s
+    if ids.size:
+        mean = float(rtts.mean())
+        campus_rtt = mean if math.isnan(campus_rtt) else alpha * campus_rtt + (1 - alpha) * mean
+    return RttState(
+        flow_ids=ids,
+        flow_rtt_s=rtts,
+        flow_seen_s=seen,
+        campus_rtt_s=campus_rtt,
+        dtn_rtt_s=float(dtn.mean()) if dtn.size else state.dtn_rtt_s,
+    )
 
 
 def queuing_delays(dtn_register_ns: int, campus_register_ns: int) -> tuple[float, float]:

@@ -59,6 +59,12 @@ class Register:
     name: str
     bitwidth: int
     size: int
+    tna_bitwidth: int | None = None
+    """Tofino register cells hold at most 32 bits: timestamps there are the low 32 bits of
+    the nanosecond clock (deltas stay right for 4.29 s, beyond any RTT or sojourn here)."""
+
+    def width(self, arch: str) -> int:
+        return self.tna_bitwidth if arch == "tna" and self.tna_bitwidth else self.bitwidth
 
 
 @dataclass(frozen=True)
@@ -130,13 +136,13 @@ TABLES: tuple[Table, ...] = (
     Table(_q("settings"), (), (_q("set_settings"), "NoAction"), size=1),
 )
 REGISTERS: tuple[Register, ...] = (
-    Register(_q("queuing_delay_ns"), 48, 4),  # index: class id (algorithm 5)
-    Register(_q("packet_ts"), 48, FLOW_SLOTS),  # ingress-tap time by packet hash
+    Register(_q("queuing_delay_ns"), 48, 4, 32),  # index: class id (algorithm 5)
+    Register(_q("packet_ts"), 48, FLOW_SLOTS, 32),  # ingress-tap time by packet hash
     Register(_q("packet_class"), 8, FLOW_SLOTS),  # ... and that packet's class
-    Register(_q("seq_ts"), 48, FLOW_SLOTS),  # data time by hash(flow, expected ACK)
+    Register(_q("seq_ts"), 48, FLOW_SLOTS, 32),  # data time by hash(flow, expected ACK)
     Register(_q("seq_sig"), 32, FLOW_SLOTS),  # the slot's owner; 0 after a retransmission
     Register(_q("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
-    Register(_q("flow_last_ns"), 48, FLOW_SLOTS),  # TS_REG of algorithm 7
+    Register(_q("flow_last_ns"), 48, FLOW_SLOTS, 32),  # TS_REG of algorithm 7
     Register(_q("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
 )
 COUNTERS: tuple[Counter, ...] = (
@@ -147,6 +153,32 @@ DIGESTS: tuple[Digest, ...] = (
     Digest("flow_start_t", (Field("flow_hash", 32), Field("class_id", 8))),
     Digest("flow_stop_t", (Field("flow_hash", 32), Field("class_id", 8), Field("reason", 8))),
 )
+
+
+TNA_PIPE = "pipe"
+"""bf-p4c prefixes P4Info names with the pipeline instance (``pipe.ScidmzIngress.x``)."""
+
+
+TNA_KEYS = {"std.ingress_port": "ig_intr_md.ingress_port"}
+"""Match keys named after an architecture's intrinsic metadata."""
+
+
+def key_name(name: str, arch: str) -> str:
+    return TNA_KEYS.get(name, name) if arch == "tna" else name
+
+
+def canonical_name(name: str) -> str:
+    """A P4Info name without a pipeline prefix: ``pipe.ScidmzIngress.x`` -> ``ScidmzIngress.x``."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[1] == CONTROL:
+        return ".".join(parts[1:])
+    return name
+
+
+def digest_struct(digest: p4i.Digest) -> str:
+    """Digests are matched by their struct type: v1model names the digest after it, TNA
+    after the ``Digest`` extern instance in the deparser."""
+    return digest.type_spec.struct.name or digest.preamble.name
 
 
 class PipelineError(ValueError):
@@ -167,25 +199,28 @@ def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
     indirect_ids = _ids(p4i.P4Ids.COUNTER, [c.name for c in COUNTERS])
     digest_ids = _ids(p4i.P4Ids.DIGEST, [d.name for d in DIGESTS])
 
+    prefix = f"{TNA_PIPE}." if arch == "tna" else ""
     info = p4i.P4Info()
     info.pkg_info.arch = arch
     info.pkg_info.name = "scidmz"
     for action in ACTIONS:
         action_entry = info.actions.add()
         action_entry.preamble.id = action_ids[action.name]
-        action_entry.preamble.name = action.name
+        action_entry.preamble.name = (
+            action.name if action is NO_ACTION else f"{prefix}{action.name}"
+        )
         action_entry.preamble.alias = action.name.rsplit(".", 1)[-1]
         for number, param in enumerate(action.params, start=1):
             action_entry.params.add(id=number, name=param.name, bitwidth=param.bitwidth)
     for table in TABLES:
         table_entry = info.tables.add()
         table_entry.preamble.id = table_ids[table.name]
-        table_entry.preamble.name = table.name
+        table_entry.preamble.name = f"{prefix}{table.name}"
         table_entry.preamble.alias = table.name.rsplit(".", 1)[-1]
         for number, (field, kind) in enumerate(table.match, start=1):
             table_entry.match_fields.add(
                 id=number,
-                name=field.name,
+                name=key_name(field.name, arch),
                 bitwidth=field.bitwidth,
                 match_type=p4i.MatchField.MatchType.Value(kind),
             )
@@ -199,29 +234,32 @@ def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
             continue
         counter = info.direct_counters.add()
         counter.preamble.id = counter_ids[table.direct_counter]
-        counter.preamble.name = table.direct_counter
+        counter.preamble.name = f"{prefix}{table.direct_counter}"
         counter.preamble.alias = table.direct_counter.rsplit(".", 1)[-1]
         counter.spec.unit = p4i.CounterSpec.Unit.BYTES
         counter.direct_table_id = table_ids[table.name]
     for indirect in COUNTERS:
         counter_entry = info.counters.add()
         counter_entry.preamble.id = indirect_ids[indirect.name]
-        counter_entry.preamble.name = indirect.name
+        counter_entry.preamble.name = f"{prefix}{indirect.name}"
         counter_entry.preamble.alias = indirect.name.rsplit(".", 1)[-1]
         counter_entry.spec.unit = p4i.CounterSpec.Unit.BOTH
         counter_entry.size = indirect.size
     for register in REGISTERS:
         register_entry = info.registers.add()
         register_entry.preamble.id = register_ids[register.name]
-        register_entry.preamble.name = register.name
+        register_entry.preamble.name = f"{prefix}{register.name}"
         register_entry.preamble.alias = register.name.rsplit(".", 1)[-1]
-        register_entry.type_spec.bitstring.bit.bitwidth = register.bitwidth
+        register_entry.type_spec.bitstring.bit.bitwidth = register.width(arch)
         register_entry.size = register.size
     for digest in DIGESTS:
         digest_entry = info.digests.add()
         digest_entry.preamble.id = digest_ids[digest.name]
-        digest_entry.preamble.name = digest.name
-        digest_entry.preamble.alias = digest.name
+        instance = digest.name.removesuffix("_t")
+        digest_entry.preamble.name = (
+            f"{prefix}ScidmzIngressDeparser.{instance}_digest" if arch == "tna" else digest.name
+        )
+        digest_entry.preamble.alias = digest_entry.preamble.name.rsplit(".", 1)[-1]
         digest_entry.type_spec.struct.name = digest.name
         struct = info.type_info.structs[digest.name]
         for member in digest.members:
@@ -234,7 +272,8 @@ def build_p4info(arch: Literal["v1model", "tna"] = "v1model") -> p4i.P4Info:
 def check_p4info(info: p4i.P4Info) -> None:
     """Raise ``PipelineError`` naming every entity that is missing or has the wrong width."""
     problems: list[str] = []
-    actions = {a.preamble.name: a for a in info.actions}
+    arch = info.pkg_info.arch or "v1model"
+    actions = {canonical_name(a.preamble.name): a for a in info.actions}
     for action in ACTIONS:
         found = actions.get(action.name)
         if found is None:
@@ -247,7 +286,7 @@ def check_p4info(info: p4i.P4Info) -> None:
                     f"action {action.name} param {param.name}: want bit<{param.bitwidth}>, "
                     f"found {_width(widths.get(param.name))}"
                 )
-    tables = {t.preamble.name: t for t in info.tables}
+    tables = {canonical_name(t.preamble.name): t for t in info.tables}
     for table in TABLES:
         found_table = tables.get(table.name)
         if found_table is None:
@@ -255,7 +294,7 @@ def check_p4info(info: p4i.P4Info) -> None:
             continue
         fields = {m.name: m for m in found_table.match_fields}
         for field, kind in table.match:
-            match = fields.get(field.name)
+            match = fields.get(key_name(field.name, arch))
             if match is None or match.bitwidth != field.bitwidth:
                 problems.append(
                     f"table {table.name} key {field.name}: want {kind} bit<{field.bitwidth}>, "
@@ -263,11 +302,11 @@ def check_p4info(info: p4i.P4Info) -> None:
                 )
             elif p4i.MatchField.MatchType.Name(match.match_type) != kind:
                 problems.append(f"table {table.name} key {field.name}: want {kind} match")
-    counters = {c.preamble.name for c in info.direct_counters}
+    counters = {canonical_name(c.preamble.name) for c in info.direct_counters}
     for table in TABLES:
         if table.direct_counter and table.direct_counter not in counters:
             problems.append(f"direct counter {table.direct_counter} is missing")
-    indirect = {c.preamble.name: c for c in info.counters}
+    indirect = {canonical_name(c.preamble.name): c for c in info.counters}
     for wanted in COUNTERS:
         found_counter = indirect.get(wanted.name)
         if found_counter is None:
@@ -279,18 +318,19 @@ def check_p4info(info: p4i.P4Info) -> None:
                 f"counter {wanted.name}: want packets and bytes [{wanted.size}], found "
                 f"{p4i.CounterSpec.Unit.Name(found_counter.spec.unit)}[{found_counter.size}]"
             )
-    registers = {r.preamble.name: r for r in info.registers}
+    registers = {canonical_name(r.preamble.name): r for r in info.registers}
     for register in REGISTERS:
         found_register = registers.get(register.name)
         width = found_register.type_spec.bitstring.bit.bitwidth if found_register else None
+        want = register.width(arch)
         if found_register is None:
             problems.append(f"register {register.name} is missing")
-        elif width != register.bitwidth or found_register.size < register.size:
+        elif width != want or found_register.size < register.size:
             problems.append(
-                f"register {register.name}: want bit<{register.bitwidth}>[{register.size}], "
+                f"register {register.name}: want bit<{want}>[{register.size}], "
                 f"found {_width(width)}[{found_register.size}]"
             )
-    digests = {d.preamble.name for d in info.digests}
+    digests = {digest_struct(d) for d in info.digests}
     for digest in DIGESTS:
         if digest.name not in digests:
             problems.append(f"digest {digest.name} is missing")

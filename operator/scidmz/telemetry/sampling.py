@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from scidmz.telemetry.estimators import (
     CounterReading,
     FlowEvent,
+    RttBatch,
     RttSample,
     RttState,
     class_rates,
@@ -50,7 +51,7 @@ class EstimatorState:
 def estimate(
     state: EstimatorState,
     poll: Poll,
-    rtt_samples: Sequence[RttSample],
+    rtt_samples: RttBatch | Sequence[RttSample],
     flow_events: Sequence[FlowEvent],
     settings: EstimatorSettings,
 ) -> tuple[EstimatorState, NetworkState]:

@@ -140,10 +140,12 @@ def test_the_collector_resolves_tofino_p4info_names():
     32-bit registers. Everything is found by canonical name or struct."""
 
     async def main():
-        async with running_target(arch="tna") as (_, address):
-            async with running_collector(settings(address, sample_time_s=0.2)) as collector:
-                await wait_for(lambda: _fresh(collector, 3), 10, "samples")
-                assert all(collector.snapshot.state.valid())
-                assert collector.snapshot.state.active_flows == 108
+        async with (
+            running_target(arch="tna") as (_, address),
+            running_collector(settings(address, sample_time_s=0.2)) as collector,
+        ):
+            await wait_for(lambda: _fresh(collector, 3), 10, "samples")
+            assert all(collector.snapshot.state.valid())
+            assert collector.snapshot.state.active_flows == 108
 
     asyncio.run(main())

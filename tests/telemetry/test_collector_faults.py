@@ -149,3 +149,21 @@ def test_the_collector_resolves_tofino_p4info_names():
             assert collector.snapshot.state.active_flows == 108
 
     asyncio.run(main())
+
+
+def test_the_collector_pushes_its_pipeline_when_the_switch_runs_another():
+    async def main():
+        async with running_target() as (target, address):
+            other = p4i.P4Info()
+            other.CopyFrom(build_p4info())
+            other.pkg_info.name = "someone-elses-program"
+            target.service._load(other)
+            wanted = build_p4info()
+            async with running_collector(
+                settings(address, sample_time_s=0.2, pipeline=(wanted, b""))
+            ) as collector:
+                await wait_for(lambda: _fresh(collector, 3), 10, "samples")
+                assert target.service.p4info == wanted
+                assert all(collector.snapshot.state.valid())
+
+    asyncio.run(main())

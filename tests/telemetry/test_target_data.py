@@ -223,28 +223,28 @@ def test_the_sim_actuator_sets_u_and_reports_ground_truth():
     from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
     async def main():
-        async with running_target() as (target, address):
-            async with grpc.aio.insecure_channel(address) as channel:
-                stub = telemetry_pb2_grpc.SimActuatorStub(channel)
-                applied = await stub.SetCampusRateLimit(
-                    telemetry_pb2.CampusRateLimit(rate_bps=250e6), timeout=5
-                )
-                assert applied.rate_bps == 250e6
-                assert target.source.sim.campus_rate_limit_bps == 250e6
-                await asyncio.sleep(1.5)
-                truth = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=5)
-                assert truth.campus_rate_limit_bps == 250e6
-                assert truth.sim_time_s > 1.0 and truth.active_flows == 108
-                # the shaper holds the campus class to u: its bytes grow at <= 250 Mb/s
-                before = truth.campus_tap_bytes
-                await asyncio.sleep(1.0)
-                later = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=5)
-                rate = (later.campus_tap_bytes - before) * 8 / (later.sim_time_s - truth.sim_time_s)
-                assert 150e6 < rate < 260e6
-                with pytest.raises(grpc.aio.AioRpcError) as error:
-                    await stub.SetCampusRateLimit(
-                        telemetry_pb2.CampusRateLimit(rate_bps=-1), timeout=5
-                    )
-                assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        async with (
+            running_target() as (target, address),
+            grpc.aio.insecure_channel(address) as channel,
+        ):
+            stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            applied = await stub.SetCampusRateLimit(
+                telemetry_pb2.CampusRateLimit(rate_bps=250e6), timeout=5
+            )
+            assert applied.rate_bps == 250e6
+            assert target.source.sim.campus_rate_limit_bps == 250e6
+            await asyncio.sleep(1.5)
+            truth = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=5)
+            assert truth.campus_rate_limit_bps == 250e6
+            assert truth.sim_time_s > 1.0 and truth.active_flows == 108
+            # the shaper holds the campus class to u: its bytes grow at <= 250 Mb/s
+            before = truth.campus_tap_bytes
+            await asyncio.sleep(1.0)
+            later = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=5)
+            rate = (later.campus_tap_bytes - before) * 8 / (later.sim_time_s - truth.sim_time_s)
+            assert 150e6 < rate < 260e6
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await stub.SetCampusRateLimit(telemetry_pb2.CampusRateLimit(rate_bps=-1), timeout=5)
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     asyncio.run(main())

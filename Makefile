@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim clean
+.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim bench-collector clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,9 @@ bench-testenv: $(STAMP) testenv
 
 bench-netsim: $(STAMP)
 	$(BIN)/python bench/netsim_speed.py --hours 8 --write
+
+bench-collector: $(STAMP)
+	$(BIN)/python bench/collector_scale.py --samples 8 --write
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

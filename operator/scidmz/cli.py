@@ -236,8 +236,13 @@ def target(
             f"scidmz target: device {device_id} on {listen}, source sim at {speedup:g}x, "
             f"ports {ports}; Ctrl-C stops it"
         )
-        await stop.wait()
+        stopping = asyncio.create_task(stop.wait())
+        failing = asyncio.create_task(device.failed())
+        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
         await device.stop()
+        if failing.done():
+            _fail(f"the packet source failed: {failing.result()}")
+        failing.cancel()
 
     asyncio.run(main())
 

@@ -167,3 +167,32 @@ def test_the_collector_pushes_its_pipeline_when_the_switch_runs_another():
                 assert all(collector.snapshot.state.valid())
 
     asyncio.run(main())
+
+
+def test_entries_left_by_an_earlier_configuration_are_removed():
+    from finsy.proto import p4r
+
+    from scidmz.telemetry.program import Ids, desired_entries
+    from scidmz.telemetry.session import SwitchSession
+
+    async def main():
+        async with running_target() as (target, address):
+            old = SwitchSession(address, 1, 50)
+            await old.open()
+            ids = Ids.from_p4info(await old.get_p4info())
+            stale_plan = replace(PLAN, campus_prefix="192.0.2.0/24", dtn_port=3, bottleneck_port=2)
+            await old.write(
+                [
+                    p4r.Update(type=p4r.Update.INSERT, entity=p4r.Entity(table_entry=e))
+                    for e in desired_entries(ids, stale_plan)
+                    if not e.is_default_action
+                ]
+            )
+            await old.close()
+            async with running_collector(settings(address, sample_time_s=0.2)) as collector:
+                await wait_for(lambda: _fresh(collector, 2), 10, "samples")
+            routes = sorted(str(r.network) for r in target.service.dataplane.routes)
+            assert routes == ["198.51.100.0/24", "203.0.113.10/32"]
+            assert dict(target.service.dataplane.roles) == {1: 1, 2: 2, 3: 3}  # port: role
+
+    asyncio.run(main())

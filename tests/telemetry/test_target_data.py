@@ -248,3 +248,30 @@ def test_the_sim_actuator_sets_u_and_reports_ground_truth():
             assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     asyncio.run(main())
+
+
+class _BrokenSource:
+    ports = frozenset({1, 2, 3})
+
+    def advance(self, elapsed_s):
+        raise RuntimeError("the tap went away")
+
+    def set_activity_rule(self, rule):
+        return
+
+
+def test_a_failing_source_is_reported_not_hidden():
+    from scidmz.target.runner import Target
+    from scidmz.telemetry.pipeline import build_p4info
+    from scidmz.testenv.cluster import free_port
+
+    async def main():
+        target = Target(build_p4info(), _BrokenSource())
+        await target.start(f"127.0.0.1:{free_port()}")
+        try:
+            error = await asyncio.wait_for(target.failed(), 5)
+        finally:
+            await target.stop(0)
+        assert isinstance(error, RuntimeError) and "tap went away" in str(error)
+
+    asyncio.run(main())

@@ -115,9 +115,16 @@ class Target:
         if self._server is not None:
             await self._server.stop(grace_s)
 
-    async def wait(self) -> None:
-        if self._server is not None:
-            await self._server.wait_for_termination()
+    async def failed(self) -> BaseException:
+        """Wait until the tick loop dies (a bug in a source); returns why."""
+        assert self._ticker is not None, "start() first"
+        try:
+            await asyncio.shield(self._ticker)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:
+            return error
+        return RuntimeError("the tick loop ended")
 
     def tick(self, elapsed_s: float) -> None:
         """One step of the data plane: advance the source, observe, deliver digests."""
@@ -133,7 +140,11 @@ class Target:
         while True:
             await asyncio.sleep(max(0.0, deadline - self._clock()))
             now = self._clock()
-            self.tick(now - last)
+            try:
+                self.tick(now - last)
+            except Exception:
+                log.exception("the packet source failed; the target stops measuring")
+                raise
             self.stats.last_tick_s = self._clock() - now
             last = now
             deadline += self.tick_s

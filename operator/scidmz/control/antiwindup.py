@@ -1,0 +1,121 @@
+"""The anti-windup filter of the MLC (paper §3.2, figure 5), as a pure, time-injected step.
+
+Per sample, with e(t) = R_DTN(t) − R*_DTN(t) (the DTN rate error; y − y_d) and the inverse
+model's output û(t)::
+
+    ū(t) = û(t) + Kp·e(t) + I(t)                    the filter's unconstrained output
+    u(t) = sat(ū(t))                                bounds [min, max] and slew ±Δu
+    w(t) = u(t) − ū(t)                              the anti-windup signal (0 unless saturated)
+    I(t+T) = I(t) + T·(Ki·e(t) + Kw·w(t))           integral with back-calculation
+
+The paper leaves the saturator's "±Δu(t) interval" open; here ū is clamped to
+``[min, max]`` and then to ``u(t−T) ± maxStep`` (shared/PAPER_NOTES.md). Sign: a DTN below
+target gives e < 0, so the filter lowers the campus rate u. Gains are ≥ 0 (eq. 2's
+constraint); Kp is dimensionless, Ki and Kw are per second.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+MAX_GAIN = 100.0
+
+
+class ControlConfigError(ValueError):
+    """Gains or limits the filter cannot use; the message names the value."""
+
+
+@dataclass(frozen=True)
+class Gains:
+    kp: float
+    ki: float
+    kw: float
+
+    def __post_init__(self) -> None:
+        for name in ("kp", "ki", "kw"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and 0 <= value <= MAX_GAIN):
+                raise ControlConfigError(f"gain {name} must be within 0..{MAX_GAIN}, got {value}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds of u(t) (bit/s) and its largest change per sample time."""
+
+    min_bps: float
+    max_bps: float
+    max_step_bps: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.min_bps) and math.isfinite(self.max_bps)):
+            raise ControlConfigError("limits must be finite rates")
+        if self.min_bps < 0:
+            raise ControlConfigError(f"limits.min must be >= 0, got {self.min_bps}")
+        if self.min_bps > self.max_bps:
+            raise ControlConfigError(
+                f"limits.min ({self.min_bps:g} bit/s) exceeds limits.max ({self.max_bps:g} bit/s)"
+            )
+        if not self.max_step_bps > 0:
+            raise ControlConfigError(f"limits.maxStep must be > 0, got {self.max_step_bps}")
+
+    def saturate(self, value_bps: float, previous_bps: float | None) -> float:
+        """Clamp to [min, max], then to ``previous ± max_step`` (no slew on the first)."""
+        value = min(max(value_bps, self.min_bps), self.max_bps)
+        if previous_bps is not None:
+            value = min(
+                max(value, previous_bps - self.max_step_bps), previous_bps + self.max_step_bps
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class FilterState:
+    integral_bps: float = 0.0
+    applied_bps: float | None = None
+    """u(t−T), the last rate applied (None before the first sample)."""
+
+
+@dataclass(frozen=True)
+class FilterOutput:
+    """One step's signals, all in bit/s (exported as metrics)."""
+
+    u_bps: float
+    u_bar_bps: float
+    u_hat_bps: float
+    proportional_bps: float
+    integral_bps: float
+    windup_bps: float
+
+    @property
+    def saturated(self) -> bool:
+        return self.windup_bps != 0.0
+
+
+def step(
+    state: FilterState,
+    error_bps: float,
+    u_hat_bps: float,
+    dt_s: float,
+    gains: Gains,
+    limits: Limits,
+) -> tuple[FilterState, FilterOutput]:
+    """One sample of figure 5. ``dt_s`` is the time since the previous step (normally T)."""
+    if not (math.isfinite(error_bps) and math.isfinite(u_hat_bps)):
+        raise ValueError("error and model output must be finite")
+    if not dt_s > 0:
+        raise ValueError(f"dt must be > 0, got {dt_s}")
+    proportional = gains.kp * error_bps
+    u_bar = u_hat_bps + proportional + state.integral_bps
+    u = limits.saturate(u_bar, state.applied_bps)
+    windup = u - u_bar
+    integral = state.integral_bps + dt_s * (gains.ki * error_bps + gains.kw * windup)
+    output = FilterOutput(
+        u_bps=u,
+        u_bar_bps=u_bar,
+        u_hat_bps=u_hat_bps,
+        proportional_bps=proportional,
+        integral_bps=state.integral_bps,
+        windup_bps=windup,
+    )
+    return FilterState(integral_bps=integral, applied_bps=u), output

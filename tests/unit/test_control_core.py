@@ -1,0 +1,118 @@
+"""The anti-windup filter (figure 5), y_d (table 3), the 22 features (eq. 1), MRAE and IAE."""
+
+import math
+
+import pytest
+
+from scidmz.control.antiwindup import ControlConfigError, FilterState, Gains, Limits, step
+from scidmz.control.features import (
+    FEATURE_NAMES,
+    N_FEATURES,
+    Setpoint,
+    desired_state,
+    features,
+)
+from scidmz.control.quality import iae, mrae
+
+MBPS = 1e6
+LIMITS = Limits(min_bps=0.0, max_bps=1000 * MBPS, max_step_bps=200 * MBPS)
+
+
+def test_unsaturated_step_is_model_plus_pi():
+    gains = Gains(kp=0.5, ki=2.0, kw=1.0)
+    state, out = step(FilterState(), -40 * MBPS, 400 * MBPS, 1.0, gains, LIMITS)
+    assert out.u_bps == pytest.approx(380 * MBPS)  # 400 + 0.5·(−40) + 0
+    assert out.windup_bps == 0 and not out.saturated
+    assert state.integral_bps == pytest.approx(-80 * MBPS)  # T·Ki·e
+    state, out = step(state, -40 * MBPS, 400 * MBPS, 0.5, gains, LIMITS)
+    assert out.u_bps == pytest.approx((400 - 20 - 80) * MBPS)
+    assert state.integral_bps == pytest.approx(-120 * MBPS)  # dt is injected: 0.5·2·(−40)
+
+
+def test_a_dtn_below_target_lowers_the_campus_rate():
+    gains = Gains(0.3, 1.5, 1.5)
+    _, out = step(FilterState(applied_bps=500 * MBPS), -100 * MBPS, 500 * MBPS, 1.0, gains, LIMITS)
+    assert out.u_bps < 500 * MBPS
+
+
+def test_saturation_and_the_slew_limit():
+    gains = Gains(kp=1.0, ki=0.0, kw=0.0)
+    state = FilterState(applied_bps=900 * MBPS)
+    _, out = step(state, 500 * MBPS, 900 * MBPS, 1.0, gains, LIMITS)
+    assert out.u_bps == 1000 * MBPS  # clamped to max
+    assert out.windup_bps == pytest.approx(-400 * MBPS)
+    _, out = step(state, -700 * MBPS, 900 * MBPS, 1.0, gains, LIMITS)
+    assert out.u_bps == 700 * MBPS  # 200 ms... 200 Mb/s per sample at most
+    _, first = step(FilterState(), -700 * MBPS, 900 * MBPS, 1.0, gains, LIMITS)
+    assert first.u_bps == 200 * MBPS  # no slew limit before anything was applied
+
+
+def test_back_calculation_discharges_windup():
+    """A long error while saturated: with Kw the integral stays bounded and the output
+    leaves saturation as soon as the error turns; without it, it stays stuck."""
+
+    def run(kw: float) -> tuple[float, int]:
+        gains = Gains(kp=0.0, ki=1.0, kw=kw)
+        state = FilterState(applied_bps=1000 * MBPS)
+        for _ in range(30):  # DTN far above target: wants u far above max
+            state, _ = step(state, 300 * MBPS, 900 * MBPS, 1.0, gains, LIMITS)
+        peak = state.integral_bps
+        recovered_after = -1
+        for sample in range(60):  # the error turns
+            state, out = step(state, -100 * MBPS, 900 * MBPS, 1.0, gains, LIMITS)
+            if out.u_bps < 1000 * MBPS:
+                recovered_after = sample
+                break
+        return peak, recovered_after
+
+    bounded_peak, fast = run(kw=1.0)
+    wound_peak, slow = run(kw=0.0)
+    assert bounded_peak < 0.2 * wound_peak
+    assert 0 <= fast < 3
+    assert slow == -1 or slow > 10 * max(fast, 1)
+
+
+def test_bad_gains_and_limits_are_named():
+    with pytest.raises(ControlConfigError, match="gain ki"):
+        Gains(0.1, -1.0, 0.1)
+    with pytest.raises(ControlConfigError, match="gain kw"):
+        Gains(0.1, 1.0, math.nan)
+    with pytest.raises(ControlConfigError, match=r"limits\.min .* exceeds limits\.max"):
+        Limits(800 * MBPS, 200 * MBPS, 100 * MBPS)
+    with pytest.raises(ControlConfigError, match="maxStep"):
+        Limits(0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        step(FilterState(), math.nan, 0.0, 1.0, Gains(0, 0, 0), LIMITS)
+
+
+def test_desired_state_follows_table_3():
+    setpoint = Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS)
+    assert desired_state(setpoint, 108, 0.1, 0.01) == (
+        600 * MBPS, 400 * MBPS, 0.1, 0.01, 0.0, 0.0, 108,
+    )  # fmt: skip
+    configured = Setpoint(600 * MBPS, 1000 * MBPS, dtn_rtt_s=0.12, campus_rtt_s=0.015)
+    assert desired_state(configured, 5, 0.1, 0.01)[2:4] == (0.12, 0.015)
+
+
+def test_features_are_22_in_the_documented_order():
+    assert N_FEATURES == 22 == len(FEATURE_NAMES)
+    assert FEATURE_NAMES[0] == "desired_dtn_rate_bps"
+    assert FEATURE_NAMES[7] == "previous_dtn_rate_bps"
+    assert FEATURE_NAMES[20] == "before_previous_active_flows"
+    row = features(range(7), range(10, 17), range(20, 27), 99.0)
+    assert row.shape == (1, 22) and row.dtype.name == "float32"
+    assert row[0].tolist() == [*range(7), *range(10, 17), *range(20, 27), 99.0]
+    with pytest.raises(ValueError, match="previous state has 6 values"):
+        features(range(7), range(6), range(7), 0.0)
+    with pytest.raises(ValueError, match="finite"):
+        features([math.nan] * 7, range(7), range(7), 0.0)
+
+
+def test_mrae_and_iae():
+    targets = [600 * MBPS, 600 * MBPS, 300 * MBPS, 0.0]
+    rates = [540 * MBPS, 660 * MBPS, math.nan, 5.0]
+    assert mrae(targets, rates) == pytest.approx(0.1)  # the NaN and the zero target skipped
+    assert iae(targets[:2], rates[:2], dt_s=1.0) == pytest.approx(120 * MBPS)
+    assert math.isnan(mrae([0.0], [1.0]))
+    with pytest.raises(ValueError):
+        mrae([1.0], [])

@@ -239,12 +239,12 @@ def target(
         stopping = asyncio.create_task(stop.wait())
         failing = asyncio.create_task(device.failed())
         await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
-        error = failing.result() if failing.done() else None
+        failure = failing.result() if failing.done() else None
         failing.cancel()
         stopping.cancel()
         await device.stop()
-        if error is not None:
-            _fail(f"the packet source failed: {error}")
+        if failure is not None:
+            _fail(f"the packet source failed: {failure}")
 
     asyncio.run(main())
 

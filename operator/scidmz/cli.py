@@ -249,6 +249,75 @@ def target(
     asyncio.run(main())
 
 
+@app.command()
+def train(
+    cca: Annotated[str, typer.Option(help="The DTN's congestion control: cubic or bbr.")],
+    out: Annotated[
+        Path | None, typer.Option(help="Output directory (default: models/<cca>).")
+    ] = None,
+    duration: Annotated[
+        float, typer.Option(help="Identification run, simulated seconds (paper: 28,800).")
+    ] = 28_800.0,
+    seed: Annotated[int, typer.Option(help="Seeds the simulator, excitation and network.")] = 1,
+    folds: Annotated[int, typer.Option(help="Cross-validation folds.")] = 3,
+    max_epochs: Annotated[int, typer.Option(help="Epoch limit per fit.")] = 200,
+    scenario: Annotated[
+        Path | None, typer.Option("--scenario", help="Scenario YAML (default: the paper's).")
+    ] = None,
+) -> None:
+    """Identify the network on the simulator and train the MLC inverse model (ONNX)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from scidmz.netsim.scenario import ScenarioError, load_scenario
+
+    try:
+        from scidmz.learn.inverse_model import FitSettings
+        from scidmz.learn.train import TrainSettings
+        from scidmz.learn.train import train as run_training
+    except ImportError as error:
+        _fail(f"training needs the [train] extra (pip install 'scidmz[train]'): {error}")
+        return
+    if cca not in ("cubic", "bbr"):
+        _fail(f"--cca must be cubic or bbr, not {cca!r}")
+    if not duration >= 60 or folds < 2 or max_epochs < 1:
+        _fail("--duration must be >= 60 s, --folds >= 2 and --max-epochs >= 1")
+    try:
+        chosen = load_scenario(scenario) if scenario is not None else None
+    except ScenarioError as error:
+        _fail(str(error))
+        return
+    settings = TrainSettings(
+        cca=cca,
+        out_dir=out or Path("models") / cca,
+        duration_s=duration,
+        seed=seed,
+        folds=folds,
+        fit=FitSettings(max_epochs=max_epochs, seed=seed),
+        scenario=chosen,
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns) as bar:
+        tasks: dict[str, object] = {}
+
+        def progress(stage: str, done: float, total: float) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done)  # type: ignore[arg-type]
+
+        report = run_training(settings, progress)
+    typer.echo(
+        f"{cca}: {report.samples} rows, cross-validated relative error "
+        f"{sum(report.fold_errors) / len(report.fold_errors):.1%} "
+        f"(folds {', '.join(f'{e:.1%}' for e in report.fold_errors)}), "
+        f"{report.seconds / 60:.1f} min; wrote {settings.out_dir}/inverse.onnx, card.md, gains.yaml"
+    )
+
+
 @testenv_app.command("up")
 def testenv_up(
     workdir: Annotated[

@@ -74,3 +74,20 @@ def features(
     if not all(math.isfinite(v) for v in row):
         raise ValueError("every feature must be a finite number")
     return np.asarray([row], dtype=np.float32)
+
+
+def fill_missing(state: Sequence[float], fallback: Sequence[float]) -> tuple[float, ...]:
+    """y(t) with every unmeasured (NaN) value replaced, the same way in training and in
+    control: a rate or queuing delay not measured is 0 (no packets of that class), an RTT
+    or the active-flow count keeps ``fallback`` (the last finite value, or a base RTT)."""
+    if len(state) != N_STATE or len(fallback) != N_STATE:
+        raise ValueError(f"states have {N_STATE} values")
+    filled = []
+    for index, (value, previous) in enumerate(zip(state, fallback, strict=True)):
+        if math.isfinite(value):
+            filled.append(float(value))
+        elif index in (0, 1, 4, 5):  # rates and queuing delays
+            filled.append(0.0)
+        else:
+            filled.append(float(previous))
+    return tuple(filled)

@@ -112,14 +112,62 @@ def collector(
 
 
 @app.command()
-def controller(config: ConfigOption) -> None:
+def controller(
+    config: ConfigOption,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Inverse model (default: <models dir>/<cca>/inverse.onnx)."),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz, /state (default: $SCIDMZ_HTTP_PORT or 9461)."
+        ),
+    ] = None,
+    netns: Annotated[
+        str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
     """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T."""
-    from scidmz.workload import run_placeholder
+    import asyncio
+    import os
 
+    from scidmz.api.runtime import load_runtime_config
+    from scidmz.control.service import ControllerProcess
+    from scidmz.control.settings import controller_settings, load_model, open_actuator
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
-        run_placeholder("controller", config, default_port=9461)
+        runtime = load_runtime_config(config)
+        settings = controller_settings(runtime)
+        inverse = load_model(runtime, model)
     except ConfigError as error:
         _fail(str(error))
+        return
+    port = http_port if http_port is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", "9461"))
+
+    async def main() -> str | None:
+        import signal
+
+        try:
+            actuator = await open_actuator(runtime, netns)
+        except ConfigError as error:
+            return str(error)
+        process = ControllerProcess(settings, actuator, inverse, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await process.serve(stop)
+        return None
+
+    message = asyncio.run(main())
+    if message:
+        _fail(message)
 
 
 @app.command()
@@ -313,7 +361,8 @@ def train(
     typer.echo(
         f"{cca}: {report.samples} rows, cross-validated relative error "
         f"{sum(report.fold_errors) / len(report.fold_errors):.1%} "
-        f"(folds {', '.join(f'{e:.1%}' for e in report.fold_errors)}), "
+        f"(folds {', '.join(f'{e:.1%}' for e in report.fold_errors)}; where the shaper binds "
+        f"{sum(report.binding_errors) / len(report.binding_errors):.1%}), "
         f"{report.seconds / 60:.1f} min; wrote {settings.out_dir}/inverse.onnx, card.md, gains.yaml"
     )
 

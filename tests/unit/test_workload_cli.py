@@ -1,5 +1,6 @@
 """`scidmz collector|controller --config FILE` as real processes."""
 
+import json
 import os
 import signal
 import subprocess
@@ -35,21 +36,25 @@ def test_bad_config_stops_start_up_with_a_clear_error(tmp_path, component):
     assert "target_rate_bps" in err and "namespace" in err
 
 
-@pytest.mark.parametrize("component", ["controller"])
-def test_valid_config_serves_health_and_stops_on_sigterm(tmp_path, component, example_policy):
+def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_policy):
     config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
     port = free_port()
     proc = _run(
-        [component, "--config", str(path)], env={**os.environ, "SCIDMZ_HTTP_PORT": str(port)}
+        ["controller", "--config", str(path)], env={**os.environ, "SCIDMZ_HTTP_PORT": str(port)}
     )
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/healthz", 20, proc)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
-            assert b"ns/p" in r.read()
+        with pytest.raises(urllib.error.HTTPError) as not_ready:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1)
+        assert not_ready.value.code == 503  # no samples from the collector yet
+        assert b"waiting for samples" in not_ready.value.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=1) as r:
+            state = json.loads(r.read())
+        assert state["policy"] == "ns/p" and state["strategy"] == "mlc"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-            assert f'scidmz_build_info{{component="{component}"'.encode() in r.read()
+            assert b'scidmz_build_info{component="controller"' in r.read()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
@@ -125,3 +130,97 @@ def test_target_refuses_bad_options():
     proc = _run(["target", "--source", "pcap"])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "--source must be sim" in err
+
+
+def _controller_config(tmp_path, example_policy, **runtime_changes):
+    config = resolve_runtime_config(
+        "p", "ns", 1, parse_spec(example_policy["spec"]), f"127.0.0.1:{free_port()}"
+    )
+    data = config.model_dump()
+    for dotted, value in runtime_changes.items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node[key]
+        node[leaf] = value
+    path = tmp_path / "controller.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"controller.gains.kp": 150.0}, "gain kp must be within 0..100"),
+        ({"controller.min_rate_bps": 9e8, "controller.max_rate_bps": 1e8}, "limits.min"),
+        (
+            {"actuator.type": "tc", "actuator.tc_interface": "nonexistent0"},
+            "interface nonexistent0 does not exist",
+        ),
+    ],
+)
+def test_controller_refuses_bad_input(tmp_path, example_policy, changes, fragment):
+    path = _controller_config(tmp_path, example_policy, **changes)
+    proc = _run(["controller", "--config", str(path)])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, err
+    assert fragment in err, err
+
+
+def test_controller_refuses_a_model_without_22_inputs(tmp_path, example_policy):
+    from tests.unit.test_controller_loop import _onnx_model
+
+    model = _onnx_model(tmp_path / "m.onnx", 21)
+    path = _controller_config(tmp_path, example_policy, **{"controller.strategy": "mlc"})
+    proc = _run(["controller", "--config", str(path), "--model", str(model)])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "not [N, 22]" in err, err
+
+
+def test_sigterm_restores_the_failsafe_rate(tmp_path, example_policy):
+    import asyncio
+
+    import grpc
+
+    from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+
+    switch_port, http_port = free_port(), free_port()
+    target = _run(["target", "--listen", f"127.0.0.1:{switch_port}"])
+    path = _controller_config(
+        tmp_path, example_policy,
+        **{"actuator.type": "sim", "actuator.sim_address": f"127.0.0.1:{switch_port}",
+           "failsafe.stale_after_s": 60.0, "failsafe.rate_bps": 3e8},
+    )  # fmt: skip
+    controller = _run(["controller", "--config", str(path), "--http-port", str(http_port)])
+
+    async def rate(set_to=None):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{switch_port}") as channel:
+            stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            if set_to is not None:
+                request = telemetry_pb2.CampusRateLimit(rate_bps=set_to)
+                return (await stub.SetCampusRateLimit(request, timeout=5)).rate_bps
+            truth = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=5)
+            return truth.campus_rate_limit_bps
+
+    try:
+        wait_http_ok(f"http://127.0.0.1:{http_port}/healthz", 30, controller)
+        for _ in range(100):  # the target may still be starting
+            try:
+                assert asyncio.run(rate(set_to=123e6)) == 123e6
+                break
+            except grpc.aio.AioRpcError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError("the target never answered")
+        controller.send_signal(signal.SIGTERM)
+        controller.wait(timeout=15)
+        assert controller.returncode == 0
+        time.sleep(0.1)
+        assert asyncio.run(rate()) == 3e8
+    finally:
+        for proc in (controller, target):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=10)

@@ -107,6 +107,13 @@ def fit(
     return FitResult(model=model, epochs=best_epoch, validation_error=best_error)
 
 
+def binding(x: FloatArray, u_bps: FloatArray, share: float = 0.9) -> npt.NDArray[np.bool_]:
+    """Rows where the shaper binds: the campus rate y2(t) reached ``share`` of u(t). Only
+    there does y(t) depend on u(t), so only there can an inverse model recover u."""
+    mask: npt.NDArray[np.bool_] = x[:, 1] >= share * u_bps
+    return mask
+
+
 def cross_validate(
     x: FloatArray,
     u_bps: FloatArray,
@@ -114,9 +121,10 @@ def cross_validate(
     folds: int,
     settings: FitSettings = FitSettings(),
     progress: Callable[[int, int, float], None] | None = None,
-) -> list[float]:
+) -> list[tuple[float, float]]:
     """K contiguous folds (time series: no shuffling across time); returns each fold's
-    relative error on its held-out block. ``progress(fold, epoch, error)``."""
+    relative error on its held-out block, over all rows and over the binding rows.
+    ``progress(fold, epoch, error)``."""
     bounds = np.linspace(0, len(x), folds + 1).astype(int)
     errors = []
     for fold in range(folds):
@@ -129,7 +137,13 @@ def cross_validate(
 
         result = fit(x[~held], u_bps[~held], max_rate_bps, settings, report)
         predicted = result.model.predict(x[held]) * max_rate_bps  # type: ignore[attr-defined]
-        errors.append(relative_error(predicted, u_bps[held]))
+        bound = binding(x[held], u_bps[held])
+        errors.append(
+            (
+                relative_error(predicted, u_bps[held]),
+                relative_error(predicted[bound], u_bps[held][bound]),
+            )
+        )
     return errors
 
 

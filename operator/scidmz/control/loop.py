@@ -1,0 +1,315 @@
+"""The controller: from each collector sample to u(t) at the actuator (paper figure 4).
+
+Per fresh sample: y_d(t) from table 3, the 22 features, û(t) from the strategy (the ONNX
+inverse model for ``mlc``; B_max − R* for ``pi``), the anti-windup filter (figure 5), the
+saturator, the actuator. ``trivial`` applies B_max − R* and nothing else (§3.7). A
+watchdog applies the fail-safe rate when no fresh sample came for ``staleAfter`` (stale
+samples from a collector that lost its switch count as none), and ``shutdown`` restores
+it. Actuator errors are counted, logged and retried with the next sample; they never stop
+the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from scidmz.control.actuators import Actuator, ActuatorError
+from scidmz.control.antiwindup import FilterOutput, FilterState, Gains, Limits, step
+from scidmz.control.features import Setpoint, desired_state, features, fill_missing
+from scidmz.control.model import InverseModel
+from scidmz.control.quality import iae, mrae
+from scidmz.metrics import names
+from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+from scidmz.telemetry.state import STATE_VARIABLES
+
+log = logging.getLogger(__name__)
+
+TRACKING_WINDOW = 120
+"""t_N of eq. 3: the paper's MRAE window, in samples."""
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    policy: str
+    namespace: str
+    strategy: str  # mlc | pi | trivial
+    setpoint: Setpoint
+    gains: Gains
+    limits: Limits
+    sample_time_s: float
+    stale_after_s: float
+    failsafe_rate_bps: float
+    collector_address: str
+    reconnect_s: float = 0.5
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one sample led to (exported on /state and as metrics)."""
+
+    sequence: int
+    u_bps: float
+    u_hat_bps: float
+    error_bps: float
+    output: FilterOutput | None
+
+
+class ControllerMetrics:
+    def __init__(self, registry: CollectorRegistry, labels: tuple[str, str]) -> None:
+        keys = ["policy", "namespace"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, keys, registry=registry)
+
+        self.target = gauge(names.TARGET_RATE, "R*, the DTN target rate.")
+        self.limit = gauge(names.CAMPUS_RATE_LIMIT, "u(t), the campus rate applied.")
+        self.model = gauge(names.MODEL_OUTPUT, "û(t), the inverse model's (or PI's) base rate.")
+        self.error = gauge(names.CONTROL_ERROR, "e(t) = R_DTN − R*.")
+        self.proportional = gauge(names.CONTROL_PROPORTIONAL, "Kp·e(t).")
+        self.integral = gauge(names.CONTROL_INTEGRAL, "The integral action I(t).")
+        self.windup = gauge(names.CONTROL_WINDUP, "w(t) = u(t) − ū(t): non-zero when saturated.")
+        self.mrae = gauge(names.TRACKING_MRAE, "MRAE (eq. 3) over the last 120 samples.")
+        self.iae = gauge(names.TRACKING_IAE, "IAE (eq. 2) over the last 120 samples, bytes.")
+        self.failsafe = gauge(names.FAILSAFE_ACTIVE, "1 while the fail-safe rate is applied.")
+        self.age = gauge(names.SAMPLE_AGE, "Seconds since the last fresh sample.")
+        self.loop = Histogram(
+            names.CONTROL_LOOP, "From sample received to actuator called.", keys,
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
+            registry=registry,
+        )  # fmt: skip
+        self.inference = Histogram(
+            names.INFERENCE, "ONNX inference time.", keys,
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01), registry=registry,
+        )  # fmt: skip
+        self.actuator_errors = Counter(
+            names.ACTUATOR_ERRORS, "Failed actuator calls.", keys, registry=registry
+        )
+        self.samples = Counter(
+            names.CONTROL_SAMPLES, "Samples received.", [*keys, "kind"], registry=registry
+        )
+        self.labels = labels
+
+
+class Controller:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        actuator: Actuator,
+        model: InverseModel | None = None,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if settings.strategy == "mlc" and model is None:
+            raise ValueError("the mlc strategy needs an inverse model")
+        self.settings = settings
+        self.actuator = actuator
+        self.model = model
+        self.registry = registry or CollectorRegistry()
+        self.metrics = ControllerMetrics(self.registry, (settings.policy, settings.namespace))
+        self._clock = clock
+        self.filter = FilterState()
+        self.history: deque[tuple[float, ...]] = deque(maxlen=2)
+        self.applied_bps: float | None = None
+        self.last_fresh_s = clock()
+        self.failsafe_active = False
+        self.decisions: deque[Decision] = deque(maxlen=TRACKING_WINDOW)
+        self.latest: telemetry_pb2.StateSample | None = None
+        self._base_rtt = (math.inf, math.inf)
+        self._last_step_s: float | None = None
+        self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
+        m = self.metrics
+        m.target.labels(*m.labels).set(settings.setpoint.target_rate_bps / 8)
+        m.failsafe.labels(*m.labels).set(0)
+
+    @property
+    def trivial_rate_bps(self) -> float:
+        s = self.settings.setpoint
+        return s.capacity_bps - s.target_rate_bps
+
+    # ---- per sample ---------------------------------------------------------------------
+    async def on_sample(self, sample: telemetry_pb2.StateSample) -> Decision | None:
+        """Compute and apply u(t) for a fresh sample; stale or unusable ones are skipped
+        (the watchdog takes care of staleness)."""
+        received = self._clock()
+        m = self.metrics
+        values = (
+            sample.dtn_rate_bps, sample.campus_rate_bps, sample.dtn_rtt_s, sample.campus_rtt_s,
+            sample.dtn_queuing_delay_s, sample.campus_queuing_delay_s, sample.active_flows,
+        )  # fmt: skip
+        if sample.stale or not math.isfinite(sample.dtn_rate_bps):
+            m.samples.labels(*m.labels, "skipped").inc()
+            return None
+        m.samples.labels(*m.labels, "fresh").inc()
+        self.latest = sample
+        self.last_fresh_s = received
+        y = fill_missing(values, self.history[-1] if self.history else self._fallback())
+        self._base_rtt = (min(self._base_rtt[0], y[2]), min(self._base_rtt[1], y[3]))
+        s = self.settings
+        target = s.setpoint.target_rate_bps
+        error = y[0] - target
+        self._tracking.append((target, y[0]))
+        dt = s.sample_time_s if self._last_step_s is None else received - self._last_step_s
+        self._last_step_s = received
+        output: FilterOutput | None = None
+        if s.strategy == "trivial" or len(self.history) < 2 or self.applied_bps is None:
+            # trivial, and the first samples of the others (eq. 1 needs y(t−T), y(t−2T))
+            u_hat = self.trivial_rate_bps
+            u = s.limits.saturate(u_hat, None)
+        else:
+            u_hat = self._base_rate(y)
+            self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, s.limits)
+            u = output.u_bps
+        self.history.append(y)
+        await self._apply(u)
+        decision = Decision(sample.sequence, u, u_hat, error, output)
+        self.decisions.append(decision)
+        self._export(decision)
+        m.loop.labels(*m.labels).observe(self._clock() - received)
+        return decision
+
+    def _fallback(self) -> tuple[float, ...]:
+        return (0.0, 0.0, 0.1, 0.01, 0.0, 0.0, 0.0)
+
+    def _base_rate(self, y: tuple[float, ...]) -> float:
+        s = self.settings
+        if s.strategy == "pi":
+            return self.trivial_rate_bps
+        assert self.model is not None and self.applied_bps is not None
+        desired = desired_state(s.setpoint, y[6], self._base_rtt[0], self._base_rtt[1])
+        # y(t) was just measured: it is eq. 1's y(t−T) for the u(t) chosen now
+        row = features(desired, y, self.history[-1], self.applied_bps)
+        started = self._clock()
+        u_hat = self.model.predict(row)
+        m = self.metrics
+        m.inference.labels(*m.labels).observe(self._clock() - started)
+        return u_hat if math.isfinite(u_hat) else self.trivial_rate_bps
+
+    async def _apply(self, rate_bps: float) -> None:
+        m = self.metrics
+        try:
+            self.applied_bps = await self.actuator.apply(rate_bps)
+        except ActuatorError as error:
+            m.actuator_errors.labels(*m.labels).inc()
+            log.warning("actuator %s: %s (retried with the next sample)", self.actuator.name, error)
+            return
+        if self.failsafe_active:
+            log.info("fresh samples again: leaving the fail-safe rate")
+        self.failsafe_active = False
+        m.failsafe.labels(*m.labels).set(0)
+        m.limit.labels(*m.labels).set(self.applied_bps / 8)
+
+    def _export(self, decision: Decision) -> None:
+        m = self.metrics
+        m.model.labels(*m.labels).set(decision.u_hat_bps / 8)
+        m.error.labels(*m.labels).set(decision.error_bps / 8)
+        if decision.output is not None:
+            m.proportional.labels(*m.labels).set(decision.output.proportional_bps / 8)
+            m.integral.labels(*m.labels).set(decision.output.integral_bps / 8)
+            m.windup.labels(*m.labels).set(decision.output.windup_bps / 8)
+        targets = [t for t, _ in self._tracking]
+        rates = [r for _, r in self._tracking]
+        tracking = mrae(targets, rates)
+        if math.isfinite(tracking):
+            m.mrae.labels(*m.labels).set(tracking)
+        m.iae.labels(*m.labels).set(iae(targets, rates, self.settings.sample_time_s) / 8)
+
+    # ---- fail-safe ------------------------------------------------------------------------
+    async def check_staleness(self) -> bool:
+        """Apply the fail-safe rate when no fresh sample came for staleAfter; True if so."""
+        age = self._clock() - self.last_fresh_s
+        m = self.metrics
+        m.age.labels(*m.labels).set(age)
+        if age < self.settings.stale_after_s:
+            return False
+        if not self.failsafe_active:
+            log.warning("no fresh sample for %.1f s: applying the fail-safe rate", age)
+        await self.apply_failsafe()
+        return True
+
+    async def apply_failsafe(self) -> None:
+        m = self.metrics
+        try:
+            self.applied_bps = await self.actuator.apply(self.settings.failsafe_rate_bps)
+        except ActuatorError as error:
+            m.actuator_errors.labels(*m.labels).inc()
+            log.warning("actuator %s (fail-safe): %s", self.actuator.name, error)
+            return
+        self.failsafe_active = True
+        self.filter = FilterState(applied_bps=self.applied_bps)  # restart the integral
+        self.history.clear()
+        m.failsafe.labels(*m.labels).set(1)
+        m.limit.labels(*m.labels).set(self.applied_bps / 8)
+
+    # ---- running ----------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        """Subscribe to the collector (reconnecting) and watch for staleness until ``stop``;
+        then restore the fail-safe rate."""
+        tasks = [
+            asyncio.create_task(self._subscribe_forever(), name="subscribe"),
+            asyncio.create_task(self._watch_forever(), name="watchdog"),
+        ]
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.apply_failsafe()
+            log.info("stopped: fail-safe rate %.0f bit/s restored", self.settings.failsafe_rate_bps)
+
+    async def _watch_forever(self) -> None:
+        period = min(self.settings.stale_after_s / 4, self.settings.sample_time_s)
+        while True:
+            await asyncio.sleep(period)
+            await self.check_staleness()
+
+    async def _subscribe_forever(self) -> None:
+        address = self.settings.collector_address
+        while True:
+            try:
+                async with grpc.aio.insecure_channel(address) as channel:
+                    stub = telemetry_pb2_grpc.TelemetryStub(channel)
+                    async for sample in stub.Subscribe(telemetry_pb2.SubscribeRequest()):
+                        await self.on_sample(sample)
+            except grpc.aio.AioRpcError as error:
+                log.warning("collector %s: %s", address, error.code().name)
+            await asyncio.sleep(self.settings.reconnect_s)
+
+    def state(self) -> dict[str, Any]:
+        """The JSON the operator reads into ``status.state`` and ``status.tracking``."""
+        latest = self.latest
+        targets = [t for t, _ in self._tracking]
+        rates = [r for _, r in self._tracking]
+        tracking = mrae(targets, rates)
+        state: dict[str, Any] = {
+            "component": "controller",
+            "policy": f"{self.settings.namespace}/{self.settings.policy}",
+            "strategy": self.settings.strategy,
+            "failsafeActive": self.failsafe_active,
+            "campusRateLimitBps": self.applied_bps,
+            "tracking": {
+                "mrae": tracking if math.isfinite(tracking) else None,
+                "window": len(self._tracking),
+            },
+        }
+        if latest is not None:
+            values = dict(zip(STATE_VARIABLES, (
+                latest.dtn_rate_bps, latest.campus_rate_bps, latest.dtn_rtt_s,
+                latest.campus_rtt_s, latest.dtn_queuing_delay_s,
+                latest.campus_queuing_delay_s, latest.active_flows,
+            ), strict=True))  # fmt: skip
+            state["state"] = {k: (v if math.isfinite(v) else None) for k, v in values.items()} | {
+                "sampledAt": latest.measured_at.ToJsonString(),
+                "sequence": latest.sequence,
+            }
+        return state

@@ -1,0 +1,80 @@
+"""From the operator's runtime config to a running controller: settings, model, actuator.
+
+Everything that can stop start-up is checked here, before any rate is applied: gains out
+of range, limits.min > limits.max, a model whose interface is not 22 features → 1 rate,
+an actuator interface that does not exist. Each raises ``ConfigError`` with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from scidmz.api.runtime import ConfigError, RuntimeConfig
+from scidmz.control.actuators import (
+    Actuator,
+    ActuatorError,
+    DryRunActuator,
+    SimActuator,
+    TcActuator,
+)
+from scidmz.control.antiwindup import ControlConfigError, Gains, Limits
+from scidmz.control.features import Setpoint
+from scidmz.control.loop import ControllerSettings
+from scidmz.control.model import InverseModel, ModelError
+
+
+def default_models_dir() -> Path:
+    """``$SCIDMZ_MODELS_DIR``, else the repository's (or image's) ``models/``."""
+    env = os.environ.get("SCIDMZ_MODELS_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[3] / "models"
+
+
+def controller_settings(config: RuntimeConfig) -> ControllerSettings:
+    c = config.controller
+    try:
+        gains = Gains(c.gains.kp, c.gains.ki, c.gains.kw)
+        limits = Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps)
+    except ControlConfigError as error:
+        raise ConfigError(str(error)) from None
+    return ControllerSettings(
+        policy=config.policy,
+        namespace=config.namespace,
+        strategy=c.strategy,
+        setpoint=Setpoint(
+            target_rate_bps=config.target_rate_bps,
+            capacity_bps=config.bottleneck_capacity_bps,
+            dtn_rtt_s=c.desired_dtn_rtt_s,
+            campus_rtt_s=c.desired_campus_rtt_s,
+        ),
+        gains=gains,
+        limits=limits,
+        sample_time_s=config.sample_time_s,
+        stale_after_s=config.failsafe.stale_after_s,
+        failsafe_rate_bps=config.failsafe.rate_bps,
+        collector_address=config.collector_address,
+    )
+
+
+def load_model(config: RuntimeConfig, path: Path | None) -> InverseModel | None:
+    if config.controller.strategy != "mlc":
+        return None
+    chosen = path or default_models_dir() / config.dtn_congestion_control / "inverse.onnx"
+    try:
+        return InverseModel(chosen)
+    except ModelError as error:
+        raise ConfigError(str(error)) from None
+
+
+async def open_actuator(config: RuntimeConfig, netns: str | None = None) -> Actuator:
+    a = config.actuator
+    if a.type == "dryRun":
+        return DryRunActuator()
+    if a.type == "sim":
+        return SimActuator(a.sim_address or config.switch.address)
+    if not a.tc_interface:
+        raise ConfigError("actuator.tc.interface is required for the tc actuator")
+    try:
+        return await TcActuator.open(a.tc_interface, netns)
+    except ActuatorError as error:
+        raise ConfigError(str(error)) from None

@@ -1,0 +1,172 @@
+"""The controller's per-sample path, fail-safe and model checks, with time injected."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scidmz.control.actuators import ActuatorError, DryRunActuator, tbf_parameters
+from scidmz.control.antiwindup import Gains, Limits
+from scidmz.control.features import Setpoint
+from scidmz.control.loop import Controller, ControllerSettings
+from scidmz.control.model import InverseModel, ModelError
+from scidmz.proto import telemetry_pb2
+
+MBPS = 1e6
+SETTINGS = ControllerSettings(
+    policy="p",
+    namespace="ns",
+    strategy="pi",
+    setpoint=Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS),
+    gains=Gains(0.3, 1.5, 1.5),
+    limits=Limits(0.0, 1000 * MBPS, 200 * MBPS),
+    sample_time_s=1.0,
+    stale_after_s=3.0,
+    failsafe_rate_bps=400 * MBPS,
+    collector_address="127.0.0.1:1",
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sample(sequence: int, dtn_mbps: float, stale: bool = False) -> telemetry_pb2.StateSample:
+    return telemetry_pb2.StateSample(
+        sequence=sequence, dtn_rate_bps=dtn_mbps * MBPS, campus_rate_bps=350 * MBPS,
+        dtn_rtt_s=0.15, campus_rtt_s=0.06, dtn_queuing_delay_s=0.05,
+        campus_queuing_delay_s=0.05, active_flows=108, valid=[True] * 7, stale=stale,
+    )  # fmt: skip
+
+
+def _run(coroutine):
+    return asyncio.run(coroutine)
+
+
+def test_pi_lowers_u_while_the_dtn_is_below_target():
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        controller = Controller(SETTINGS, actuator, clock=clock)
+        decisions = []
+        for k in range(6):
+            clock.now += 1.0
+            decisions.append(await controller.on_sample(_sample(k, 500)))
+        return decisions, actuator.applied
+
+    decisions, applied = _run(main())
+    assert applied[0] == applied[1] == 400 * MBPS  # trivial until y(t−T), y(t−2T) exist
+    assert decisions[2].output is not None and decisions[2].error_bps == -100 * MBPS
+    assert applied[2] < 400 * MBPS
+    assert all(b <= a for a, b in itertools.pairwise(applied))  # integral grows
+    assert all(abs(b - a) <= 200 * MBPS for a, b in itertools.pairwise(applied))
+
+
+def test_stale_samples_are_skipped_and_the_watchdog_fails_safe():
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        controller = Controller(SETTINGS, actuator, clock=clock)
+        await controller.on_sample(_sample(1, 600))
+        assert await controller.on_sample(_sample(2, 600, stale=True)) is None
+        clock.now += 2.0
+        assert not await controller.check_staleness()
+        clock.now += 1.5
+        assert await controller.check_staleness()
+        assert controller.failsafe_active and actuator.applied[-1] == 400 * MBPS
+        m = controller.metrics
+        assert m.failsafe.labels("p", "ns")._value.get() == 1
+        await controller.on_sample(_sample(3, 600))
+        assert not controller.failsafe_active
+        assert m.failsafe.labels("p", "ns")._value.get() == 0
+
+    _run(main())
+
+
+class FlakyActuator(DryRunActuator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 2
+
+    async def apply(self, rate_bps: float) -> float:
+        if self.failures:
+            self.failures -= 1
+            raise ActuatorError("tc: device busy")
+        return await super().apply(rate_bps)
+
+
+def test_actuator_errors_are_counted_and_retried_not_fatal():
+    async def main():
+        clock, actuator = Clock(), FlakyActuator()
+        controller = Controller(SETTINGS, actuator, clock=clock)
+        for k in range(4):
+            clock.now += 1.0
+            await controller.on_sample(_sample(k, 600))
+        return controller, actuator
+
+    controller, actuator = _run(main())
+    assert controller.metrics.actuator_errors.labels("p", "ns")._value.get() == 2
+    assert len(actuator.applied) == 2
+    state = controller.state()
+    assert state["state"]["dtn_rate_bps"] == 600 * MBPS
+    assert state["tracking"] == {"mrae": 0.0, "window": 4}
+
+
+def test_trivial_strategy_is_the_fixed_token_bucket():
+    async def main():
+        actuator = DryRunActuator()
+        settings = ControllerSettings(**{**SETTINGS.__dict__, "strategy": "trivial"})
+        controller = Controller(settings, actuator, clock=Clock())
+        for k in range(5):
+            await controller.on_sample(_sample(k, 200 + 100 * k))
+        return actuator.applied
+
+    assert _run(main()) == [400 * MBPS] * 5
+
+
+def test_tbf_parameters_are_sized_from_the_rate():
+    fast = tbf_parameters(1e9)
+    assert fast["rate"] == "1000000000bit"
+    assert fast["burst"] == 625_000  # 5 ms at the rate
+    assert fast["limit"] == 1_250_000 + 625_000  # 10 ms queue + the bucket
+    assert tbf_parameters(0)["rate"] == "8000bit"  # tbf cannot do zero
+    assert tbf_parameters(1e6)["burst"] == 15_000
+
+
+def _onnx_model(path: Path, inputs: int) -> Path:
+    from onnx import TensorProto, helper, save
+
+    weights = helper.make_tensor(
+        "w", TensorProto.FLOAT, [inputs, 1], np.full(inputs, 1e6, dtype=np.float32).tolist()
+    )
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["features", "w"], ["rate"])],
+        "toy",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, [None, inputs])],
+        [helper.make_tensor_value_info("rate", TensorProto.FLOAT, [None, 1])],
+        [weights],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what opset 17 needs; onnx's newest IR is beyond onnxruntime's
+    save(model, str(path))
+    return path
+
+
+def test_model_interface_is_checked_at_start(tmp_path):
+    good = InverseModel(_onnx_model(tmp_path / "good.onnx", 22))
+    assert good.predict(np.ones((1, 22), dtype=np.float32)) == pytest.approx(22e6)
+    with pytest.raises(ModelError, match=r"shape \[.*21\], not \[N, 22\]"):
+        InverseModel(_onnx_model(tmp_path / "bad.onnx", 21))
+    with pytest.raises(ModelError, match="does not exist"):
+        InverseModel(tmp_path / "absent.onnx")
+    (tmp_path / "junk.onnx").write_bytes(b"not a model")
+    with pytest.raises(ModelError, match="cannot be loaded"):
+        InverseModel(tmp_path / "junk.onnx")
+    assert not math.isnan(good.predict(np.zeros((1, 22), dtype=np.float32)))

@@ -20,6 +20,8 @@ testenv_app = typer.Typer(
     help="A local Kubernetes control plane (etcd, apiserver, kwok).", no_args_is_help=True
 )
 app.add_typer(testenv_app, name="testenv")
+bench_app = typer.Typer(help="Benchmarks that print their figures.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
 sim_app = typer.Typer(
     help="The embedded campus / Science DMZ network simulator.", no_args_is_help=True
 )
@@ -365,6 +367,39 @@ def train(
         f"{sum(report.binding_errors) / len(report.binding_errors):.1%}), "
         f"{report.seconds / 60:.1f} min; wrote {settings.out_dir}/inverse.onnx, card.md, gains.yaml"
     )
+
+
+@bench_app.command("control")
+def bench_control(
+    quick: Annotated[bool, typer.Option(help="3 seeds and N_s = 100 only.")] = False,
+    seeds: Annotated[int | None, typer.Option(help="Seeds per case (default 10, quick 3).")] = None,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path(
+        "bench/results/control_quality"
+    ),
+    models: Annotated[
+        Path | None, typer.Option(help="Models folder (default: the shipped models/).")
+    ] = None,
+) -> None:
+    """The paper's §4 experiments on the simulator, per strategy: a report with CDFs."""
+    import sys as _sys
+
+    from scidmz.control.settings import default_models_dir
+    from scidmz.learn.evaluation import run_all
+    from scidmz.learn.report import markdown, plots
+
+    count = seeds or (3 if quick else 10)
+    flows = (100,) if quick else (1, 10, 100, 1000)
+    out.mkdir(parents=True, exist_ok=True)
+    episodes = run_all(
+        models or default_models_dir(), count, flows,
+        progress=lambda what: typer.echo(f"  {what}", err=True),
+    )  # fmt: skip
+    command = "scidmz bench control " + " ".join(_sys.argv[3:])
+    text = markdown(episodes, command.strip())
+    (out / "report.md").write_text(text)
+    written = plots(episodes, out)
+    typer.echo(text)
+    typer.echo(f"wrote {out / 'report.md'}, " + ", ".join(str(p) for p in written))
 
 
 @testenv_app.command("up")

@@ -42,6 +42,46 @@ def random_steps(n: int, max_rate_bps: float, seed: int) -> FloatArray:
     return np.random.default_rng(seed).uniform(0.0, max_rate_bps, size=n)
 
 
+class TapCollector:
+    """The collector's arithmetic over an in-process simulator: y(t) per sample from the
+    tap view, through the same estimator functions (no gRPC, for speed)."""
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+        self.settings = EstimatorSettings(rtt_smoothing=DEFAULT_RTT_SMOOTHING, flow_timeout_s=2.0)
+        self._is_dtn = np.zeros(sim.layout.n_flows, dtype=bool)
+        self._is_dtn[sim.layout.dtn_columns] = True
+        self._seen_at = np.full(sim.layout.n_flows, -math.inf)
+        view = sim.tap_view()
+        first = Poll(CounterReading(int(view.dtn_bytes), int(view.campus_bytes), view.time_s), 0, 0)
+        self.state, _ = estimate(EstimatorState(), first, RttBatch.of([]), [], self.settings)
+        scenario = sim.scenario
+        self.last: tuple[float, ...] = (
+            0.0, 0.0, scenario.dtn.base_rtt_s, scenario.campus.base_rtt_s, 0.0, 0.0, 0.0,
+        )  # fmt: skip
+
+    def measure(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """(raw y(t) with NaN where unmeasured, y(t) filled as at control time), now."""
+        view = self.sim.tap_view()
+        fresh = np.isfinite(view.rtt_s) & (view.rtt_at_s > self._seen_at)
+        self._seen_at = np.where(fresh, view.rtt_at_s, self._seen_at)
+        batch = RttBatch(
+            view.serial[fresh].astype(np.int64),
+            self._is_dtn[fresh],
+            view.rtt_s[fresh],
+            view.rtt_at_s[fresh],
+        )
+        poll = Poll(
+            CounterReading(int(view.dtn_bytes), int(view.campus_bytes), view.time_s),
+            round(view.dtn_queuing_delay_s * 1e9) if view.dtn_queuing_delay_s > 0 else 0,
+            round(view.campus_queuing_delay_s * 1e9) if view.campus_queuing_delay_s > 0 else 0,
+        )
+        self.state, y = estimate(self.state, poll, batch, [], self.settings)
+        raw = (*y.vector()[:6], float(view.active.sum()))
+        self.last = fill_missing(raw, self.last)
+        return raw, self.last
+
+
 def identify(
     scenario: Scenario,
     duration_s: float,
@@ -55,40 +95,12 @@ def identify(
     n = math.ceil(duration_s / period)
     top = max_rate_bps if max_rate_bps is not None else scenario.bottleneck.capacity_bps
     u = random_steps(n, top, seed)
-    settings = EstimatorSettings(rtt_smoothing=DEFAULT_RTT_SMOOTHING, flow_timeout_s=2.0)
-    is_dtn = np.zeros(sim.layout.n_flows, dtype=bool)
-    is_dtn[sim.layout.dtn_columns] = True
-    state = EstimatorState()
-    view = sim.tap_view()
-    state, _ = estimate(
-        state, Poll(CounterReading(int(view.dtn_bytes), int(view.campus_bytes), 0.0), 0, 0),
-        RttBatch.of([]), [], settings,
-    )  # fmt: skip
-    base = (0.0, 0.0, scenario.dtn.base_rtt_s, scenario.campus.base_rtt_s, 0.0, 0.0, 0.0)
-    last: tuple[float, ...] = base
+    tap = TapCollector(sim)
     rows = np.zeros((n, len(STATE_VARIABLES)))
-    seen_at = np.full(sim.layout.n_flows, -math.inf)
     for k in range(n):
         sim.set_campus_rate_limit(float(u[k]))
         sim.run_sample()
-        view = sim.tap_view()
-        fresh = np.isfinite(view.rtt_s) & (view.rtt_at_s > seen_at)
-        seen_at = np.where(fresh, view.rtt_at_s, seen_at)
-        batch = RttBatch(
-            view.serial[fresh].astype(np.int64),
-            is_dtn[fresh],
-            view.rtt_s[fresh],
-            view.rtt_at_s[fresh],
-        )
-        poll = Poll(
-            CounterReading(int(view.dtn_bytes), int(view.campus_bytes), view.time_s),
-            round(view.dtn_queuing_delay_s * 1e9) if view.dtn_queuing_delay_s > 0 else 0,
-            round(view.campus_queuing_delay_s * 1e9) if view.campus_queuing_delay_s > 0 else 0,
-        )
-        state, y = estimate(state, poll, batch, [], settings)
-        measured = (*y.vector()[:6], float(view.active.sum()))
-        last = fill_missing(measured, last)
-        rows[k] = last
+        rows[k] = tap.measure()[1]
         if progress is not None:
             progress(k + 1, n)
     return Identification(u_bps=u, y=rows, sample_time_s=period, max_rate_bps=top)

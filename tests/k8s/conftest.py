@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scidmz.testenv.cluster import ControlPlane, start_control_plane
+from scidmz.testenv.cluster import ControlPlane, free_port, start_control_plane
 from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
@@ -37,6 +37,9 @@ class Operator:
     def __init__(self, plane: ControlPlane, log_path: Path, priority: int) -> None:
         self.plane, self.log_path, self.priority = plane, log_path, priority
         self.process: OperatorProcess | None = None
+        # Pods do not run under kwok: tests that run a real controller process serve its
+        # /state here, and the operator reads every policy's state from this address.
+        self.state_port = free_port()
 
     @property
     def health_port(self) -> int:
@@ -48,7 +51,12 @@ class Operator:
             self.plane,
             self.log_path,
             extra_args=("--verbose",),
-            extra_env={"SCIDMZ_PEERING_PRIORITY": str(self.priority), "SCIDMZ_RETRY_DELAY_S": "2"},
+            extra_env={
+                "SCIDMZ_PEERING_PRIORITY": str(self.priority),
+                "SCIDMZ_RETRY_DELAY_S": "2",
+                "SCIDMZ_STATE_POLL_S": "1",
+                "SCIDMZ_CONTROLLER_STATE_URL": f"http://127.0.0.1:{self.state_port}/state",
+            },
         )
 
     def stop(self) -> None:

@@ -10,9 +10,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from typing import Any
 
@@ -21,7 +24,12 @@ import kopf
 from scidmz.api.policy import GROUP, PLURAL, VERSION
 from scidmz.k8s.client import KubeApiError, KubeClient
 from scidmz.k8s.manifests import MANAGED_BY
-from scidmz.k8s.reconcile import SpecRefused, reconcile_policy, refresh_status
+from scidmz.k8s.reconcile import (
+    SpecRefused,
+    reconcile_policy,
+    refresh_live_state,
+    refresh_status,
+)
 from scidmz.k8s.settings import OperatorSettings
 from scidmz.k8s.status import Outcome
 
@@ -138,3 +146,32 @@ def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: An
     except KubeApiError as error:
         # Event handlers are not retried; the next Deployment event refreshes again.
         log.warning("could not refresh status of %s: %s", owners[0]["name"], error)
+
+
+_STATE_POLL_S = OperatorSettings().state_poll_s  # kopf reads timer intervals at import
+
+
+def fetch_state(url: str) -> dict[str, Any] | None:
+    """The controller's /state, or None when it cannot be read (not running yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our URL
+            data = json.load(response)
+    except (OSError, urllib.error.URLError, ValueError) as error:
+        log.debug("controller state %s: %s", url, error)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=_STATE_POLL_S, sharp=True)
+def poll_live_state(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """status.state and status.tracking from the policy's controller, every poll."""
+    settings: OperatorSettings = memo.settings
+    meta = body["metadata"]
+    try:
+        with _status_locks[(meta["namespace"], meta["name"])]:
+            refresh_live_state(
+                memo.client, meta["namespace"], meta["name"], fetch_state,
+                settings.controller_state_url, settings.controller_http_port,
+            )  # fmt: skip
+    except KubeApiError as error:
+        log.warning("live state of %s: %s", meta["name"], error)

@@ -17,7 +17,9 @@ from pydantic import ValidationError
 from scidmz.api.errors import describe_validation_error
 from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
 from scidmz.api.runtime import resolve_runtime_config
+from scidmz.api.units import UnitError, parse_duration
 from scidmz.k8s.client import KubeApiError, KubeClient
+from scidmz.k8s.live_state import live_status
 from scidmz.k8s.manifests import (
     COLLECTOR,
     CONTROLLER,
@@ -179,3 +181,41 @@ def refresh_status(
             raise
     log.warning("status of %s/%s: gave up after %d conflicting writes", namespace, name, attempts)
     return False
+
+
+def refresh_live_state(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    fetch: Callable[[str], dict[str, Any] | None],
+    url_template: str,
+    port: int,
+) -> bool:
+    """Copy the controller's /state into status.state and status.tracking when they
+    changed. An unreachable controller changes nothing (its Deployment's readiness is
+    already in the conditions). Returns True when something was written."""
+    policy = client.get_policy(namespace, name)
+    if policy is None or (policy.get("spec") or {}).get("paused"):
+        return False
+    url = url_template.format(
+        service=child_name(name, CONTROLLER), namespace=namespace, name=name, port=port
+    )
+    state = fetch(url)
+    if state is None:
+        return False
+    try:
+        sample_time_s = parse_duration((policy.get("spec") or {}).get("sampleTime", "1s"))
+    except UnitError:
+        sample_time_s = 1.0
+    live = live_status(state, sample_time_s)
+    status = policy.get("status") or {}
+    patch = {k: v for k, v in live.items() if status.get(k) != v}
+    if not patch:
+        return False
+    try:
+        client.patch_policy_status(namespace, name, policy["metadata"]["resourceVersion"], patch)
+    except KubeApiError as error:
+        if error.is_conflict or error.is_not_found:
+            return False  # the next poll tries again
+        raise
+    return True

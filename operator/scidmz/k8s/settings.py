@@ -37,6 +37,14 @@ class OperatorSettings(BaseSettings):
         default=15.0, gt=0, description="Back-off before re-checking an unmet dependency."
     )
     health_port: int = Field(default=8080, description="Port of the operator's /healthz.")
+    state_poll_s: float = Field(
+        default=10.0, gt=0, description="How often status.state is read from each controller."
+    )
+    controller_state_url: str = Field(
+        default="http://{service}.{namespace}.svc:{port}/state",
+        description="Where a policy's controller serves its state; {service}, {namespace}, "
+        "{name} and {port} are filled in.",
+    )
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461

@@ -1,0 +1,37 @@
+"""The controller's /state JSON becomes status.state and status.tracking (API units)."""
+
+import math
+
+from scidmz.k8s.live_state import live_status
+
+
+def test_state_and_tracking_in_api_units():
+    live = live_status(
+        {
+            "campusRateLimitBps": 4.018e8,
+            "state": {
+                "dtn_rate_bps": 5.982e8, "campus_rate_bps": 3.9e8, "dtn_rtt_s": 0.1013,
+                "campus_rtt_s": 0.0112, "dtn_queuing_delay_s": 0.0013,
+                "campus_queuing_delay_s": None, "active_flows": 108.0,
+                "sampledAt": "2026-11-22T07:00:00Z",
+            },
+            "tracking": {"mrae": 0.04213, "window": 120},
+        },
+        sample_time_s=1.0,
+    )  # fmt: skip
+    assert live["state"] == {
+        "dtnRate": "598.2Mbps",
+        "campusRate": "390Mbps",
+        "dtnRtt": "101.3ms",
+        "campusRtt": "11.2ms",
+        "dtnQueuingDelay": "1.3ms",
+        "activeFlows": 108,
+        "campusRateLimit": "401.8Mbps",
+        "sampledAt": "2026-11-22T07:00:00Z",
+    }
+    assert live["tracking"] == {"mrae": 0.0421, "window": "120s"}
+
+
+def test_nothing_measured_yet_writes_nothing():
+    assert live_status({"tracking": {"mrae": None, "window": 0}}, 1.0) == {}
+    assert live_status({"state": {"dtn_rate_bps": math.nan}}, 1.0) == {}

@@ -172,10 +172,9 @@ Reproduce: `{command}` ({report.seconds / 60:.1f} min on this machine).
 - For scale: on the binding rows, the trivial inverse u(t) ≈ y2(t) (the campus rate)
   has {report.naive_binding_error:.1%}. The network does much worse there: with a squared
   loss, the rows where u(t) is above what the campus takes (y no longer depends on u, so
-  u is unidentifiable) pull its predictions toward their conditional mean, and a model fit
-  to the binding rows alone still reached only ~8 % in a trial. The paper's 1 % is not
-  reached; the closed-loop results (bench/results/control_quality.md) say what this
-  model is worth as a controller.
+  u is unidentifiable) pull its predictions toward their conditional mean. The paper's 1 %
+  is not reached; the closed-loop results (bench/results/control_quality/report.md) say
+  what this model is worth as a controller.
 
 ## Interface
 - ONNX input `{INPUT_NAME}`: float32 `[N, 22]`; output `{OUTPUT_NAME}`: float32 `[N, 1]`, bit/s.

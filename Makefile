@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim bench-collector clean
+.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ bench-netsim: $(STAMP)
 
 bench-collector: $(STAMP)
 	$(BIN)/python bench/collector_scale.py --samples 8 --write
+
+bench-control: $(STAMP)
+	$(BIN)/python bench/control_latency.py --write
+	$(BIN)/python bench/control_quality.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

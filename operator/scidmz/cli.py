@@ -381,8 +381,6 @@ def bench_control(
     ] = None,
 ) -> None:
     """The paper's §4 experiments on the simulator, per strategy: a report with CDFs."""
-    import sys as _sys
-
     from scidmz.control.settings import default_models_dir
     from scidmz.learn.evaluation import run_all
     from scidmz.learn.report import markdown, plots
@@ -394,8 +392,12 @@ def bench_control(
         models or default_models_dir(), count, flows,
         progress=lambda what: typer.echo(f"  {what}", err=True),
     )  # fmt: skip
-    command = "scidmz bench control " + " ".join(_sys.argv[3:])
-    text = markdown(episodes, command.strip())
+    command = (
+        "scidmz bench control"
+        + (" --quick" if quick else "")
+        + (f" --seeds {seeds}" if seeds else "")
+    )
+    text = markdown(episodes, command)
     (out / "report.md").write_text(text)
     written = plots(episodes, out)
     typer.echo(text)

@@ -32,6 +32,20 @@ ConfigOption = Annotated[
 ]
 
 
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _http_port(option: int | None, default: int) -> int:
+    """The --http-port option, else $SCIDMZ_HTTP_PORT (set by the operator), else default."""
+    import os
+
+    return option if option is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", default))
+
+
 def _fail(message: str) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code=2)
@@ -90,23 +104,19 @@ def collector(
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
-    import os
 
     from scidmz.api.runtime import load_runtime_config
     from scidmz.telemetry.collector_config import collector_settings, listen_address
     from scidmz.telemetry.service import CollectorProcess
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _configure_logging(verbose)
     try:
         runtime = load_runtime_config(config)
         settings = collector_settings(runtime, pipeline_dir)
     except ConfigError as error:
         _fail(str(error))
         return
-    port = http_port if http_port is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", "9460"))
+    port = _http_port(http_port, 9460)
     process = CollectorProcess(settings, listen or listen_address(runtime), port)
     message = process.run_until_signalled()
     if message:
@@ -133,16 +143,12 @@ def controller(
 ) -> None:
     """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T."""
     import asyncio
-    import os
 
     from scidmz.api.runtime import load_runtime_config
     from scidmz.control.service import ControllerProcess
     from scidmz.control.settings import controller_settings, load_model, open_actuator
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    _configure_logging(verbose)
     try:
         runtime = load_runtime_config(config)
         settings = controller_settings(runtime)
@@ -150,7 +156,7 @@ def controller(
     except ConfigError as error:
         _fail(str(error))
         return
-    port = http_port if http_port is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", "9461"))
+    port = _http_port(http_port, 9461)
 
     async def main() -> str | None:
         import signal

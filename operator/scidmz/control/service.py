@@ -5,14 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from prometheus_client import Gauge
-
-from scidmz import __version__
 from scidmz.control.actuators import Actuator
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
-from scidmz.metrics import names
-from scidmz.metrics.http import serve_http
+from scidmz.metrics.http import register_build_info, serve_http
 
 log = logging.getLogger(__name__)
 
@@ -27,12 +23,7 @@ class ControllerProcess:
     ) -> None:
         self.controller = Controller(settings, actuator, model)
         self.http_port = http_port
-        Gauge(
-            names.BUILD_INFO,
-            "Constant 1, labelled with the component and version.",
-            ["component", "version"],
-            registry=self.controller.registry,
-        ).labels("controller", __version__).set(1)
+        register_build_info(self.controller.registry, "controller")
 
     async def _health(self, stop: asyncio.Event) -> None:
         c = self.controller

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Gauge,
+    generate_latest,
+)
+
+from scidmz import __version__
+from scidmz.metrics import names
 
 
 @dataclass
@@ -28,6 +37,16 @@ class Health:
     def set_ready(self, ready: bool, reason: str) -> None:
         with self._lock:
             self.ready, self.reason = ready, reason
+
+
+def register_build_info(registry: CollectorRegistry, component: str) -> None:
+    """``scidmz_build_info{component, version} 1`` in ``registry``."""
+    Gauge(
+        names.BUILD_INFO,
+        "Constant 1, labelled with the component and version.",
+        ["component", "version"],
+        registry=registry,
+    ).labels(component, __version__).set(1)
 
 
 def serve_http(

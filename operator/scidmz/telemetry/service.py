@@ -8,11 +8,9 @@ import signal
 from typing import Any
 
 import grpc
-from prometheus_client import Gauge
 
 from scidmz import __version__
-from scidmz.metrics import names
-from scidmz.metrics.http import serve_http
+from scidmz.metrics.http import register_build_info, serve_http
 from scidmz.proto import telemetry_pb2_grpc
 from scidmz.telemetry.collector import Collector, CollectorError, CollectorSettings
 
@@ -22,12 +20,7 @@ log = logging.getLogger(__name__)
 class CollectorProcess:
     def __init__(self, settings: CollectorSettings, listen: str, http_port: int) -> None:
         self.collector = Collector(settings)
-        Gauge(
-            names.BUILD_INFO,
-            "Constant 1, labelled with the component and version.",
-            ["component", "version"],
-            registry=self.collector.registry,
-        ).labels("collector", __version__).set(1)
+        register_build_info(self.collector.registry, "collector")
         self.listen = listen
         self.http_port = http_port
 

@@ -1,0 +1,26 @@
+# One image for every scidmz entry point: operator, collector, controller, target, sim, train.
+# Stage 1 builds the wheel; stage 2 installs only the wheel, the models and the P4 programs,
+# and runs as a non-root user.
+FROM python:3.11.14-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+RUN pip install --no-cache-dir pip==26.3 \
+    && pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
+
+FROM python:3.11.14-slim-bookworm
+LABEL org.opencontainers.image.title="scidmz" \
+      org.opencontainers.image.description="Science DMZ rate control: operator, P4 telemetry collector, MLC controller" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin scidmz
+COPY --from=build /dist/ /tmp/dist/
+RUN pip install --no-cache-dir "$(ls /tmp/dist/scidmz-*.whl)" \
+    && rm -rf /tmp/dist
+COPY models /usr/share/scidmz/models
+COPY p4 /usr/share/scidmz/p4
+ENV SCIDMZ_MODELS_DIR=/usr/share/scidmz/models \
+    SCIDMZ_NUMBA_CACHE=/tmp/scidmz-numba \
+    PYTHONUNBUFFERED=1
+USER 10001:10001
+ENTRYPOINT ["scidmz"]
+CMD ["--help"]

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds protos testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
+.PHONY: demo test lint unit crds protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,14 @@ protos: $(STAMP)
 		--plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy --mypy_out=operator \
 		--plugin=protoc-gen-mypy_grpc=$(BIN)/protoc-gen-mypy_grpc --mypy_grpc_out=operator \
 		operator/scidmz/proto/telemetry.proto
+
+## Regenerate dashboards/*.json and the chart's copies of the dashboards, alerts and CRDs.
+dashboards: $(STAMP)
+	$(BIN)/scidmz dashboards --out dashboards
+	mkdir -p charts/scidmz/files/dashboards
+	cp dashboards/*.json charts/scidmz/files/dashboards/
+	cp dashboards/alerts.yaml charts/scidmz/files/alerts.yaml
+	cp crds/*.yaml charts/scidmz/crds/
 
 crds: $(STAMP)
 	$(BIN)/scidmz crd --out crds/scidmz.io_dtntransferpolicies.yaml

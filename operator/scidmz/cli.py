@@ -410,6 +410,19 @@ def bench_control(
     typer.echo(f"wrote {out / 'report.md'}, " + ", ".join(str(p) for p in written))
 
 
+@app.command()
+def dashboards(
+    out: Annotated[Path, typer.Option(help="Folder for <name>.json.")] = Path("dashboards"),
+) -> None:
+    """Write the Grafana dashboards (formatted JSON generated from the metric names)."""
+    from scidmz.metrics.dashboards import DASHBOARDS, render
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in DASHBOARDS:
+        (out / f"{name}.json").write_text(render(name))
+        typer.echo(f"wrote {out / f'{name}.json'}")
+
+
 @testenv_app.command("up")
 def testenv_up(
     workdir: Annotated[

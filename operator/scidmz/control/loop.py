@@ -72,6 +72,7 @@ class ControllerMetrics:
             return Gauge(name, doc, keys, registry=registry)
 
         self.target = gauge(names.TARGET_RATE, "R*, the DTN target rate.")
+        self.capacity = gauge(names.CAPACITY, "B_max, the bottleneck capacity.")
         self.limit = gauge(names.CAMPUS_RATE_LIMIT, "u(t), the campus rate applied.")
         self.model = gauge(names.MODEL_OUTPUT, "û(t), the inverse model's (or PI's) base rate.")
         self.error = gauge(names.CONTROL_ERROR, "e(t) = R_DTN − R*.")
@@ -129,6 +130,7 @@ class Controller:
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
         m = self.metrics
         m.target.labels(*m.labels).set(settings.setpoint.target_rate_bps / 8)
+        m.capacity.labels(*m.labels).set(settings.setpoint.capacity_bps / 8)
         m.failsafe.labels(*m.labels).set(0)
 
     @property

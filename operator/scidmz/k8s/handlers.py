@@ -20,6 +20,7 @@ from collections import defaultdict
 from typing import Any
 
 import kopf
+from prometheus_client import Counter, start_http_server
 
 from scidmz.api.policy import GROUP, PLURAL, VERSION
 from scidmz.k8s.client import KubeApiError, KubeClient
@@ -32,8 +33,15 @@ from scidmz.k8s.reconcile import (
 )
 from scidmz.k8s.settings import OperatorSettings
 from scidmz.k8s.status import Outcome
+from scidmz.metrics import names
 
 log = logging.getLogger(__name__)
+
+RECONCILES = Counter(names.OPERATOR_RECONCILES, "Policy reconciliations that applied the children.")
+RECONCILE_ERRORS = Counter(
+    names.OPERATOR_RECONCILE_ERRORS,
+    "Policy reconciliations that failed (refused specs, API errors); retried by kopf.",
+)
 
 # The policy handler and the Deployment watcher both write a policy's status from worker
 # threads; one lock per policy keeps this process from conflicting with itself (the
@@ -68,6 +76,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     )
     log.info("peering %r with priority %d", settings.peering.name, settings.peering.priority)
     memo.settings = ours
+    start_http_server(ours.metrics_port)
     memo.client = client = KubeClient.from_environment()
     if not ours.standalone:
         ensure_peering(client, ours)
@@ -118,16 +127,19 @@ def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     try:
         outcome = reconcile_policy(client, dict(body), settings.workload())
     except SpecRefused as refusal:
+        RECONCILE_ERRORS.inc()
         _refuse(client, dict(body), refusal)
         if refusal.retryable:
             raise kopf.TemporaryError(refusal.message, delay=settings.retry_delay_s) from None
         raise kopf.PermanentError(refusal.message) from None
     except KubeApiError as error:
+        RECONCILE_ERRORS.inc()
         if error.is_transient or error.is_not_found or error.is_conflict:
             raise kopf.TemporaryError(str(error), delay=5) from error
         # Rejected by the API server (e.g. 422 from admission): visible, retried slowly.
         _refuse(client, dict(body), SpecRefused("ApplyRejected", str(error), retryable=True))
         raise kopf.TemporaryError(str(error), delay=4 * settings.retry_delay_s) from error
+    RECONCILES.inc()
     _refresh(client, meta["namespace"], meta["name"], outcome)
 
 

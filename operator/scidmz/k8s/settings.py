@@ -37,6 +37,7 @@ class OperatorSettings(BaseSettings):
         default=15.0, gt=0, description="Back-off before re-checking an unmet dependency."
     )
     health_port: int = Field(default=8080, description="Port of the operator's /healthz.")
+    metrics_port: int = Field(default=8081, description="Port of the operator's /metrics.")
     state_poll_s: float = Field(
         default=10.0, gt=0, description="How often status.state is read from each controller."
     )

@@ -31,6 +31,7 @@ LOOP_OVERRUNS = "scidmz_loop_overruns_total"
 
 # ---- control (controller) -----------------------------------------------------------------
 TARGET_RATE = "scidmz_target_rate_bytes_per_second"
+CAPACITY = "scidmz_bottleneck_capacity_bytes_per_second"
 CAMPUS_RATE_LIMIT = "scidmz_campus_rate_limit_bytes_per_second"
 MODEL_OUTPUT = "scidmz_model_output_bytes_per_second"
 TRACKING_MRAE = "scidmz_tracking_mrae"
@@ -46,3 +47,7 @@ TRACKING_IAE = "scidmz_tracking_iae_bytes"
 INFERENCE = "scidmz_model_inference_seconds"
 ACTUATOR_ERRORS = "scidmz_actuator_errors_total"
 CONTROL_SAMPLES = "scidmz_control_samples_total"
+
+# ---- the operator ---------------------------------------------------------------------------
+OPERATOR_RECONCILES = "scidmz_operator_reconciles_total"
+OPERATOR_RECONCILE_ERRORS = "scidmz_operator_reconcile_errors_total"

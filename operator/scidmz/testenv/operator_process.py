@@ -16,6 +16,7 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes]
     health_port: int
     log_path: Path
+    metrics_port: int = 0
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -37,10 +38,11 @@ def start_operator(
 
     Raises :class:`scidmz.testenv.cluster.ControlPlaneError` if it exits or stays unhealthy.
     """
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     env = {
         **plane.env(),
         "SCIDMZ_HEALTH_PORT": str(port),
+        "SCIDMZ_METRICS_PORT": str(metrics_port),
         "PYTHONUNBUFFERED": "1",
         **(extra_env or {}),
     }
@@ -57,4 +59,6 @@ def start_operator(
         proc.kill()
         proc.wait()
         raise
-    return OperatorProcess(proc=proc, health_port=port, log_path=log_path)
+    return OperatorProcess(
+        proc=proc, health_port=port, log_path=log_path, metrics_port=metrics_port
+    )

@@ -1,0 +1,160 @@
+"""The Grafana dashboards, built as data from the metric names (``make dashboards``).
+
+Two dashboards, both filtered by ``$namespace`` and ``$policy``:
+
+* **overview** — DTN rate against its target, campus rate against u(t), link utilisation,
+  RTTs, queuing delays, active flows, tracking MRAE, fail-safe state;
+* **health** — control-loop latency, sample age, P4Runtime errors, collector poll time,
+  operator reconcile errors.
+
+Every query uses only names from :mod:`scidmz.metrics.names`; a test evaluates each of
+them against a real Prometheus scraping a running collector, controller and operator.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from scidmz.metrics import names
+
+SELECT = 'namespace=~"$namespace", policy=~"$policy"'
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+
+
+def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
+    return {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+
+
+def _panel(
+    title: str,
+    targets: list[tuple[str, str]],
+    unit: str,
+    grid: tuple[int, int, int, int],
+    kind: str = "timeseries",
+    description: str = "",
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    return {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
+        "targets": [
+            _target(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(targets)
+        ],
+    }
+
+
+def _variables() -> dict[str, Any]:
+    return {
+        "list": [
+            {
+                "name": "datasource", "type": "datasource", "query": "prometheus",
+                "label": "Data source",
+            },
+            {
+                "name": "namespace", "type": "query", "datasource": DATASOURCE,
+                "label": "Namespace", "query": f"label_values({names.RATE}, namespace)",
+                "refresh": 2,
+                "includeAll": True, "multi": True, "allValue": ".*",
+            },
+            {
+                "name": "policy", "type": "query", "datasource": DATASOURCE, "label": "Policy",
+                "query": f'label_values({names.RATE}{{namespace=~"$namespace"}}, policy)',
+                "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
+            },
+        ]
+    }  # fmt: skip
+
+
+def _dashboard(uid: str, title: str, panels: list[dict[str, Any]]) -> dict[str, Any]:
+    for number, panel in enumerate(panels, start=1):
+        panel["id"] = number
+    return {
+        "uid": uid,
+        "title": title,
+        "tags": ["scidmz"],
+        "timezone": "utc",
+        "refresh": "10s",
+        "time": {"from": "now-30m", "to": "now"},
+        "schemaVersion": 39,
+        "editable": False,
+        "templating": _variables(),
+        "panels": panels,
+    }
+
+
+def overview() -> dict[str, Any]:
+    by = "namespace, policy"
+    return _dashboard("scidmz-overview", "scidmz / overview", [
+        _panel("DTN rate and its target", [
+            (f'{names.RATE}{{class="dtn", {SELECT}}} * 8', "{{policy}} DTN rate"),
+            (f"{names.TARGET_RATE}{{{SELECT}}} * 8", "{{policy}} target R*"),
+        ], "bps", (0, 0, 12, 8), description="y1 against R* (paper eq. 3's two terms)."),
+        _panel("Campus rate and the limit u(t)", [
+            (f'{names.RATE}{{class="campus", {SELECT}}} * 8', "{{policy}} campus rate"),
+            (f"{names.CAMPUS_RATE_LIMIT}{{{SELECT}}} * 8", "{{policy}} u(t)"),
+            (f"{names.MODEL_OUTPUT}{{{SELECT}}} * 8", "{{policy}} model û(t)"),
+        ], "bps", (12, 0, 12, 8)),
+        _panel("Link utilisation", [
+            (f"sum by ({by}) ({names.RATE}{{{SELECT}}}) / on ({by}) "
+             f"max by ({by}) ({names.CAPACITY}{{{SELECT}}})", "{{policy}}"),
+        ], "percentunit", (0, 8, 8, 8), description="ρ (paper eq. 4): both classes over B_max."),
+        _panel("Round-trip times", [
+            (f"{names.RTT}{{{SELECT}}}", "{{policy}} {{class}}"),
+        ], "s", (8, 8, 8, 8)),
+        _panel("Queuing delays", [
+            (f"{names.QUEUING_DELAY}{{{SELECT}}}", "{{policy}} {{class}}"),
+        ], "s", (16, 8, 8, 8)),
+        _panel("Active flows", [
+            (f"{names.ACTIVE_FLOWS}{{{SELECT}}}", "{{policy}}"),
+        ], "short", (0, 16, 8, 8)),
+        _panel("Tracking error (MRAE)", [
+            (f"{names.TRACKING_MRAE}{{{SELECT}}}", "{{policy}}"),
+        ], "percentunit", (8, 16, 8, 8), description="Eq. 3 over the last 120 samples."),
+        _panel("Fail-safe", [
+            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}}"),
+        ], "bool_on_off", (16, 16, 8, 8), kind="stat"),
+    ])  # fmt: skip
+
+
+def health() -> dict[str, Any]:
+    by = "namespace, policy"
+    return _dashboard("scidmz-health", "scidmz / health", [
+        _panel("Control loop latency (p99)", [
+            (f"histogram_quantile(0.99, sum by (le, {by}) "
+             f"(rate({names.CONTROL_LOOP}_bucket{{{SELECT}}}[5m])))", "{{policy}}"),
+        ], "s", (0, 0, 12, 8), description="Sample received to actuator called."),
+        _panel("Sample age", [
+            (f"{names.SAMPLE_AGE}{{{SELECT}}}", "{{policy}} {{job}}"),
+        ], "s", (12, 0, 12, 8)),
+        _panel("P4Runtime errors", [
+            (f"sum by ({by}) (rate({names.P4RUNTIME_ERRORS}{{{SELECT}}}[5m])) "
+             f"or 0 * max by ({by}) ({names.SWITCH_CONNECTED}{{{SELECT}}})", "{{policy}}"),
+        ], "reqps", (0, 8, 8, 8), description="Failed P4Runtime calls per second (0 when none)."),
+        _panel("Collector poll time (p99)", [
+            (f"histogram_quantile(0.99, sum by (le, {by}) "
+             f"(rate({names.POLL_DURATION}_bucket{{{SELECT}}}[5m])))", "{{policy}}"),
+        ], "s", (8, 8, 8, 8)),
+        _panel("Operator reconcile errors", [
+            (f"sum(rate({names.OPERATOR_RECONCILE_ERRORS}[5m]))", "errors/s"),
+            (f"sum(rate({names.OPERATOR_RECONCILES}[5m]))", "reconciles/s"),
+        ], "ops", (16, 8, 8, 8)),
+    ])  # fmt: skip
+
+
+DASHBOARDS = {"overview": overview, "health": health}
+
+
+def render(name: str) -> str:
+    """Formatted, stable JSON (reviewable in diffs)."""
+    return json.dumps(DASHBOARDS[name](), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def queries(dashboard: dict[str, Any]) -> list[str]:
+    """Every PromQL expression of a dashboard (panels and variables' metric names)."""
+    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]

@@ -1,0 +1,113 @@
+"""Every dashboard query and every series an alert reads return data from a real Prometheus
+that scrapes a running collector and controller (with the target behind them) and the
+operator."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+
+import yaml
+
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.metrics.dashboards import DASHBOARDS, queries
+from scidmz.testenv.cluster import REPO_ROOT, free_port
+from tests.k8s.conftest import wait_for
+
+
+def _run(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scidmz.cli", *args], env=os.environ.copy(),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+
+
+def _query(port: int, promql: str) -> list[dict]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body = json.load(response)
+    assert body["status"] == "success", body
+    return body["data"]["result"]
+
+
+def _concrete(promql: str) -> str:
+    return promql.replace("$namespace", ".*").replace("$policy", ".*")
+
+
+def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, tmp_path):
+    spec = {**example_policy["spec"], "sampleTime": "500ms",
+            "campus": {"remotePrefix": "198.51.100.0/24"}, "actuator": {"type": "sim"},
+            "controller": {"strategy": "pi"}}  # fmt: skip
+    switch, grpc_port, collector_http, controller_http, prom = (free_port() for _ in range(5))
+    config = resolve_runtime_config("dash", "ns", 1, parse_spec(spec), f"127.0.0.1:{grpc_port}")
+    config = config.model_copy(update={
+        "switch": config.switch.model_copy(update={"address": f"127.0.0.1:{switch}"}),
+        "actuator": config.actuator.model_copy(update={"sim_address": f"127.0.0.1:{switch}"}),
+    })  # fmt: skip
+    (tmp_path / "config.yaml").write_text(dump_runtime_config(config))
+    scrape = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "collector", "static_configs": [{
+                "targets": [f"127.0.0.1:{collector_http}"],
+                "labels": {"namespace": "ns", "service": "dash-collector"}}]},
+            {"job_name": "controller", "static_configs": [{
+                "targets": [f"127.0.0.1:{controller_http}"],
+                "labels": {"namespace": "ns", "service": "dash-controller"}}]},
+            {"job_name": "operator", "static_configs": [{
+                "targets": [f"127.0.0.1:{operator.process.metrics_port}"]}]},
+        ],
+    }  # fmt: skip
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape))
+    processes = [
+        _run(["target", "--listen", f"127.0.0.1:{switch}"]),
+        _run(["collector", "--config", str(tmp_path / "config.yaml"),
+              "--http-port", str(collector_http)]),
+        _run(["controller", "--config", str(tmp_path / "config.yaml"),
+              "--http-port", str(controller_http)]),
+        subprocess.Popen(
+            ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{prom}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ),
+    ]  # fmt: skip
+    try:
+
+        def warm() -> bool:
+            try:
+                return all(
+                    _query(prom, f"rate({counter}[5m]) > 0")
+                    for counter in (
+                        "scidmz_control_loop_seconds_count",
+                        "scidmz_collector_poll_seconds_count",
+                    )
+                )
+            except OSError:
+                return False
+
+        wait_for(warm, 60, "scrapes with a rate to compute", interval=1.0)
+        missing = []
+        for name, build in DASHBOARDS.items():
+            for promql in queries(build()):
+                if not _query(prom, _concrete(promql)):
+                    missing.append(f"{name}: {promql}")
+        alerts = yaml.safe_load((REPO_ROOT / "dashboards" / "alerts.yaml").read_text())
+        for rule in alerts["groups"][0]["rules"]:
+            # an alert only returns data while it fires; what it reads must exist now
+            for selector in re.findall(r"\b(?:scidmz_\w+|up)(?:\{[^}]*\})?", rule["expr"]):
+                if not _query(prom, selector):
+                    missing.append(f"alert {rule['alert']}: {selector}")
+        assert not missing, "no data for:\n" + "\n".join(missing)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=15)

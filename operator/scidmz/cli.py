@@ -455,13 +455,17 @@ def demo(
         typer.Option(help="Leave everything running until Ctrl-C instead of cleaning up at once."),
     ] = False,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 60.0,
+    duration: Annotated[float, typer.Option(help="Seconds to run the example's loop live.")] = 60.0,
+    report: Annotated[Path, typer.Option(help="Where the run's report (CSV, plots) goes.")] = Path(
+        "demo-report"
+    ),
 ) -> None:
-    """Local control plane + operator + examples/*.yaml, showing their status."""
+    """Local control plane + operator + examples/*.yaml, then one policy's loop running live."""
     from scidmz.demo import DemoError, run_demo
 
     logging.basicConfig(level=logging.WARNING)
     try:
-        run_demo(keep=keep, timeout_s=timeout)
+        run_demo(keep=keep, timeout_s=timeout, duration_s=duration, report_dir=report)
     except DemoError as error:
         _fail(str(error))
 

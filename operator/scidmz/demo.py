@@ -1,6 +1,8 @@
-"""``make demo``: the local control plane, the operator and ``examples/*.yaml``, with a live
-view of the policies until they are Ready. Cleans up after itself; on failure the logs are
-kept and their location printed."""
+"""``make demo``: the local control plane, the operator and ``examples/*.yaml`` until they
+are Ready; then the loop of ``examples/dtntransferpolicy.yaml`` running for real (software
+switch + simulator, collector, controller, Prometheus) with a live view, and a report with
+plots at the end. Cleans up after itself; on failure the logs are kept and their location
+printed."""
 
 from __future__ import annotations
 
@@ -13,19 +15,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from scidmz.api.runtime import RuntimeConfig
+from scidmz.demo_loop import Workloads, start_workloads, watch, write_report
+from scidmz.k8s.reconcile import STATE_URL_ANNOTATION
 from scidmz.testenv.cluster import (
     REPO_ROOT,
     ControlPlane,
     ControlPlaneError,
+    free_port,
     start_control_plane,
 )
 from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 EXAMPLES = REPO_ROOT / "examples"
+LOOP_EXAMPLE = "dtntransferpolicy.yaml"
 CRDS = REPO_ROOT / "crds"
 
 
@@ -68,13 +76,23 @@ def _policy_table(policies: list[dict[str, Any]], elapsed_s: float) -> Table:
     return table
 
 
+def _example_name(filename: str) -> str:
+    document = yaml.safe_load((EXAMPLES / filename).read_text())
+    return str(document["metadata"]["name"])
+
+
 def _policies(plane: ControlPlane) -> list[dict[str, Any]]:
     out = plane.kubectl("get", "dtp", "-A", "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out)["items"]
     return items
 
 
-def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
+def run_demo(
+    keep: bool = False,
+    timeout_s: float = 60.0,
+    duration_s: float = 60.0,
+    report_dir: Path = Path("demo-report"),
+) -> None:
     console = Console()
     examples = sorted(EXAMPLES.glob("*.yaml"))
     if not examples:
@@ -83,8 +101,9 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
     failed = True
     operator: OperatorProcess | None = None
     plane: ControlPlane | None = None
+    workloads: Workloads | None = None
     try:
-        console.rule("[bold]1/4 local Kubernetes control plane")
+        console.rule("[bold]1/5 local Kubernetes control plane")
         try:
             plane = start_control_plane(
                 workdir=workdir / "cluster",
@@ -96,21 +115,26 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
             raise DemoError(str(error)) from error
         console.print(f"  CRDs installed from {CRDS.relative_to(REPO_ROOT)}/")
 
-        console.rule("[bold]2/4 scidmz operator")
+        console.rule("[bold]2/5 scidmz operator")
         log_path = workdir / "operator.log"
+        controller_port = free_port()
         try:
-            operator = start_operator(plane, log_path)
+            operator = start_operator(
+                plane,
+                log_path,
+                extra_env={"SCIDMZ_STATE_POLL_S": "2"},
+            )
         except ControlPlaneError as error:
             raise DemoError(
                 f"the operator did not become healthy: {error}; log: {log_path}"
             ) from error
         console.print(f"  operator healthy (pid {operator.proc.pid}, log {log_path})")
 
-        console.rule("[bold]3/4 kubectl apply -f examples/")
+        console.rule("[bold]3/5 kubectl apply -f examples/")
         applied = plane.kubectl("apply", *[a for e in examples for a in ("-f", str(e))])
         console.print("  " + applied.stdout.strip().replace("\n", "\n  "))
 
-        console.rule("[bold]4/4 status")
+        console.rule("[bold]4/5 status")
         started = time.monotonic()
         with Live(console=console, refresh_per_second=4) as live:
             while True:
@@ -130,16 +154,34 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
                 "get", "deploy,svc,cm", "-A", "-l", "app.kubernetes.io/part-of=scidmz"
             ).stdout
         )
-        first = examples[0]
-        console.print(
-            f"[dim]Runtime config rendered for {first.name} "
-            "(what `scidmz collector/controller --config` read):[/]"
+        policy = next(
+            p for p in _policies(plane) if p["metadata"]["name"] == _example_name(LOOP_EXAMPLE)
         )
-        name = _policies(plane)[0]["metadata"]["name"]
-        config = plane.kubectl(
-            "get", "configmap", f"{name}-config", "-o", "jsonpath={.data.config\\.yaml}"
-        ).stdout
-        console.print(config)
+        name, namespace = policy["metadata"]["name"], policy["metadata"]["namespace"]
+        # no kubelet here: the example's controller runs locally; tell the operator where
+        plane.kubectl(
+            "annotate", "dtp", name, "-n", namespace, "--overwrite",
+            f"{STATE_URL_ANNOTATION}=http://127.0.0.1:{controller_port}/state",
+        )  # fmt: skip
+        rendered = RuntimeConfig.model_validate(
+            yaml.safe_load(
+                plane.kubectl(
+                    "get", "configmap", f"{name}-config", "-n", namespace,
+                    "-o", "jsonpath={.data.config\\.yaml}",
+                ).stdout
+            )
+        )  # fmt: skip
+        console.rule(f"[bold]5/5 the loop of {LOOP_EXAMPLE}, for {duration_s:.0f} s")
+        console.print(
+            "  kwok runs no containers, so the workloads run here, with the config the "
+            f"operator rendered into ConfigMap {namespace}/{name}-config:"
+        )
+        workloads = start_workloads(rendered, workdir, controller_port, console.print)
+        rows = watch(workloads, f"{namespace}/{name}", rendered.target_rate_bps, duration_s,
+                     console)  # fmt: skip
+        console.print(plane.kubectl("get", "dtp", "-A").stdout)
+        written = write_report(rows, report_dir, f"{namespace}/{name}")
+        console.print("  report: " + ", ".join(str(p) for p in written))
         if keep:
             console.print(
                 f"[bold]Still running.[/] export KUBECONFIG={plane.kubeconfig}\n"
@@ -151,6 +193,8 @@ def run_demo(keep: bool = False, timeout_s: float = 60.0) -> None:
             stop.wait()
         failed = False
     finally:
+        if workloads is not None:
+            workloads.stop()
         if operator is not None:
             operator.stop()
         if plane is not None:

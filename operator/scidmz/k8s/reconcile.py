@@ -33,6 +33,10 @@ from scidmz.k8s.status import Outcome, compute_conditions, conditions_equal, dep
 
 log = logging.getLogger(__name__)
 
+STATE_URL_ANNOTATION = "scidmz.io/controller-state-url"
+"""Per-policy override of where its controller serves /state (a controller run outside
+the cluster, or the demo's local one)."""
+
 
 class SpecRefused(Exception):
     """The policy passed the API schema but cannot be honoured (yet): nothing is applied."""
@@ -197,7 +201,8 @@ def refresh_live_state(
     policy = client.get_policy(namespace, name)
     if policy is None or (policy.get("spec") or {}).get("paused"):
         return False
-    url = url_template.format(
+    annotations = policy["metadata"].get("annotations") or {}
+    url = annotations.get(STATE_URL_ANNOTATION) or url_template.format(
         service=child_name(name, CONTROLLER), namespace=namespace, name=name, port=port
     )
     state = fetch(url)

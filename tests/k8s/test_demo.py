@@ -1,0 +1,37 @@
+"""`scidmz demo` (what `make demo` runs) end to end, as a user runs it, shortened."""
+
+from __future__ import annotations
+
+import csv
+import re
+import subprocess
+import sys
+
+
+def test_the_demo_runs_the_loop_and_writes_its_report(tmp_path):
+    report = tmp_path / "report"
+    result = subprocess.run(
+        [sys.executable, "-m", "scidmz.cli", "demo", "--duration", "15", "--report", str(report)],
+        capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path,
+        env={"COLUMNS": "200", **__import__("os").environ},
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "demo finished; everything was stopped and removed" in output
+    for part in ("1/5", "2/5", "3/5", "4/5", "5/5", "the loop, live", "tracking error"):
+        assert part in output, part
+    # the operator copied the local controller's /state into the example's status only
+    tables = re.findall(r"NAMESPACE\s+NAME\s+TARGET.*?\n(.*?)\n\n", output, re.S)
+    assert tables, output[-2000:]
+    last = tables[-1]  # printed after the loop ran
+    rows = {line.split()[1]: line for line in last.splitlines() if line.strip()}
+    assert re.search(
+        r"600Mbps\s+1Gbps\s+[\d.]+[kMG]bps\s+[\d.]+[kMG]?bps\s+True", rows["paper-testbed"]
+    )
+    assert "True" in rows["bbr-edge"] and rows["bbr-edge"].count("bps") == 2  # target, capacity
+    with (report / "samples.csv").open() as handle:
+        samples = list(csv.DictReader(handle))
+    assert len(samples) >= 8
+    assert all(float(s["dtn_rate_bps"]) > 0 for s in samples)
+    assert (report / "demo.png").stat().st_size > 10_000
+    assert "tracking error" in (report / "summary.md").read_text()

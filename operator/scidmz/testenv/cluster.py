@@ -336,6 +336,9 @@ def start_control_plane(
                 f"--root-ca-file={pki.ca_cert}",
                 f"--service-account-private-key-file={pki.sa_key}",
                 "--controllers=*,-nodeipam",
+                # kwok posts node status but renews no leases: without this, the node
+                # lifecycle controller marks every pod NotReady after ~50 s
+                "--node-monitor-grace-period=8760h",
                 "--concurrent-deployment-syncs=20",
                 "--concurrent-replicaset-syncs=20",
                 "--concurrent-gc-syncs=40",

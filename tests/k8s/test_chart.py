@@ -100,3 +100,26 @@ def test_install_upgrade_uninstall(plane):
     # the CRDs stay (helm never deletes crds/): policies survive an uninstall
     assert plane.kubectl("get", "crd", "dtntransferpolicies.scidmz.io", check=False).returncode == 0
     plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_monitoring_objects_render_only_when_enabled(plane):
+    import yaml
+
+    def kinds(*sets: str) -> dict[str, dict]:
+        args = [a for s in sets for a in ("--set", s)]
+        text = _helm(
+            plane, "template", "m", str(CHART), "--kube-version", KUBE_VERSION, *args
+        ).stdout
+        return {d["kind"]: d for d in yaml.safe_load_all(text) if d}
+
+    default = kinds()
+    assert "ServiceMonitor" not in default and "PrometheusRule" not in default
+    assert default["Deployment"]["spec"]["replicas"] == 2
+    assert default["ClusterRole"]["rules"]
+    enabled = kinds("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
+    rules = enabled["PrometheusRule"]["spec"]["groups"][0]["rules"]
+    source = yaml.safe_load((REPO / "dashboards" / "alerts.yaml").read_text())
+    assert rules == source["groups"][0]["rules"]  # the promtool-tested rules, unchanged
+    monitor = enabled["ServiceMonitor"]["spec"]
+    assert monitor["endpoints"][0]["port"] == "http-metrics"
+    assert monitor["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "scidmz-operator"

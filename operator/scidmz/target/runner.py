@@ -34,7 +34,6 @@ DEFAULT_TICK_S = 0.005
 class TickStats:
     ticks: int = 0
     overruns: int = 0
-    last_tick_s: float = 0.0
 
 
 class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
@@ -145,7 +144,6 @@ class Target:
             except Exception:
                 log.exception("the packet source failed; the target stops measuring")
                 raise
-            self.stats.last_tick_s = self._clock() - now
             last = now
             deadline += self.tick_s
             if deadline < self._clock():

@@ -61,7 +61,6 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         self.arbitration = Arbitration(device_id)
         self._streams: dict[int, asyncio.Queue[p4r.StreamMessageResponse]] = {}
         self._stream_ids = itertools.count(1)
-        self.digest_lists_sent = 0
         self._load(p4info)
 
     def _load(self, p4info: p4i.P4Info) -> None:
@@ -70,10 +69,6 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         self.entries: Mapping[EntryKey, p4r.TableEntry] = MappingProxyType({})
         self.dataplane = Dataplane(p4info, self._on_settings)
         self._tap_ports_id = self.dataplane.table_ids.get("ScidmzIngress.tap_ports", -1)
-        self._digest_structs = {
-            d.preamble.id: len(p4info.type_info.structs[d.type_spec.struct.name].members)
-            for d in p4info.digests
-        }
 
     # ---- helpers ---------------------------------------------------------------------------
     async def _check_device(self, device_id: int, context: Any) -> None:
@@ -346,7 +341,6 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
             while (ready := digests.poll(now_ns)) is not None:
                 queue.put_nowait(self._digest_list(digest_id, ready, wall_ns))
                 sent += 1
-        self.digest_lists_sent += sent
         return sent
 
     @staticmethod

@@ -25,7 +25,7 @@ from scidmz.control.model import InverseModel
 from scidmz.control.settings import default_models_dir
 from scidmz.learn.identification import identify
 from scidmz.netsim.scenario import Scenario
-from scidmz.proto import telemetry_pb2
+from scidmz.telemetry.stream import state_message
 
 RESULTS = Path(__file__).parent / "results" / "control_latency.md"
 
@@ -44,14 +44,7 @@ def main() -> None:
         failsafe_rate_bps=4e8, collector_address="bench",
     )  # fmt: skip
     controller = Controller(settings, DryRunActuator(), model)
-    messages = [
-        telemetry_pb2.StateSample(
-            sequence=k + 1, dtn_rate_bps=y[0], campus_rate_bps=y[1], dtn_rtt_s=y[2],
-            campus_rtt_s=y[3], dtn_queuing_delay_s=y[4], campus_queuing_delay_s=y[5],
-            active_flows=y[6], valid=[True] * 7,
-        )
-        for k, y in enumerate(data.y)
-    ]  # fmt: skip
+    messages = [state_message(y, k + 1) for k, y in enumerate(data.y)]
 
     async def run() -> list[float]:
         latencies = []

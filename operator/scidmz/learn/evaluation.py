@@ -33,7 +33,7 @@ from scidmz.learn.identification import TapCollector
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
-from scidmz.proto import telemetry_pb2
+from scidmz.telemetry.stream import state_message
 
 STRATEGIES = ("trivial", "pi", "mlc")
 CAPACITY_BPS = 1e9
@@ -81,14 +81,6 @@ def _controller(
     return Controller(settings, DirectActuator(sim), model if strategy == "mlc" else None)
 
 
-def _message(sequence: int, raw: tuple[float, ...]) -> telemetry_pb2.StateSample:
-    return telemetry_pb2.StateSample(
-        sequence=sequence, dtn_rate_bps=raw[0], campus_rate_bps=raw[1], dtn_rtt_s=raw[2],
-        campus_rtt_s=raw[3], dtn_queuing_delay_s=raw[4], campus_queuing_delay_s=raw[5],
-        active_flows=raw[6], valid=[math.isfinite(v) for v in raw],
-    )  # fmt: skip
-
-
 def _scenario(cca: str, seed: int, campus_flows: int, transfer_bytes: float | None) -> Scenario:
     base = Scenario()
     return base.model_copy(
@@ -123,7 +115,7 @@ def tracking(strategy: str, cca: str, seed: int, model: InverseModel | None) -> 
                 targets.append(target)
                 rates.append(raw[0])
                 used.append(sample.utilisation)
-            await controller.on_sample(_message(k + 1, raw))
+            await controller.on_sample(state_message(raw, k + 1))
 
     asyncio.run(run())
     return Episode(
@@ -161,7 +153,7 @@ def transfer(
             if len(done_at) >= streams:
                 return
             raw, _ = tap.measure()
-            await controller.on_sample(_message(k + 1, raw))
+            await controller.on_sample(state_message(raw, k + 1))
 
     asyncio.run(run())
     fct = max(done_at) if len(done_at) >= streams else math.nan

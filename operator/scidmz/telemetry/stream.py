@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.telemetry.state import NetworkState
+from scidmz.telemetry.state import STATE_VARIABLES, NetworkState
 
 QUEUE_DEPTH = 64
 
@@ -46,6 +46,17 @@ def to_message(
         stale=stale,
         policy=policy,
     )
+
+
+def state_message(
+    values: Sequence[float], sequence: int, policy: str = ""
+) -> telemetry_pb2.StateSample:
+    """A fresh sample from the seven values in model order, for in-process feeds (the
+    control-quality experiments, benchmarks); validity is each value's finiteness."""
+    if len(values) != len(STATE_VARIABLES):
+        raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
+    state = NetworkState(**dict(zip(STATE_VARIABLES, values, strict=True)), measured_at_s=0.0)
+    return to_message(state, sequence, 0.0, math.nan, stale=False, policy=policy)
 
 
 class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):

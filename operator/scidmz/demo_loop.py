@@ -63,19 +63,23 @@ def _addresses(config: RuntimeConfig) -> tuple[str, str]:
     return str(dtn_host), str(campus_host)
 
 
+def local_config(rendered: RuntimeConfig, switch: str, collector: str) -> RuntimeConfig:
+    """The operator's rendered config with only the addresses changed: the switch (and the
+    sim actuator) at a local ``scidmz target``, the sample stream at ``collector``."""
+    return rendered.model_copy(
+        update={
+            "switch": rendered.switch.model_copy(update={"address": switch}),
+            "actuator": rendered.actuator.model_copy(update={"type": "sim", "sim_address": switch}),
+            "collector_address": collector,
+        }
+    )
+
+
 def start_workloads(
     rendered: RuntimeConfig, workdir: Path, controller_port: int, log: Any
 ) -> Workloads:
     switch, grpc_port, collector_http = free_port(), free_port(), free_port()
-    local = rendered.model_copy(
-        update={
-            "switch": rendered.switch.model_copy(update={"address": f"127.0.0.1:{switch}"}),
-            "actuator": rendered.actuator.model_copy(
-                update={"type": "sim", "sim_address": f"127.0.0.1:{switch}"}
-            ),
-            "collector_address": f"127.0.0.1:{grpc_port}",
-        }
-    )
+    local = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     config = workdir / "config.yaml"
     config.write_text(dump_runtime_config(local))
     dtn, campus = _addresses(local)

@@ -17,6 +17,7 @@ import yaml
 
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.demo_loop import local_config
 from scidmz.metrics.dashboards import DASHBOARDS, queries
 from scidmz.testenv.cluster import REPO_ROOT, free_port
 from tests.k8s.conftest import wait_for
@@ -46,11 +47,8 @@ def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, 
             "campus": {"remotePrefix": "198.51.100.0/24"}, "actuator": {"type": "sim"},
             "controller": {"strategy": "pi"}}  # fmt: skip
     switch, grpc_port, collector_http, controller_http, prom = (free_port() for _ in range(5))
-    config = resolve_runtime_config("dash", "ns", 1, parse_spec(spec), f"127.0.0.1:{grpc_port}")
-    config = config.model_copy(update={
-        "switch": config.switch.model_copy(update={"address": f"127.0.0.1:{switch}"}),
-        "actuator": config.actuator.model_copy(update={"sim_address": f"127.0.0.1:{switch}"}),
-    })  # fmt: skip
+    rendered = resolve_runtime_config("dash", "ns", 1, parse_spec(spec), "unused:1")
+    config = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     (tmp_path / "config.yaml").write_text(dump_runtime_config(config))
     scrape = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},

@@ -16,6 +16,7 @@ import sys
 import yaml
 
 from scidmz.api.runtime import RuntimeConfig
+from scidmz.demo_loop import local_config
 from scidmz.testenv.cluster import free_port
 from tests.k8s.conftest import wait_for
 
@@ -43,13 +44,7 @@ def test_status_shows_the_controllers_live_state(operator, kube, example_policy,
     config_map = wait_for(lambda: kube.get("configmap", "live-config"), 30, "the ConfigMap")
     rendered = RuntimeConfig.model_validate(yaml.safe_load(config_map["data"]["config.yaml"]))
     switch, grpc_port = free_port(), free_port()
-    local = rendered.model_copy(
-        update={
-            "switch": rendered.switch.model_copy(update={"address": f"127.0.0.1:{switch}"}),
-            "actuator": rendered.actuator.model_copy(update={"sim_address": f"127.0.0.1:{switch}"}),
-            "collector_address": f"127.0.0.1:{grpc_port}",
-        }
-    )
+    local = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(local.model_dump(mode="json")))
     processes = [

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import csv
 import ipaddress
-import json
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from rich.table import Table
 
 from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
 from scidmz.api.units import format_duration, format_rate
+from scidmz.metrics.http import fetch_state
 from scidmz.testenv.cluster import free_port
 
 COLUMNS = (
@@ -124,15 +123,6 @@ def start_workloads(
     return workloads
 
 
-def _state(port: int) -> dict[str, Any] | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=1) as r:
-            data: dict[str, Any] = json.load(r)
-            return data
-    except (OSError, ValueError):
-        return None
-
-
 def _fmt(value: Any, kind: str) -> str:
     if not isinstance(value, int | float):
         return "—"
@@ -177,7 +167,7 @@ def watch(
     started = time.monotonic()
     with Live(console=console, refresh_per_second=2) as live:
         while (elapsed := time.monotonic() - started) < duration_s:
-            state = _state(workloads.controller_port) or {}
+            state = fetch_state(f"http://127.0.0.1:{workloads.controller_port}/state", 1.0) or {}
             sample = state.get("state") or {}
             row = {
                 "t_s": round(elapsed, 2),

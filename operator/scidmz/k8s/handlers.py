@@ -10,12 +10,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from typing import Any
 
@@ -34,6 +31,7 @@ from scidmz.k8s.reconcile import (
 from scidmz.k8s.settings import OperatorSettings
 from scidmz.k8s.status import Outcome
 from scidmz.metrics import names
+from scidmz.metrics.http import fetch_state
 
 log = logging.getLogger(__name__)
 
@@ -161,17 +159,6 @@ def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: An
 
 
 _STATE_POLL_S = OperatorSettings().state_poll_s  # kopf reads timer intervals at import
-
-
-def fetch_state(url: str) -> dict[str, Any] | None:
-    """The controller's /state, or None when it cannot be read (not running yet)."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our URL
-            data = json.load(response)
-    except (OSError, urllib.error.URLError, ValueError) as error:
-        log.debug("controller state %s: %s", url, error)
-        return None
-    return data if isinstance(data, dict) else None
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_STATE_POLL_S, sharp=True)

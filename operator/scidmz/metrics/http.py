@@ -7,7 +7,10 @@ snapshot callback. It runs in a daemon thread so it answers even while the main 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +40,20 @@ class Health:
     def set_ready(self, ready: bool, reason: str) -> None:
         with self._lock:
             self.ready, self.reason = ready, reason
+
+
+log = logging.getLogger(__name__)
+
+
+def fetch_state(url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """Another process's /state JSON, or None when it cannot be read (not running yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
+            data = json.load(response)
+    except (OSError, urllib.error.URLError, ValueError) as error:
+        log.debug("state %s: %s", url, error)
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def register_build_info(registry: CollectorRegistry, component: str) -> None:

@@ -66,6 +66,7 @@ def operator(
     import os
 
     import kopf
+    from prometheus_client import start_http_server
 
     from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
     from scidmz.k8s.settings import OperatorSettings
@@ -75,6 +76,12 @@ def operator(
     if standalone:
         os.environ["SCIDMZ_STANDALONE"] = "true"
     settings = OperatorSettings()
+    # Bound before kopf starts so that a taken port stops start-up with a clear error and
+    # /metrics answers as soon as /healthz does.
+    try:
+        start_http_server(settings.metrics_port)
+    except OSError as error:
+        _fail(f"cannot serve /metrics on port {settings.metrics_port}: {error}")
     kopf.configure(verbose=verbose, log_prefix=False)
     kopf.run(
         clusterwide=settings.namespace is None,

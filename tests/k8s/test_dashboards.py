@@ -38,6 +38,12 @@ def _query(port: int, promql: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def _target_health(port: int) -> list[tuple[str, str, str]]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/targets", timeout=5) as response:
+        targets = json.load(response)["data"]["activeTargets"]
+    return [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets]
+
+
 def _concrete(promql: str) -> str:
     return promql.replace("$namespace", ".*").replace("$policy", ".*")
 
@@ -78,20 +84,23 @@ def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, 
         ),
     ]  # fmt: skip
     try:
+        # two scrapes of every job: a rate over them exists (it may be 0 for the operator)
+        ready = (
+            "rate(scidmz_control_loop_seconds_count[5m]) > 0",
+            "rate(scidmz_collector_poll_seconds_count[5m]) > 0",
+            "rate(scidmz_operator_reconciles_total[5m]) >= 0",
+        )
 
         def warm() -> bool:
             try:
-                return all(
-                    _query(prom, f"rate({counter}[5m]) > 0")
-                    for counter in (
-                        "scidmz_control_loop_seconds_count",
-                        "scidmz_collector_poll_seconds_count",
-                    )
-                )
+                return all(_query(prom, promql) for promql in ready)
             except OSError:
                 return False
 
-        wait_for(warm, 60, "scrapes with a rate to compute", interval=1.0)
+        try:
+            wait_for(warm, 60, "scrapes with a rate to compute", interval=1.0)
+        except AssertionError as error:
+            raise AssertionError(f"{error}; targets: {_target_health(prom)}") from None
         missing = []
         for name, build in DASHBOARDS.items():
             for promql in queries(build()):

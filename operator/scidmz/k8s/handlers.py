@@ -17,7 +17,7 @@ from collections import defaultdict
 from typing import Any
 
 import kopf
-from prometheus_client import Counter, start_http_server
+from prometheus_client import Counter
 
 from scidmz.api.policy import GROUP, PLURAL, VERSION
 from scidmz.k8s.client import KubeApiError, KubeClient
@@ -74,7 +74,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     )
     log.info("peering %r with priority %d", settings.peering.name, settings.peering.priority)
     memo.settings = ours
-    start_http_server(ours.metrics_port)
     memo.client = client = KubeClient.from_environment()
     if not ours.standalone:
         ensure_peering(client, ours)

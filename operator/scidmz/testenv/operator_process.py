@@ -55,6 +55,7 @@ def start_operator(
         )
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/healthz", timeout_s, proc)
+        wait_http_ok(f"http://127.0.0.1:{metrics_port}/metrics", timeout_s, proc)
     except BaseException:
         proc.kill()
         proc.wait()

@@ -11,6 +11,9 @@ K8S_VERSION=v1.37.1
 ETCD_VERSION=v3.7.0
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
+# Only its CRDs (ServiceMonitor, PodMonitor, PrometheusRule), so that the chart's monitoring
+# objects are validated by the API server against the real schemas.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${SCIDMZ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scidmz}
@@ -18,16 +21,31 @@ key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VE
 out="$cache_root/testenv/$key"
 bin="$out/bin"
 
+go=${GO:-}
+if [[ -z "$go" ]]; then
+  if [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; else go=$(command -v go); fi
+fi
+
+monitoring="$out/prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}-crds"
+if [[ ! -d "$monitoring" ]]; then
+  echo ">> fetching the Prometheus Operator ${PROMETHEUS_OPERATOR_VERSION} CRDs" >&2
+  module=$(cd "$here" && GOFLAGS=-mod=mod $go mod download -json \
+    "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}" |
+    sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$monitoring.partial"
+  for kind in servicemonitors podmonitors prometheusrules; do
+    cp "$module/example/prometheus-operator-crd/monitoring.coreos.com_${kind}.yaml" "$monitoring.partial/"
+  done
+  mv "$monitoring.partial" "$monitoring"
+  ln -sfn "$(basename "$monitoring")" "$out/monitoring-crds"
+fi
+
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 complete=1
 for b in "${want[@]}"; do [[ -x "$bin/$b" ]] || complete=0; done
 [[ -f "$out/kwok-stages.yaml" ]] || complete=0
 if ((complete)); then echo "$bin"; exit 0; fi
 
-go=${GO:-}
-if [[ -z "$go" ]]; then
-  if [[ -x /usr/local/go/bin/go ]]; then go=/usr/local/go/bin/go; else go=$(command -v go); fi
-fi
 echo ">> building the control plane ($key) with $($go version); cold: ~10 min" >&2
 mkdir -p "$bin.partial"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"

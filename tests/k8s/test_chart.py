@@ -43,7 +43,17 @@ def test_chart_copies_are_the_sources():
         assert (CHART / "files" / "dashboards" / f"{name}.json").read_text() == generated
 
 
-def test_lint_and_every_ci_values_file_applies_server_side(plane):
+@pytest.fixture(scope="module")
+def monitoring_crds(plane) -> None:
+    """The Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule CRDs."""
+    crds = plane.toolchain.monitoring_crds.resolve()  # kubectl takes a symlink for a file
+    if not crds.is_dir():
+        pytest.fail(f"{crds} missing: hack/testenv/build.sh fetches it")
+    plane.kubectl("apply", "--server-side", "-f", str(crds))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
+
+
+def test_lint_and_every_ci_values_file_applies_server_side(plane, monitoring_crds):
     lint = _helm(plane, "lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART))
     assert "0 chart(s) failed" in lint.stdout
     plane.kubectl("create", "namespace", "research", check=False)
@@ -57,6 +67,9 @@ def test_lint_and_every_ci_values_file_applies_server_side(plane):
         )
         assert applied.returncode == 0, f"{values.name}: {applied.stderr}"
         assert "deployment.apps/ci-scidmz created (server dry run)" in applied.stdout
+        if values.name == "monitoring-values.yaml":
+            for kind in ("servicemonitor", "podmonitor", "prometheusrule"):
+                assert f"{kind}.monitoring.coreos.com/" in applied.stdout, kind
 
 
 def test_bad_values_are_refused_by_the_schema(plane):
@@ -65,6 +78,12 @@ def test_bad_values_are_refused_by_the_schema(plane):
         "--set", "operator.replicas=-1", check=False,
     )  # fmt: skip
     assert result.returncode != 0 and "replicas" in result.stderr
+    # the metrics port may not take the health probe's
+    result = _helm(
+        plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "operator.metricsPort=8080", check=False,
+    )  # fmt: skip
+    assert result.returncode != 0 and "metricsPort" in result.stderr
 
 
 def test_install_upgrade_uninstall(plane):
@@ -113,13 +132,28 @@ def test_monitoring_objects_render_only_when_enabled(plane):
         return {d["kind"]: d for d in yaml.safe_load_all(text) if d}
 
     default = kinds()
-    assert "ServiceMonitor" not in default and "PrometheusRule" not in default
+    assert not {"ServiceMonitor", "PodMonitor", "PrometheusRule"} & set(default)
     assert default["Deployment"]["spec"]["replicas"] == 2
     assert default["ClusterRole"]["rules"]
-    enabled = kinds("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true")
+    enabled = kinds(
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.podMonitor.enabled=true",
+        "metrics.prometheusRule.enabled=true",
+        "operator.metricsPort=9100",
+    )
     rules = enabled["PrometheusRule"]["spec"]["groups"][0]["rules"]
     source = yaml.safe_load((REPO / "dashboards" / "alerts.yaml").read_text())
     assert rules == source["groups"][0]["rules"]  # the promtool-tested rules, unchanged
     monitor = enabled["ServiceMonitor"]["spec"]
     assert monitor["endpoints"][0]["port"] == "http-metrics"
     assert monitor["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "scidmz-operator"
+    # the PodMonitor finds the operator's pods and a port they declare, which is where the
+    # operator serves /metrics
+    pod_monitor = enabled["PodMonitor"]["spec"]
+    template = enabled["Deployment"]["spec"]["template"]
+    assert pod_monitor["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    (container,) = template["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert pod_monitor["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert ports["metrics"] == int(env["SCIDMZ_METRICS_PORT"]) == 9100

@@ -51,6 +51,8 @@ class Toolchain:
 
     bin_dir: Path
     kwok_stages: Path
+    monitoring_crds: Path
+    """ServiceMonitor, PodMonitor and PrometheusRule CRDs of the Prometheus Operator."""
 
     def path(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -79,7 +81,11 @@ def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
     missing = [b for b in _BINARIES if not (bin_dir / b).exists()]
     if missing:
         raise ControlPlaneError(f"missing binaries in {bin_dir}: {', '.join(missing)}")
-    return Toolchain(bin_dir=bin_dir, kwok_stages=bin_dir.parent / "kwok-stages.yaml")
+    return Toolchain(
+        bin_dir=bin_dir,
+        kwok_stages=bin_dir.parent / "kwok-stages.yaml",
+        monitoring_crds=bin_dir.parent / "monitoring-crds",
+    )
 
 
 def free_port() -> int:

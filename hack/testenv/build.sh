@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl) and kwok from the Go module proxy into a version-keyed cache.
+# kube-scheduler, kubectl), kwok and helm from the Go module proxy into a version-keyed cache,
+# with the Prometheus Operator CRDs the chart tests validate against.
 # Idempotent: a complete cache directory is reused as is (warm run: well under a second).
 #
 #   hack/testenv/build.sh            # prints the bin directory on its last line
@@ -29,7 +30,8 @@ fi
 monitoring="$out/prometheus-operator-${PROMETHEUS_OPERATOR_VERSION}-crds"
 if [[ ! -d "$monitoring" ]]; then
   echo ">> fetching the Prometheus Operator ${PROMETHEUS_OPERATOR_VERSION} CRDs" >&2
-  module=$(cd "$here" && GOFLAGS=-mod=mod $go mod download -json \
+  mkdir -p "$out"
+  module=$(cd "$out" && $go mod download -json \
     "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}" |
     sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   mkdir -p "$monitoring.partial"

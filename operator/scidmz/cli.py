@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from scidmz.api.runtime import ConfigError
+
+if TYPE_CHECKING:
+    import grpc
 
 app = typer.Typer(
     help="scidmz: keep Science DMZ transfers at their target rate on a shared campus link.",
@@ -108,6 +111,10 @@ def collector(
     pipeline_dir: Annotated[
         Path, typer.Option(help="Where the pipeline ConfigMap to push is mounted.")
     ] = Path("/etc/scidmz-pipeline"),
+    tls_dir: Annotated[
+        Path,
+        typer.Option(help="Where the switch TLS Secret (ca.crt, tls.crt, tls.key) is mounted."),
+    ] = Path("/etc/scidmz-tls"),
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
@@ -119,7 +126,7 @@ def collector(
     _configure_logging(verbose)
     try:
         runtime = load_runtime_config(config)
-        settings = collector_settings(runtime, pipeline_dir)
+        settings = collector_settings(runtime, pipeline_dir, tls_dir)
     except ConfigError as error:
         _fail(str(error))
         return
@@ -234,6 +241,30 @@ def _parse_ports(text: str) -> dict[str, int]:
     return ports
 
 
+def _target_credentials(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> grpc.ServerCredentials | None:
+    """The target's TLS credentials (None: plaintext); bad flags exit 2 naming them."""
+    if cert is None and key is None:
+        if client_ca is not None:
+            _fail("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        _fail("--tls-cert and --tls-key go together")
+    assert cert is not None and key is not None
+    from scidmz.target.server import server_credentials
+
+    try:
+        pems = [p.read_bytes() if p is not None else None for p in (cert, key, client_ca)]
+    except OSError as error:
+        _fail(f"{error.filename}: {error.strerror}")
+        return None
+    for path, pem in zip((cert, key, client_ca), pems, strict=True):
+        if pem is not None and b"-----BEGIN " not in pem:
+            _fail(f"{path}: not PEM")
+    return server_credentials(pems[0] or b"", pems[1] or b"", pems[2])
+
+
 @app.command()
 def target(
     source: Annotated[
@@ -257,8 +288,19 @@ def target(
     campus_address: Annotated[
         str, typer.Option(help="Where simulated campus flows go (inside the remote prefix).")
     ] = "198.51.100.10",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve TLS with this PEM certificate (chain).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(help="Require client certificates signed by this PEM CA (mutual TLS)."),
+    ] = None,
 ) -> None:
-    """Software P4Runtime target running the scidmz pipeline over the network simulator."""
+    """Software P4Runtime target running the scidmz pipeline over the network simulator.
+
+    With --tls-cert/--tls-key the one port (P4Runtime and the sim actuator) speaks TLS only.
+    """
     import asyncio
     import ipaddress
     import signal
@@ -270,6 +312,7 @@ def target(
 
     if source != "sim":
         _fail(f"--source must be sim (the only packet source in this release), not {source!r}")
+    credentials = _target_credentials(tls_cert, tls_key, tls_client_ca)
     try:
         wired = _parse_ports(ports)
         wiring = Wiring(
@@ -288,7 +331,7 @@ def target(
     async def main() -> None:
         device = Target(build_p4info("v1model"), packet_source, device_id=device_id)
         try:
-            await device.start(listen)
+            await device.start(listen, credentials)
         except OSError as error:
             _fail(str(error))
         stop = asyncio.Event()

@@ -202,6 +202,30 @@ def test_missing_pipeline_configmap_is_reported_not_applied(operator, kube, exam
     assert kube.condition("zeta", "Degraded")["status"] == "False"
 
 
+def test_tls_secret_without_its_ca_is_reported_then_mounted(operator, kube, example_policy):
+    switch = copy.deepcopy(example_policy["spec"]["switch"])
+    switch["tls"] = {"secretName": "switch-tls"}
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "switch-tls"},
+              "type": "kubernetes.io/tls",
+              "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}}  # fmt: skip
+    kube.apply(secret)
+    kube.apply(_policy(example_policy, "tau", switch=switch))
+    cond = wait_for(
+        lambda: (
+            (c := kube.condition("tau", "Ready")) and c["reason"] == "TlsSecretKeyMissing" and c
+        ),
+        10,
+        "refusal",
+    )
+    assert cond["status"] == "False" and "ca.crt" in cond["message"]
+    assert _children(kube, "tau")["deployment"] == []
+    secret["data"]["ca.crt"] = "Y2E="
+    kube.apply(secret)
+    wait_for(lambda: _ready(kube, "tau"), 15, "Ready once the Secret has ca.crt")
+    pod = kube.get("deployment", "tau-collector")["spec"]["template"]["spec"]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == ["switch-tls"]
+
+
 def _resource_versions(kube, name):
     versions = {"dtp": kube.get("dtp", name)["metadata"]["resourceVersion"]}
     for kind, names in _children(kube, name).items():
@@ -213,8 +237,17 @@ def _resource_versions(kube, name):
 def test_restart_writes_nothing(operator, kube, example_policy):
     kube.apply(_policy(example_policy, "eta"))
     wait_for(lambda: _ready(kube, "eta"), 10, "eta Ready")
-    time.sleep(1.0)  # let trailing Deployment status events settle
-    before = _resource_versions(kube, "eta")
+    # kwok, the Deployment controller and the operator's status refresh trail Ready (longer
+    # on a loaded machine): take the snapshot once nothing has changed for a second and a half
+    settled = [_resource_versions(kube, "eta")]
+
+    def unchanged() -> bool:
+        time.sleep(1.5)
+        settled.append(_resource_versions(kube, "eta"))
+        return settled[-1] == settled[-2]
+
+    wait_for(unchanged, 30, "eta's objects to settle")
+    before = settled[-1]
     resumed_before = operator.log().count("Handler 'reconcile' succeeded")
     operator.stop()
     operator.start()

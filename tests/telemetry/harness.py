@@ -67,12 +67,13 @@ async def running_target(
     port: int | None = None,
     wiring: Wiring = WIRING,
     arch: str = "v1model",
+    credentials: grpc.ServerCredentials | None = None,
 ) -> AsyncIterator[tuple[Target, str]]:
     port = port or free_port()
     source = NetsimSource(scenario or Scenario(), wiring)
     target = Target(build_p4info(arch), source)  # type: ignore[arg-type]
     address = f"127.0.0.1:{port}"
-    await target.start(address)
+    await target.start(address, credentials)
     try:
         yield target, address
     finally:

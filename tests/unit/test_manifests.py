@@ -1,9 +1,12 @@
+import copy
+
 import pytest
 
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import resolve_runtime_config
 from scidmz.k8s.manifests import (
     CONFIG_HASH_ANNOTATION,
+    TLS_MOUNT,
     PolicyRef,
     WorkloadSettings,
     build_children,
@@ -111,3 +114,20 @@ def test_child_names_fit_dns_labels(length):
         name = child_name(policy, suffix)
         assert len(name) <= 63 and name.endswith(suffix)
     assert child_name("a" * 200, "collector") != child_name("a" * 199 + "b", "collector")
+
+
+def test_switch_tls_secret_is_mounted_into_the_collector_only(example_policy):
+    plain = _children(example_policy["spec"])
+    spec = copy.deepcopy(example_policy["spec"])
+    spec["switch"]["tls"] = {"secretName": "switch-tls", "serverName": "tofino-1.campus.example"}
+    children = _children(spec)
+    collector = children["Deployment/paper-testbed-collector"]["spec"]["template"]["spec"]
+    assert {"name": "switch-tls", "secret": {"secretName": "switch-tls"}} in collector["volumes"]
+    mounts = collector["containers"][0]["volumeMounts"]
+    assert {"name": "switch-tls", "mountPath": TLS_MOUNT, "readOnly": True} in mounts
+    controller = children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
+    assert all("secret" not in v for v in controller["volumes"])
+    # the server name reaches the collector through its runtime config, which rolls its pod
+    config = children["ConfigMap/paper-testbed-config"]["data"]["config.yaml"]
+    assert "tls_server_name: tofino-1.campus.example" in config
+    assert plain["ConfigMap/paper-testbed-config"]["data"]["config.yaml"] != config

@@ -5,7 +5,7 @@ import yaml
 from pydantic import ValidationError
 
 from scidmz.api.crd import render_crd_yaml
-from scidmz.api.policy import parse_spec
+from scidmz.api.policy import parse_spec, tls_secret_problem
 from scidmz.api.runtime import (
     ConfigError,
     dump_runtime_config,
@@ -149,3 +149,14 @@ def test_bad_runtime_config_is_named(tmp_path, content, fragment):
 def test_missing_runtime_config_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read config"):
         load_runtime_config(tmp_path / "absent.yaml")
+
+
+def test_switch_tls_secret_keys_and_server_name(example_policy):
+    assert tls_secret_problem({"ca.crt"}) is None
+    assert tls_secret_problem({"ca.crt", "tls.crt", "tls.key"}) is None
+    assert "no key ca.crt" in (tls_secret_problem({"tls.crt", "tls.key"}) or "")
+    assert "go together" in (tls_secret_problem({"ca.crt", "tls.crt"}) or "")
+    spec = dict(example_policy["spec"])
+    spec["switch"] = {**spec["switch"], "tls": {"secretName": "s", "serverName": "bad name!"}}
+    with pytest.raises(ValidationError, match=r"server_?[nN]ame"):
+        parse_spec(spec)

@@ -13,6 +13,7 @@ import pytest
 
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.testenv.certs import generate_switch_tls
 from scidmz.testenv.cluster import free_port, wait_http_ok
 
 
@@ -121,6 +122,59 @@ def test_collector_refuses_bad_wiring_before_connecting(
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
     assert fragment in err, err
+
+
+def test_collector_and_target_processes_speak_mutual_tls(tmp_path, example_policy):
+    pki = generate_switch_tls(tmp_path / "pki", "tofino-1.campus.example")
+    switch_port, http_port = free_port(), free_port()
+    target = _run(["target", "--listen", f"127.0.0.1:{switch_port}",
+                   "--tls-cert", str(pki.switch_cert), "--tls-key", str(pki.switch_key),
+                   "--tls-client-ca", str(pki.ca_cert)])  # fmt: skip
+    tls = {"secretName": "switch-tls", "serverName": "tofino-1.campus.example"}
+    switch = {**example_policy["spec"]["switch"], "address": f"127.0.0.1:{switch_port}", "tls": tls}
+    path = _collector_config(tmp_path, example_policy, switch_port, switch=switch)
+    collector = _run(["collector", "--config", str(path), "--http-port", str(http_port),
+                      "--tls-dir", str(pki.collector_dir)])  # fmt: skip
+    try:
+        wait_http_ok(f"http://127.0.0.1:{http_port}/readyz", 30, collector)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1) as r:
+            assert b"primary" in r.read()
+    finally:
+        for proc in (collector, target):
+            proc.send_signal(signal.SIGTERM)
+        collector.wait(timeout=10)
+        target.wait(timeout=10)
+    assert collector.returncode == 0 and target.returncode == 0
+
+
+def test_collector_refuses_a_tls_secret_without_its_ca(tmp_path, example_policy):
+    switch = {**example_policy["spec"]["switch"], "tls": {"secretName": "switch-tls"}}
+    path = _collector_config(tmp_path, example_policy, free_port(), switch=switch)
+    (tmp_path / "tls").mkdir()
+    proc = _run(["collector", "--config", str(path), "--tls-dir", str(tmp_path / "tls")])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "switch TLS" in err and "ca.crt: missing" in err, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--tls-cert", "CERT"], "--tls-cert and --tls-key go together"),
+        (["--tls-client-ca", "CERT"], "--tls-client-ca needs --tls-cert and --tls-key"),
+        (["--tls-cert", "CERT", "--tls-key", "MISSING"], "No such file"),
+        (["--tls-cert", "JUNK", "--tls-key", "JUNK"], "not PEM"),
+    ],
+)
+def test_target_refuses_bad_tls_options(tmp_path, flags, fragment):
+    pki = generate_switch_tls(tmp_path / "pki", "switch.example")
+    (tmp_path / "junk").write_text("junk")
+    paths = {"CERT": str(pki.switch_cert), "MISSING": str(tmp_path / "missing"),
+             "JUNK": str(tmp_path / "junk")}  # fmt: skip
+    proc = _run(["target", "--listen", f"127.0.0.1:{free_port()}",
+                 *[paths.get(f, f) for f in flags]])  # fmt: skip
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and fragment in err, err
 
 
 def test_target_refuses_bad_options():

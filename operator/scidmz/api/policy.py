@@ -219,13 +219,41 @@ class PipelineSpec(ApiModel):
     )
 
 
+TLS_CA_KEY = "ca.crt"
+TLS_CERT_KEY = "tls.crt"
+TLS_PRIVATE_KEY_KEY = "tls.key"
+
+
+def tls_secret_problem(keys: set[str]) -> str | None:
+    """What a switch TLS Secret with these keys lacks (None: usable)."""
+    if TLS_CA_KEY not in keys:
+        return f"no key {TLS_CA_KEY} (the CA that signed the switch's certificate)"
+    if (TLS_CERT_KEY in keys) != (TLS_PRIVATE_KEY_KEY in keys):
+        return (
+            f"{TLS_CERT_KEY} and {TLS_PRIVATE_KEY_KEY} go together (the collector's client "
+            "certificate)"
+        )
+    return None
+
+
 class TlsSpec(ApiModel):
-    """TLS for the P4Runtime channel."""
+    """TLS for the P4Runtime channel: the collector verifies the switch's certificate and,
+    for mutual TLS, presents its own."""
 
     secret_name: str = Field(
         min_length=1,
         max_length=253,
-        description="Secret with ca.crt, and tls.crt/tls.key for mutual TLS.",
+        description="Secret in the policy's namespace with ca.crt (the CA that signed the "
+        "switch's certificate), and tls.crt/tls.key (the collector's client certificate) "
+        "for mutual TLS. Mounted into the collector only.",
+    )
+    server_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$",
+        description="Name the switch's certificate must be issued for; default: the host "
+        "of switch.address.",
     )
 
 

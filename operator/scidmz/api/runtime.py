@@ -49,6 +49,7 @@ class SwitchConfig(_Frozen):
     p4info_key: str | None = None
     device_config_key: str | None = None
     tls_secret: str | None = None
+    tls_server_name: str | None = None
 
 
 class ControllerConfig(_Frozen):
@@ -157,6 +158,7 @@ def resolve_runtime_config(
             p4info_key=pipeline.config_map_ref.p4info_key if pipeline else None,
             device_config_key=pipeline.config_map_ref.device_config_key if pipeline else None,
             tls_secret=spec.switch.tls.secret_name if spec.switch.tls else None,
+            tls_server_name=spec.switch.tls.server_name if spec.switch.tls else None,
         ),
         controller=ControllerConfig(
             strategy=ctl.strategy,

@@ -19,6 +19,7 @@ from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config
 MANAGED_BY: Final = "scidmz-operator"
 CONFIG_MOUNT: Final = "/etc/scidmz"
 PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
+TLS_MOUNT: Final = "/etc/scidmz-tls"
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 POLICY_LABEL: Final = f"{GROUP}/policy"
 COLLECTOR: Final = "collector"
@@ -265,6 +266,15 @@ def build_collector_deployment(
         )
         pod["containers"][0]["volumeMounts"].append(
             {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True}
+        )
+    if config.switch.tls_secret:
+        # Only the collector talks to the switch, so only it sees the key.
+        pod = deployment["spec"]["template"]["spec"]
+        pod["volumes"].append(
+            {"name": "switch-tls", "secret": {"secretName": config.switch.tls_secret}}
+        )
+        pod["containers"][0]["volumeMounts"].append(
+            {"name": "switch-tls", "mountPath": TLS_MOUNT, "readOnly": True}
         )
     return deployment
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from scidmz.api.errors import describe_validation_error
-from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
+from scidmz.api.policy import DTNTransferPolicySpec, parse_spec, tls_secret_problem
 from scidmz.api.runtime import resolve_runtime_config
 from scidmz.api.units import UnitError, parse_duration
 from scidmz.k8s.client import KubeApiError, KubeClient
@@ -83,10 +83,20 @@ def check_references(client: KubeClient, namespace: str, spec: DTNTransferPolicy
                 retryable=True,
             )
     tls = spec.switch.tls
-    if tls is not None and client.get("v1", "Secret", namespace, tls.secret_name) is None:
+    if tls is None:
+        return
+    secret = client.get("v1", "Secret", namespace, tls.secret_name)
+    if secret is None:
         raise SpecRefused(
             "TlsSecretNotFound",
             f"spec.switch.tls.secretName: Secret {namespace}/{tls.secret_name} does not exist",
+            retryable=True,
+        )
+    problem = tls_secret_problem(set(secret.get("data") or {}))
+    if problem:
+        raise SpecRefused(
+            "TlsSecretKeyMissing",
+            f"Secret {namespace}/{tls.secret_name}: {problem}",
             retryable=True,
         )
 

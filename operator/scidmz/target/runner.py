@@ -23,7 +23,7 @@ from finsy.proto import p4i, p4r_grpc
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.target.netsim_source import NetsimSource
 from scidmz.target.observation import PacketSource
-from scidmz.target.server import TargetService
+from scidmz.target.server import TargetService, add_port
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +93,16 @@ class Target:
         self._server: grpc.aio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
 
-    async def start(self, listen: str) -> None:
-        """Listen on ``listen`` (host:port) and start ticking."""
+    async def start(self, listen: str, credentials: grpc.ServerCredentials | None = None) -> None:
+        """Listen on ``listen`` (host:port), with TLS when given ``credentials``, and start
+        ticking."""
         server = grpc.aio.server()
         p4r_grpc.add_P4RuntimeServicer_to_server(self.service, server)
         if isinstance(self.source, NetsimSource):
             telemetry_pb2_grpc.add_SimActuatorServicer_to_server(
                 SimActuatorService(self.source), server
             )
-        if server.add_insecure_port(listen) == 0:
-            raise OSError(f"cannot listen on {listen}")
+        add_port(server, listen, credentials)
         await server.start()
         self._server = server
         self._ticker = asyncio.create_task(self._tick_forever())

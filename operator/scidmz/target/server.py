@@ -418,11 +418,37 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         return None
 
 
-async def serve(service: TargetService, listen: str) -> grpc.aio.Server:
-    """Start the gRPC server on ``listen`` (host:port); the caller stops it."""
+def server_credentials(
+    cert_chain: bytes, private_key: bytes, client_ca: bytes | None = None
+) -> grpc.ServerCredentials:
+    """TLS for the P4Runtime server; with ``client_ca``, clients must present a certificate
+    it signed (mutual TLS), as switches configured for it require."""
+    return grpc.ssl_server_credentials(
+        [(private_key, cert_chain)],
+        root_certificates=client_ca,
+        require_client_auth=client_ca is not None,
+    )
+
+
+def add_port(
+    server: grpc.aio.Server, listen: str, credentials: grpc.ServerCredentials | None
+) -> None:
+    bound = (
+        server.add_insecure_port(listen)
+        if credentials is None
+        else server.add_secure_port(listen, credentials)
+    )
+    if bound == 0:
+        raise OSError(f"cannot listen on {listen}")
+
+
+async def serve(
+    service: TargetService, listen: str, credentials: grpc.ServerCredentials | None = None
+) -> grpc.aio.Server:
+    """Start the gRPC server on ``listen`` (host:port), plaintext or TLS; the caller stops
+    it."""
     server = grpc.aio.server()
     p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
-    if server.add_insecure_port(listen) == 0:
-        raise OSError(f"cannot listen on {listen}")
+    add_port(server, listen, credentials)
     await server.start()
     return server

@@ -39,6 +39,7 @@ from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimat
 from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
 from scidmz.telemetry.state import NetworkState
 from scidmz.telemetry.stream import TelemetryService, to_message
+from scidmz.telemetry.tls import ChannelTls
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ class CollectorSettings:
     plan: program.Plan
     estimator: EstimatorSettings
     pipeline: tuple[p4i.P4Info, bytes] | None = None
+    tls: ChannelTls | None = None
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 5.0
     rpc_timeout_s: float = 5.0
@@ -127,7 +129,9 @@ class Collector:
             if attempt:
                 self.metrics.reconnects.labels(*self._labels).inc()
             attempt += 1
-            session = SwitchSession(s.address, s.device_id, s.election_id, self._on_digest)
+            session = SwitchSession(
+                s.address, s.device_id, s.election_id, self._on_digest, tls=s.tls
+            )
             self._session = session
             try:
                 await self._serve_session(session)

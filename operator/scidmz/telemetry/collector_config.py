@@ -19,6 +19,7 @@ from scidmz.api.runtime import ConfigError, RuntimeConfig
 from scidmz.telemetry.collector import CollectorSettings
 from scidmz.telemetry.program import Plan
 from scidmz.telemetry.sampling import EstimatorSettings
+from scidmz.telemetry.tls import load_channel_tls
 
 MAX_PORT = 511  # ports are bit<9> in v1model and TNA
 
@@ -63,8 +64,14 @@ def _pipeline(config: RuntimeConfig, pipeline_dir: Path) -> tuple[p4i.P4Info, by
     return info, device_config
 
 
-def collector_settings(config: RuntimeConfig, pipeline_dir: Path) -> CollectorSettings:
-    """Raise ``ConfigError`` listing every problem; nothing connects before this passes."""
+def collector_settings(
+    config: RuntimeConfig, pipeline_dir: Path, tls_dir: Path
+) -> CollectorSettings:
+    """Raise ``ConfigError`` listing every problem; nothing connects before this passes.
+
+    ``pipeline_dir`` and ``tls_dir`` are where the pipeline ConfigMap and the TLS Secret
+    are mounted; each is read only when the config names one.
+    """
     problems = _problems(config)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -90,6 +97,7 @@ def collector_settings(config: RuntimeConfig, pipeline_dir: Path) -> CollectorSe
         ),
         estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
         pipeline=_pipeline(config, pipeline_dir),
+        tls=load_channel_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
     )
 
 

@@ -20,6 +20,8 @@ from typing import Any
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
+from scidmz.telemetry.tls import ChannelTls, open_channel
+
 log = logging.getLogger(__name__)
 
 TRANSIENT = frozenset(
@@ -107,12 +109,13 @@ class SwitchSession:
         device_id: int,
         election_id: int,
         on_digest: DigestHandler | None = None,
+        tls: ChannelTls | None = None,
     ) -> None:
         self.address = address
         self.device_id = device_id
         self.election_id = election_id
         self._on_digest = on_digest
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = open_channel(address, tls)
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
         self._stream: Any = None
         self._reader: asyncio.Task[None] | None = None

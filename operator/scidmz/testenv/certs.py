@@ -78,22 +78,10 @@ def _issue(
     return builder.sign(ca_key, hashes.SHA256())
 
 
-def generate_pki(directory: Path) -> PkiPaths:
-    """A CA, an apiserver serving cert for 127.0.0.1, an admin (system:masters) client cert
-    and the service-account signing key pair."""
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = PkiPaths(
-        ca_cert=directory / "ca.crt",
-        ca_key=directory / "ca.key",
-        serving_cert=directory / "apiserver.crt",
-        serving_key=directory / "apiserver.key",
-        admin_cert=directory / "admin.crt",
-        admin_key=directory / "admin.key",
-        sa_key=directory / "sa.key",
-        sa_pub=directory / "sa.pub",
-    )
+def _certificate_authority(
+    ca_name: x509.Name,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     ca_key = _key()
-    ca_name = _name("scidmz-testenv-ca")
     now = dt.datetime.now(dt.UTC)
     ca_cert = (
         x509.CertificateBuilder()
@@ -120,6 +108,25 @@ def generate_pki(directory: Path) -> PkiPaths:
         )
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_key, ca_cert
+
+
+def generate_pki(directory: Path) -> PkiPaths:
+    """A CA, an apiserver serving cert for 127.0.0.1, an admin (system:masters) client cert
+    and the service-account signing key pair."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = PkiPaths(
+        ca_cert=directory / "ca.crt",
+        ca_key=directory / "ca.key",
+        serving_cert=directory / "apiserver.crt",
+        serving_key=directory / "apiserver.key",
+        admin_cert=directory / "admin.crt",
+        admin_key=directory / "admin.key",
+        sa_key=directory / "sa.key",
+        sa_pub=directory / "sa.pub",
+    )
+    ca_name = _name("scidmz-testenv-ca")
+    ca_key, ca_cert = _certificate_authority(ca_name)
     _write_key(paths.ca_key, ca_key)
     _write_cert(paths.ca_cert, ca_cert)
 
@@ -159,4 +166,45 @@ def generate_pki(directory: Path) -> PkiPaths:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    return paths
+
+
+@dataclass(frozen=True)
+class SwitchTlsPaths:
+    """TLS for a P4Runtime switch and its collector, signed by one CA."""
+
+    collector_dir: Path
+    """ca.crt, tls.crt, tls.key: what the switch TLS Secret holds (``collector --tls-dir``)."""
+    ca_cert: Path
+    switch_cert: Path
+    switch_key: Path
+
+
+def generate_switch_tls(directory: Path, switch_name: str) -> SwitchTlsPaths:
+    """A CA, a serving cert for ``switch_name`` (a DNS name, not 127.0.0.1: connecting to
+    the loopback then needs the server-name override), and a collector client cert."""
+    collector_dir = directory / "collector"
+    collector_dir.mkdir(parents=True, exist_ok=True)
+    ca_name = _name("scidmz-switch-ca")
+    ca_key, ca_cert = _certificate_authority(ca_name)
+    paths = SwitchTlsPaths(
+        collector_dir=collector_dir,
+        ca_cert=collector_dir / "ca.crt",
+        switch_cert=directory / "switch.crt",
+        switch_key=directory / "switch.key",
+    )
+    _write_cert(paths.ca_cert, ca_cert)
+    switch_key = _key()
+    switch = _issue(
+        _name(switch_name), switch_key, ca_name, ca_key, [ExtendedKeyUsageOID.SERVER_AUTH],
+        [x509.DNSName(switch_name)],
+    )  # fmt: skip
+    _write_key(paths.switch_key, switch_key)
+    _write_cert(paths.switch_cert, switch)
+    client_key = _key()
+    client = _issue(
+        _name("scidmz-collector"), client_key, ca_name, ca_key, [ExtendedKeyUsageOID.CLIENT_AUTH]
+    )
+    _write_key(collector_dir / "tls.key", client_key)
+    _write_cert(collector_dir / "tls.crt", client)
     return paths

@@ -1,0 +1,86 @@
+"""TLS for the P4Runtime channel: the files the collector reads from the mounted Secret, and
+the gRPC channel they make.
+
+The Secret follows the ``kubernetes.io/tls`` layout plus the CA: ``ca.crt`` verifies the
+switch; ``tls.crt`` and ``tls.key``, together, are the collector's client certificate for
+mutual TLS. Reading happens once at start-up (a bad Secret stops it with every problem
+named); a rotated Secret takes effect when the collector restarts, which a change of the
+policy's runtime config already causes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from scidmz.api.policy import TLS_CA_KEY as CA_FILE
+from scidmz.api.policy import TLS_CERT_KEY as CERT_FILE
+from scidmz.api.policy import TLS_PRIVATE_KEY_KEY as KEY_FILE
+from scidmz.api.runtime import ConfigError
+
+_PEM_MARKER = b"-----BEGIN "
+
+
+@dataclass(frozen=True)
+class ChannelTls:
+    """PEM material for a client channel (``client_cert``/``client_key`` both or neither)."""
+
+    ca: bytes
+    client_cert: bytes | None = None
+    client_key: bytes | None = None
+    server_name: str | None = None
+    """Overrides the name the switch's certificate is checked against (SNI too)."""
+
+    @property
+    def mutual(self) -> bool:
+        return self.client_cert is not None
+
+
+def _read_pem(path: Path, problems: list[str]) -> bytes | None:
+    """The file's bytes; None when it is absent. Unreadable or non-PEM files are problems."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        problems.append(f"{path}: {error.strerror}")
+        return b""
+    if _PEM_MARKER not in data:
+        problems.append(f"{path}: not PEM")
+    return data
+
+
+def load_channel_tls(directory: Path, server_name: str | None = None) -> ChannelTls:
+    """Read ``ca.crt`` and the optional client pair from ``directory`` (the mounted Secret).
+
+    Raises ``ConfigError`` naming every missing or unreadable file.
+    """
+    problems: list[str] = []
+    ca = _read_pem(directory / CA_FILE, problems)
+    cert = _read_pem(directory / CERT_FILE, problems)
+    key = _read_pem(directory / KEY_FILE, problems)
+    if ca is None:
+        problems.append(f"{directory / CA_FILE}: missing (the CA that signed the switch's cert)")
+    if (cert is None) != (key is None):
+        have, lacking = (CERT_FILE, KEY_FILE) if key is None else (KEY_FILE, CERT_FILE)
+        problems.append(f"{directory}: {have} without {lacking} (mutual TLS needs both)")
+    if problems or ca is None:
+        raise ConfigError("switch TLS: " + "; ".join(problems))
+    return ChannelTls(ca=ca, client_cert=cert, client_key=key, server_name=server_name)
+
+
+def open_channel(address: str, tls: ChannelTls | None) -> grpc.aio.Channel:
+    """A plaintext channel, or a TLS one verifying the switch against ``tls.ca``."""
+    if tls is None:
+        return grpc.aio.insecure_channel(address)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca,
+        private_key=tls.client_key,
+        certificate_chain=tls.client_cert,
+    )
+    options = []
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.aio.secure_channel(address, credentials, options=options)

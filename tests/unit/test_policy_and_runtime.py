@@ -160,3 +160,19 @@ def test_switch_tls_secret_keys_and_server_name(example_policy):
     spec["switch"] = {**spec["switch"], "tls": {"secretName": "s", "serverName": "bad name!"}}
     with pytest.raises(ValidationError, match=r"server_?[nN]ame"):
         parse_spec(spec)
+
+
+def test_digest_hold_reaches_the_switch_plan(example_policy, tmp_path):
+    from scidmz.telemetry.collector_config import collector_settings
+
+    def plan_hold_ns(telemetry: dict[str, str]) -> int:
+        spec = {**example_policy["spec"], "telemetry": telemetry}
+        config = resolve_runtime_config("p", "ns", 1, parse_spec(spec), "x:1")
+        return collector_settings(config, tmp_path, tmp_path).plan.digest_max_timeout_ns
+
+    assert plan_hold_ns({}) == 10_000_000
+    assert plan_hold_ns({"digestHold": "50ms"}) == 50_000_000
+    for bad, message in (("500us", "between 1ms"), ("600ms", "half of sampleTime")):
+        spec = {**example_policy["spec"], "sampleTime": "1s", "telemetry": {"digestHold": bad}}
+        with pytest.raises(ValidationError, match=message):
+            parse_spec(spec)

@@ -442,6 +442,12 @@ class TelemetrySpec(ApiModel):
         description="A data packet's timestamp slot expires after this long: later ACKs "
         "give no RTT sample.",
     )
+    digest_hold: Duration = Field(
+        default="10ms",
+        description="How long the switch may hold RTT digests to batch them (P4Runtime "
+        "max_timeout_ns), 1ms to half of sampleTime. Longer holds cost the collector less CPU "
+        "with many flows (bench/results/collector_scale*.md) and make per-flow RTTs older.",
+    )
 
     @model_validator(mode="after")
     def _positive_durations(self) -> TelemetrySpec:
@@ -449,6 +455,8 @@ class TelemetrySpec(ApiModel):
             seconds = parse_duration(getattr(self, name))
             if not 0 < seconds <= 3600:
                 raise ValueError(f"telemetry.{to_camel(name)} must be between 0 and 1h")
+        if not 0.001 <= parse_duration(self.digest_hold) <= 30:
+            raise ValueError("telemetry.digestHold must be between 1ms and 30s")
         return self
 
 
@@ -615,6 +623,8 @@ class DTNTransferPolicySpec(ApiModel):
             raise ValueError("failsafe.rate must not exceed bottleneckCapacity")
         if prefixes_conflict(self.dtn.receiver_prefix, self.campus.remote_prefix):
             raise ValueError(PREFIX_OVERLAP_MESSAGE)
+        if 2 * parse_duration(self.telemetry.digest_hold) > parse_duration(self.sample_time):
+            raise ValueError("telemetry.digestHold must be at most half of sampleTime")
         return self
 
 

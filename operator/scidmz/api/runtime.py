@@ -83,6 +83,7 @@ class TelemetryConfig(_Frozen):
     active_flow_window_s: float = Field(default=0.1, gt=0)
     idle_timeout_s: float = Field(default=2.0, gt=0)
     rtt_horizon_s: float = Field(default=1.0, gt=0)
+    digest_hold_s: float = Field(default=0.01, gt=0)
 
 
 class RuntimeConfig(_Frozen):
@@ -195,6 +196,7 @@ def resolve_runtime_config(
             active_flow_window_s=parse_duration(spec.telemetry.active_flow_window),
             idle_timeout_s=parse_duration(spec.telemetry.idle_timeout),
             rtt_horizon_s=parse_duration(spec.telemetry.rtt_horizon),
+            digest_hold_s=parse_duration(spec.telemetry.digest_hold),
         ),
         collector_address=collector_address,
     )

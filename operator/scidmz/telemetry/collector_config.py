@@ -94,6 +94,7 @@ def collector_settings(
             active_flow_window_ns=round(t.active_flow_window_s * 1e9),
             idle_timeout_ns=round(t.idle_timeout_s * 1e9),
             rtt_horizon_ns=round(t.rtt_horizon_s * 1e9),
+            digest_max_timeout_ns=round(t.digest_hold_s * 1e9),
         ),
         estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
         pipeline=_pipeline(config, pipeline_dir),

@@ -21,8 +21,9 @@ from scidmz.telemetry.sampling import Poll
 from scidmz.telemetry.wire import struct_members
 
 DIGEST_MAX_TIMEOUT_NS = 10_000_000
-"""How long the switch may hold RTT digests: fresher per-flow RTTs (a 50 ms hold costs the
-accuracy test ~3 ms on a swinging queue) against more, smaller lists (bench/collector_scale)."""
+"""Default of spec.telemetry.digestHold, how long the switch may hold RTT digests: fresher
+per-flow RTTs (a 50 ms hold costs the accuracy test ~3 ms on a swinging queue) against more,
+smaller lists (bench/collector_scale)."""
 DIGEST_MAX_LIST_SIZE = 1024
 DIGEST_ACK_TIMEOUT_NS = 1_000_000_000
 

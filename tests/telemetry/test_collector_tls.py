@@ -125,3 +125,25 @@ def test_unusable_tls_files_are_named(pki, tmp_path):
     (garbage / "ca.crt").write_text("not a certificate")
     with pytest.raises(ConfigError, match=r"ca\.crt: not PEM"):
         load_channel_tls(garbage)
+
+
+def test_renewed_files_are_used_at_the_next_reconnect(pki, tmp_path):
+    """kubelet swaps a mounted Secret's files in place; the collector reads them again
+    before each connection attempt, so fixing or renewing the Secret needs no restart."""
+    other = generate_switch_tls(tmp_path / "other", SWITCH_NAME)
+    mounted = tmp_path / "mounted"
+    shutil.copytree(other.collector_dir, mounted)
+    tls = load_channel_tls(mounted, SWITCH_NAME)
+
+    async def main():
+        async with (
+            running_target(credentials=_server(pki, mutual=True)) as (_, address),
+            running_collector(settings(address, sample_time_s=0.2, tls=tls, tls_dir=mounted)) as c,
+        ):
+            await wait_for(lambda: "handshake failed" in c.health.reason, 10, "a refused CA")
+            for name in ("ca.crt", "tls.crt", "tls.key"):
+                shutil.copy(pki.collector_dir / name, mounted / name)
+            await wait_for(lambda: _fresh(c), 10, "fresh samples after the renewal")
+            assert c.health.ready
+
+    asyncio.run(main())

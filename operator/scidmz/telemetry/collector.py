@@ -26,10 +26,12 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from finsy.proto import p4i, p4r
 from prometheus_client import CollectorRegistry
 
+from scidmz.api.runtime import ConfigError
 from scidmz.metrics.http import Health
 from scidmz.telemetry import program
 from scidmz.telemetry.estimators import FlowEvent, RttBatch
@@ -39,7 +41,7 @@ from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimat
 from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
 from scidmz.telemetry.state import NetworkState
 from scidmz.telemetry.stream import TelemetryService, to_message
-from scidmz.telemetry.tls import ChannelTls
+from scidmz.telemetry.tls import ChannelTls, load_channel_tls
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,9 @@ class CollectorSettings:
     estimator: EstimatorSettings
     pipeline: tuple[p4i.P4Info, bytes] | None = None
     tls: ChannelTls | None = None
+    tls_dir: Path | None = None
+    """Where ``tls`` was read from: read again before every reconnect, so a renewed
+    certificate (kubelet updates a mounted Secret in place) is used without a restart."""
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 5.0
     rpc_timeout_s: float = 5.0
@@ -74,6 +79,7 @@ class Collector:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self._tls = settings.tls
         self.registry = registry or CollectorRegistry()
         self.stream = TelemetryService()
         self.health = Health()
@@ -130,7 +136,7 @@ class Collector:
                 self.metrics.reconnects.labels(*self._labels).inc()
             attempt += 1
             session = SwitchSession(
-                s.address, s.device_id, s.election_id, self._on_digest, tls=s.tls
+                s.address, s.device_id, s.election_id, self._on_digest, tls=self._current_tls()
             )
             self._session = session
             try:
@@ -148,6 +154,20 @@ class Collector:
                 await session.close()
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
             delay = min(delay * 2, s.backoff_max_s)
+
+    def _current_tls(self) -> ChannelTls | None:
+        s = self.settings
+        if s.tls is None or s.tls_dir is None:
+            return s.tls
+        try:
+            fresh = load_channel_tls(s.tls_dir, s.tls.server_name)
+        except ConfigError as error:
+            log.warning("%s; keeping the TLS files read before", error)
+            return self._tls
+        if fresh != self._tls:
+            log.info("switch TLS: (re)read %s", s.tls_dir)
+        self._tls = fresh
+        return fresh
 
     async def _serve_session(self, session: SwitchSession) -> None:
         """Connect, wait for mastership, set up, and serve until the session fails or

@@ -99,6 +99,7 @@ def collector_settings(
         estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
         pipeline=_pipeline(config, pipeline_dir),
         tls=load_channel_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
+        tls_dir=tls_dir if sw.tls_secret else None,
     )
 
 

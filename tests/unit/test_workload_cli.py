@@ -27,6 +27,13 @@ def _run(args, env=None):
     )
 
 
+def _terminate(*procs):
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.wait(timeout=10)
+
+
 @pytest.mark.parametrize("component", ["collector", "controller"])
 def test_bad_config_stops_start_up_with_a_clear_error(tmp_path, component):
     path = tmp_path / "config.yaml"
@@ -93,10 +100,7 @@ def test_collector_and_target_processes_measure_together(tmp_path, example_polic
         assert b'scidmz_rate_bytes_per_second{class="dtn"' in body
         assert b'scidmz_build_info{component="collector"' in body
     finally:
-        for proc in (collector, target):
-            proc.send_signal(signal.SIGTERM)
-        collector.wait(timeout=10)
-        target.wait(timeout=10)
+        _terminate(collector, target)
     assert collector.returncode == 0 and target.returncode == 0
 
 
@@ -140,10 +144,7 @@ def test_collector_and_target_processes_speak_mutual_tls(tmp_path, example_polic
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/readyz", timeout=1) as r:
             assert b"primary" in r.read()
     finally:
-        for proc in (collector, target):
-            proc.send_signal(signal.SIGTERM)
-        collector.wait(timeout=10)
-        target.wait(timeout=10)
+        _terminate(collector, target)
     assert collector.returncode == 0 and target.returncode == 0
 
 

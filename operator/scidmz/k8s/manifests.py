@@ -241,6 +241,15 @@ def _container(
     }
 
 
+def _mount(deployment: dict[str, Any], volume: dict[str, Any], path: str) -> None:
+    """Add ``volume`` to the pod and mount it read-only into its one container."""
+    pod = deployment["spec"]["template"]["spec"]
+    pod["volumes"].append(volume)
+    pod["containers"][0]["volumeMounts"].append(
+        {"name": volume["name"], "mountPath": path, "readOnly": True}
+    )
+
+
 def build_collector_deployment(
     ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
 ) -> dict[str, Any]:
@@ -260,21 +269,17 @@ def build_collector_deployment(
     if config.switch.pipeline_config_map:
         # The pipeline to push (P4Info + device config) rides in the user's ConfigMap; the
         # collector reads it from files named by the keys in its runtime config.
-        pod = deployment["spec"]["template"]["spec"]
-        pod["volumes"].append(
-            {"name": "pipeline", "configMap": {"name": config.switch.pipeline_config_map}}
-        )
-        pod["containers"][0]["volumeMounts"].append(
-            {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "readOnly": True}
+        _mount(
+            deployment,
+            {"name": "pipeline", "configMap": {"name": config.switch.pipeline_config_map}},
+            PIPELINE_MOUNT,
         )
     if config.switch.tls_secret:
         # Only the collector talks to the switch, so only it sees the key.
-        pod = deployment["spec"]["template"]["spec"]
-        pod["volumes"].append(
-            {"name": "switch-tls", "secret": {"secretName": config.switch.tls_secret}}
-        )
-        pod["containers"][0]["volumeMounts"].append(
-            {"name": "switch-tls", "mountPath": TLS_MOUNT, "readOnly": True}
+        _mount(
+            deployment,
+            {"name": "switch-tls", "secret": {"secretName": config.switch.tls_secret}},
+            TLS_MOUNT,
         )
     return deployment
 

@@ -3,9 +3,9 @@ the gRPC channel they make.
 
 The Secret follows the ``kubernetes.io/tls`` layout plus the CA: ``ca.crt`` verifies the
 switch; ``tls.crt`` and ``tls.key``, together, are the collector's client certificate for
-mutual TLS. Reading happens once at start-up (a bad Secret stops it with every problem
-named); a rotated Secret takes effect when the collector restarts, which a change of the
-policy's runtime config already causes.
+mutual TLS. Start-up reads them first (a bad Secret stops it with every problem named); the
+collector reads them again before every reconnect, so a renewed Secret (kubelet updates the
+mount in place) takes effect without a restart.
 """
 
 from __future__ import annotations

@@ -88,11 +88,20 @@ def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
     )
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A loopback port free now, and never one this process handed out before: the kernel
+    may give a just-released port again, and two such ports for one process (its health
+    and metrics ports, say) collide when it binds them."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 @dataclass

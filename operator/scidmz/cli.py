@@ -253,6 +253,7 @@ def _target_credentials(
         _fail("--tls-cert and --tls-key go together")
     assert cert is not None and key is not None
     from scidmz.target.server import server_credentials
+    from scidmz.telemetry.tls import looks_like_pem
 
     try:
         pems = [p.read_bytes() if p is not None else None for p in (cert, key, client_ca)]
@@ -260,7 +261,7 @@ def _target_credentials(
         _fail(f"{error.filename}: {error.strerror}")
         return None
     for path, pem in zip((cert, key, client_ca), pems, strict=True):
-        if pem is not None and b"-----BEGIN " not in pem:
+        if pem is not None and not looks_like_pem(pem):
             _fail(f"{path}: not PEM")
     return server_credentials(pems[0] or b"", pems[1] or b"", pems[2])
 

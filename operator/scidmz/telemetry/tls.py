@@ -38,6 +38,10 @@ class ChannelTls:
         return self.client_cert is not None
 
 
+def looks_like_pem(data: bytes) -> bool:
+    return _PEM_MARKER in data
+
+
 def _read_pem(path: Path, problems: list[str]) -> bytes | None:
     """The file's bytes; None when it is absent. Unreadable or non-PEM files are problems."""
     try:
@@ -47,7 +51,7 @@ def _read_pem(path: Path, problems: list[str]) -> bytes | None:
     except OSError as error:
         problems.append(f"{path}: {error.strerror}")
         return b""
-    if _PEM_MARKER not in data:
+    if not looks_like_pem(data):
         problems.append(f"{path}: not PEM")
     return data
 

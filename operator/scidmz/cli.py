@@ -160,7 +160,12 @@ def controller(
 
     from scidmz.api.runtime import load_runtime_config
     from scidmz.control.service import ControllerProcess
-    from scidmz.control.settings import controller_settings, load_model, open_actuator
+    from scidmz.control.settings import (
+        controller_settings,
+        load_model,
+        open_actuator,
+        open_dtn_actuator,
+    )
 
     _configure_logging(verbose)
     try:
@@ -177,14 +182,108 @@ def controller(
 
         try:
             actuator = await open_actuator(runtime, netns)
+            dtn_actuator = await open_dtn_actuator(runtime)
         except ConfigError as error:
             return str(error)
-        process = ControllerProcess(settings, actuator, inverse, port)
+        process = ControllerProcess(settings, actuator, inverse, port, dtn_actuator)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await process.serve(stop)
+        return None
+
+    message = asyncio.run(main())
+    if message:
+        _fail(message)
+
+
+@app.command()
+def shaper(
+    interface: Annotated[str, typer.Option(help="Interface whose egress tbf carries the rate.")],
+    failsafe_rate: Annotated[
+        str, typer.Option(help="Rate applied when no SetRate came for --stale-after, e.g. 600Mbps.")
+    ],
+    listen: Annotated[str, typer.Option(help="host:port of scidmz.v1.Shaper.")] = "0.0.0.0:9470",
+    stale_after: Annotated[
+        str, typer.Option(help="Apply the fail-safe rate after this long without a rate.")
+    ] = "10s",
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz (default: $SCIDMZ_HTTP_PORT or 9471)."
+        ),
+    ] = None,
+    netns: Annotated[str | None, typer.Option(help="Network namespace of the interface.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """A tbf on this node's interface driven by the controller (the DTN actuator's tc
+    agent); holds its own fail-safe rate if the controller goes quiet."""
+    import asyncio
+
+    from scidmz.api.units import UnitError, parse_duration, parse_rate
+    from scidmz.control.actuators import ActuatorError, TcActuator
+
+    _configure_logging(verbose)
+    try:
+        rate = parse_rate(failsafe_rate)
+        stale = parse_duration(stale_after)
+    except UnitError as error:
+        _fail(f"--failsafe-rate / --stale-after: {error}")
+        return
+    if not stale > 0:
+        _fail("--stale-after must be > 0")
+    port = _http_port(http_port, 9471)
+
+    async def main() -> str | None:
+        import signal
+
+        import grpc
+        from prometheus_client import CollectorRegistry
+
+        from scidmz.control.shaper import ShaperService
+        from scidmz.metrics.http import Health, register_build_info, serve_http
+        from scidmz.proto import telemetry_pb2_grpc
+
+        try:
+            actuator = await TcActuator.open(interface, netns)
+        except ActuatorError as error:
+            return f"--interface: {error}"
+        service = ShaperService(actuator, rate, stale)
+        server = grpc.aio.server()
+        telemetry_pb2_grpc.add_ShaperServicer_to_server(service, server)
+        try:
+            bound = server.add_insecure_port(listen)
+        except RuntimeError as error:
+            bound = 0
+            log_error = str(error)
+        else:
+            log_error = "port in use or address invalid"
+        if not bound:
+            await actuator.close()
+            return f"--listen {listen}: cannot bind ({log_error})"
+        await service.apply_failsafe()  # a known rate from the start
+        registry = CollectorRegistry()
+        register_build_info(registry, "shaper")
+        health = Health()
+        try:
+            http = serve_http(port, health, registry=registry)
+        except OSError as error:
+            await actuator.close()
+            return f"cannot serve /healthz on port {port}: {error}"
+        health.set_ready(True, f"shaping {interface}")
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(f"shaper on {interface}: scidmz.v1.Shaper at {listen}", err=True)
+        try:
+            await service.watch(stop)
+        finally:
+            await server.stop(0.5)
+            await actuator.close()
+            http.shutdown()
         return None
 
     message = asyncio.run(main())
@@ -371,6 +470,14 @@ def train(
     scenario: Annotated[
         Path | None, typer.Option("--scenario", help="Scenario YAML (default: the paper's).")
     ] = None,
+    dtn_cap_excitation: Annotated[
+        bool | None,
+        typer.Option(
+            help="Also excite the DTN's sending-rate cap (the DTN actuator). Default: on for "
+            "bbr (a BBR DTN takes the link whatever u is, leaving u unidentifiable), off for "
+            "cubic (the paper's excitation)."
+        ),
+    ] = None,
 ) -> None:
     """Identify the network on the simulator and train the MLC inverse model (ONNX)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -401,6 +508,7 @@ def train(
         folds=folds,
         fit=FitSettings(max_epochs=max_epochs, seed=seed),
         scenario=chosen,
+        dtn_cap_excitation=cca == "bbr" if dtn_cap_excitation is None else dtn_cap_excitation,
     )
     columns = (
         TextColumn("{task.description}"),
@@ -418,12 +526,92 @@ def train(
 
         report = run_training(settings, progress)
     typer.echo(
-        f"{cca}: {report.samples} rows, cross-validated relative error "
-        f"{sum(report.fold_errors) / len(report.fold_errors):.1%} "
-        f"(folds {', '.join(f'{e:.1%}' for e in report.fold_errors)}; where the shaper binds "
-        f"{sum(report.binding_errors) / len(report.binding_errors):.1%}), "
-        f"{report.seconds / 60:.1f} min; wrote {settings.out_dir}/inverse.onnx, card.md, gains.yaml"
+        f"{cca}: {report.samples} rows; cross-validated relative error where the shaper "
+        f"binds {report.mean('binding'):.1%} (naive {report.mean('naive_binding'):.1%}), "
+        f"overall against the binding rate {report.mean('overall'):.1%} "
+        f"(naive {report.mean('naive_overall'):.1%}); {report.seconds / 60:.1f} min; "
+        f"wrote {settings.out_dir}/inverse.onnx and card.md"
     )
+
+
+@app.command()
+def tune(
+    cca: Annotated[str, typer.Option(help="The DTN's congestion control: cubic or bbr.")],
+    models: Annotated[
+        Path | None, typer.Option(help="Models folder (default: the shipped models/).")
+    ] = None,
+    filters: Annotated[
+        str, typer.Option(help="Comma-separated filters to tune: pi, mlc, dtn.")
+    ] = "pi,mlc,dtn",
+    generations: Annotated[int, typer.Option(help="Generations (paper: 100).")] = 100,
+    population: Annotated[int, typer.Option(help="Solutions per population (paper: 30).")] = 30,
+    parents: Annotated[int, typer.Option(help="Parents mating (paper: 15).")] = 15,
+    episodes: Annotated[int, typer.Option(help="120 s runs averaged per fitness.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seeds the GA and the tuning runs.")] = 1,
+    workers: Annotated[int, typer.Option(help="Worker processes for the fitness.")] = 1,
+) -> None:
+    """Tune the anti-windup gains with a genetic algorithm (paper §3.3, table 2) on the
+    simulator; writes models/<cca>/gains.yaml with the fitness and the search settings."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from scidmz.control.settings import default_models_dir
+    from scidmz.learn.gains import FILTERS, GAINS_FILE, dump_gains
+    from scidmz.learn.tune import SearchSettings
+    from scidmz.learn.tune import tune as run_tuning
+
+    if cca not in ("cubic", "bbr"):
+        _fail(f"--cca must be cubic or bbr, not {cca!r}")
+    chosen = tuple(f.strip() for f in filters.split(",") if f.strip())
+    unknown = [f for f in chosen if f not in FILTERS]
+    if unknown or not chosen:
+        _fail(f"--filters: unknown {', '.join(unknown) or '(none given)'}; use pi, mlc, dtn")
+    if generations < 1 or population < 2 or not 1 <= parents <= population:
+        _fail("--generations must be >= 1, --population >= 2, 1 <= --parents <= --population")
+    if episodes < 1 or workers < 1:
+        _fail("--episodes and --workers must be >= 1")
+    folder = models or default_models_dir()
+    if ("mlc" in chosen or "dtn" in chosen) and not (folder / cca / "inverse.onnx").is_file():
+        _fail(f"tuning mlc or dtn needs {folder / cca / 'inverse.onnx'} (scidmz train)")
+    search = SearchSettings(
+        generations=generations, parents_mating=parents, population=population,
+        episodes=episodes, seed=seed, workers=workers,
+    )  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f}"),
+        TextColumn("{task.fields[best]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns) as bar:
+        tasks: dict[str, object] = {}
+
+        def progress(name: str, generation: int, best_iae: float) -> None:
+            if name not in tasks:
+                tasks[name] = bar.add_task(f"{cca} {name}", total=generations, best="")
+            bar.update(
+                tasks[name],  # type: ignore[arg-type]
+                completed=generation,
+                best=f"best IAE {best_iae / 1e9:.2f} Gbit",
+            )
+
+        gains, results = run_tuning(cca, folder, search, chosen, progress)
+    command = (
+        f"scidmz tune --cca {cca} --filters {','.join(chosen)} --generations {generations} "
+        f"--population {population} --parents {parents} --episodes {episodes} --seed {seed}"
+    )
+    path = folder / cca / GAINS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        dump_gains(gains, f"Anti-windup gains for the {cca} DTN, tuned by `{command}`.")
+    )
+    for r in results:
+        typer.echo(
+            f"{cca} {r.name}: Kp {r.gains.kp:g} Ki {r.gains.ki:g} Kw {r.gains.kw:g}, "
+            f"IAE {r.iae_bits / 1e9:.2f} Gbit (paper table 4 gains: "
+            f"{r.paper_iae_bits / 1e9:.2f} Gbit), {r.evaluations} runs"
+        )
+    typer.echo(f"wrote {path}")
 
 
 @bench_app.command("control")

@@ -6,13 +6,17 @@ import pytest
 
 from scidmz.control.antiwindup import ControlConfigError, FilterState, Gains, Limits, step
 from scidmz.control.features import (
+    FALLBACK_STATE,
     FEATURE_NAMES,
     N_FEATURES,
+    BaseRtts,
     Setpoint,
     desired_state,
     features,
+    fill_missing,
 )
 from scidmz.control.quality import iae, mrae
+from scidmz.telemetry.state import StateVector
 
 MBPS = 1e6
 LIMITS = Limits(min_bps=0.0, max_bps=1000 * MBPS, max_step_bps=200 * MBPS)
@@ -85,13 +89,41 @@ def test_bad_gains_and_limits_are_named():
         step(FilterState(), math.nan, 0.0, 1.0, Gains(0, 0, 0), LIMITS)
 
 
-def test_desired_state_follows_table_3():
+MEASURED = StateVector(590 * MBPS, 405 * MBPS, 0.17, 0.08, 0.07, 0.069, 108)
+
+
+def test_desired_state_table_3_and_reachable():
     setpoint = Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS)
-    assert desired_state(setpoint, 108, 0.1, 0.01) == (
+    base = BaseRtts(0.1, 0.01)
+    assert desired_state(setpoint, MEASURED, base, "table3") == (
         600 * MBPS, 400 * MBPS, 0.1, 0.01, 0.0, 0.0, 108,
     )  # fmt: skip
+    # reachable (default): the split from the setpoint, the delays as they are now
+    assert desired_state(setpoint, MEASURED, base) == (
+        600 * MBPS, 400 * MBPS, 0.17, 0.08, 0.07, 0.069, 108,
+    )  # fmt: skip
     configured = Setpoint(600 * MBPS, 1000 * MBPS, dtn_rtt_s=0.12, campus_rtt_s=0.015)
-    assert desired_state(configured, 5, 0.1, 0.01)[2:4] == (0.12, 0.015)
+    for mode in ("table3", "reachable"):
+        y_d = desired_state(configured, MEASURED, base, mode)
+        assert (y_d.dtn_rtt_s, y_d.campus_rtt_s) == (0.12, 0.015)
+
+
+def test_base_rtts_come_from_measured_values_only():
+    # A DTN path whose base RTT (250 ms) is above the fallback's 100 ms must be learned as
+    # it is: the fallback never enters the minimum, NaN (unmeasured) leaves it alone.
+    base = BaseRtts()
+    assert base.or_fallback() == (FALLBACK_STATE.dtn_rtt_s, FALLBACK_STATE.campus_rtt_s)
+    unmeasured = StateVector(1.0, 1.0, math.nan, math.nan, 0.0, 0.0, 3)
+    base = base.update(unmeasured).update(MEASURED._replace(dtn_rtt_s=0.26, campus_rtt_s=0.3))
+    base = base.update(MEASURED._replace(dtn_rtt_s=0.25, campus_rtt_s=math.nan))
+    assert base.or_fallback() == (0.25, 0.3)
+    assert base.update(MEASURED._replace(dtn_rtt_s=0.0)).dtn_rtt_s == 0.25  # not a sample
+
+
+def test_fill_missing_by_name():
+    raw = StateVector(math.nan, 3.0, math.nan, 0.02, math.nan, 0.001, math.nan)
+    filled = fill_missing(raw, FALLBACK_STATE._replace(active_flows=7))
+    assert filled == (0.0, 3.0, FALLBACK_STATE.dtn_rtt_s, 0.02, 0.0, 0.001, 7)
 
 
 def test_features_are_22_in_the_documented_order():
@@ -99,13 +131,13 @@ def test_features_are_22_in_the_documented_order():
     assert FEATURE_NAMES[0] == "desired_dtn_rate_bps"
     assert FEATURE_NAMES[7] == "previous_dtn_rate_bps"
     assert FEATURE_NAMES[20] == "before_previous_active_flows"
-    row = features(range(7), range(10, 17), range(20, 27), 99.0)
+    row = features(
+        StateVector(*range(7)), StateVector(*range(10, 17)), StateVector(*range(20, 27)), 99.0
+    )
     assert row.shape == (1, 22) and row.dtype.name == "float32"
     assert row[0].tolist() == [*range(7), *range(10, 17), *range(20, 27), 99.0]
-    with pytest.raises(ValueError, match="previous state has 6 values"):
-        features(range(7), range(6), range(7), 0.0)
     with pytest.raises(ValueError, match="finite"):
-        features([math.nan] * 7, range(7), range(7), 0.0)
+        features(StateVector(*[math.nan] * 7), MEASURED, MEASURED, 0.0)
 
 
 def test_mrae_and_iae():

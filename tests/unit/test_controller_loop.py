@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -12,9 +13,17 @@ import pytest
 
 from scidmz.control.actuators import ActuatorError, DryRunActuator, tbf_parameters
 from scidmz.control.antiwindup import Gains, Limits
-from scidmz.control.features import Setpoint
-from scidmz.control.loop import Controller, ControllerSettings
-from scidmz.control.model import InverseModel, ModelError
+from scidmz.control.features import FEATURE_NAMES, Setpoint
+from scidmz.control.loop import Controller, ControllerSettings, DtnControl
+from scidmz.control.model import (
+    META_FEATURES,
+    META_TARGET,
+    META_UNITS,
+    TARGET_BINDING_RATE,
+    InverseModel,
+    ModelError,
+    feature_units,
+)
 from scidmz.proto import telemetry_pb2
 
 MBPS = 1e6
@@ -140,7 +149,7 @@ def test_tbf_parameters_are_sized_from_the_rate():
     assert tbf_parameters(1e6)["burst"] == 15_000
 
 
-def _onnx_model(path: Path, inputs: int) -> Path:
+def _onnx_model(path: Path, inputs: int, metadata: dict[str, str] | None = None) -> Path:
     from onnx import TensorProto, helper, save
 
     weights = helper.make_tensor(
@@ -155,6 +164,14 @@ def _onnx_model(path: Path, inputs: int) -> Path:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8  # what opset 17 needs; onnx's newest IR is beyond onnxruntime's
+    contract = {
+        META_FEATURES: ",".join(FEATURE_NAMES),
+        META_UNITS: ",".join(feature_units()),
+        META_TARGET: TARGET_BINDING_RATE,
+    }
+    for key, value in (contract if metadata is None else metadata).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = key, value
     save(model, str(path))
     return path
 
@@ -170,3 +187,73 @@ def test_model_interface_is_checked_at_start(tmp_path):
     with pytest.raises(ModelError, match="cannot be loaded"):
         InverseModel(tmp_path / "junk.onnx")
     assert not math.isnan(good.predict(np.zeros((1, 22), dtype=np.float32)))
+
+
+def test_a_model_whose_card_differs_from_the_runtime_features_is_refused(tmp_path):
+    names = list(FEATURE_NAMES)
+    names[2], names[3] = names[3], names[2]  # trained with the two RTTs swapped
+    swapped = {
+        META_FEATURES: ",".join(names),
+        META_UNITS: ",".join(feature_units()),
+        META_TARGET: TARGET_BINDING_RATE,
+    }
+    with pytest.raises(ModelError, match="features differs .* at input 2: model 'desired_campus"):
+        InverseModel(_onnx_model(tmp_path / "swapped.onnx", 22, swapped))
+    units = dict(swapped, **{META_FEATURES: ",".join(FEATURE_NAMES)})
+    units[META_UNITS] = units[META_UNITS].replace("bit/s", "Mbit/s", 1)
+    with pytest.raises(ModelError, match="units differs .* at input 0"):
+        InverseModel(_onnx_model(tmp_path / "units.onnx", 22, units))
+    raw_u = dict(units, **{META_UNITS: ",".join(feature_units()), META_TARGET: "u"})
+    with pytest.raises(ModelError, match="target 'u'"):
+        InverseModel(_onnx_model(tmp_path / "raw.onnx", 22, raw_u))
+    with pytest.raises(ModelError, match="'scidmz.features' is missing"):
+        InverseModel(_onnx_model(tmp_path / "old.onnx", 22, {}))
+
+
+DTN = DtnControl(Gains(0.5, 0.0, 0.0), Limits(0.0, 1000 * MBPS, 200 * MBPS), None)
+
+
+def test_the_dtn_cap_follows_the_opposite_error_and_both_fail_safe():
+    clock = Clock()
+    campus, dtn = DryRunActuator(), DryRunActuator()
+    settings = dataclasses.replace(SETTINGS, dtn=DTN)
+    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
+
+    async def main():
+        decisions = []
+        for k, dtn_mbps in enumerate([700, 700, 700, 650]):
+            clock.now += 1.0
+            decisions.append(await controller.on_sample(_sample(k + 1, dtn_mbps)))
+        clock.now += 10.0
+        await controller.check_staleness()
+        return decisions
+
+    decisions = _run(main())
+    # first samples: the fixed split, DTN capped at R*
+    assert decisions[0].dtn_cap_bps == 600 * MBPS and decisions[0].u_bps == 400 * MBPS
+    # a DTN 100 Mb/s above target: its cap goes below R* (Kp 0.5), the campus rate up
+    assert decisions[2].dtn_cap_bps == pytest.approx(550 * MBPS)
+    assert decisions[2].u_bps > 400 * MBPS
+    assert decisions[3].dtn_cap_bps == pytest.approx(575 * MBPS)
+    # stale: the fail-safe on both (campus B − R* as configured, DTN cap R*)
+    assert campus.applied[-1] == 400 * MBPS and dtn.applied[-1] == 600 * MBPS
+    assert controller.failsafe_active
+    assert controller.state()["dtnRateLimitBps"] == 600 * MBPS
+
+
+def test_each_decision_records_the_injected_clocks_dt():
+    clock = Clock()
+    controller = Controller(SETTINGS, DryRunActuator(), clock=clock)
+
+    async def main():
+        out = []
+        for k, gap in enumerate([1.0, 1.0, 0.25, 2.0]):
+            clock.now += gap
+            out.append(await controller.on_sample(_sample(k + 1, 550)))
+        return out
+
+    decisions = _run(main())
+    # the first uses T; afterwards dt is exactly the clock's advance (the integral's dt)
+    assert [d.dt_s for d in decisions] == [1.0, 1.0, 0.25, 2.0]
+    assert decisions[3].output is not None
+    assert decisions[3].output.integral_bps != decisions[2].output.integral_bps

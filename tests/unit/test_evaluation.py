@@ -1,23 +1,140 @@
-"""The control-quality experiments run the real controller against the simulator."""
+"""The closed loop on the simulator: simulated clock, the collector's road for y(t), the
+DTN cap, the experiments and the report."""
 
+import asyncio
 import math
+import time
 
-from scidmz.learn.evaluation import Episode, mean_interval, tracking, transfer
-from scidmz.learn.report import markdown
+import numpy as np
+import pytest
+
+from scidmz.control.loop import Controller
+from scidmz.learn.closed_loop import ClockMismatchError, SimLoop, bench_settings
+from scidmz.learn.evaluation import Arm, Episode, mean_interval, steady, tracking, transfer
+from scidmz.learn.gains import Triple, TunedGains
+from scidmz.learn.identification import SimCollector
+from scidmz.learn.report import markdown, targets
+from scidmz.netsim.scenario import Scenario
+from scidmz.telemetry.stream import state_message
+
+ZERO = Triple(kp=0, ki=0, kw=0)
+P_ONLY = Triple(kp=0.5, ki=0.2, kw=1.0)
 
 
-def test_tracking_and_transfer_produce_the_paper_metrics():
-    track = tracking("pi", "cubic", 1, None)
+def _gains(campus: Triple = P_ONLY, dtn: Triple = ZERO) -> TunedGains:
+    return TunedGains("cubic", campus, campus, dtn)
+
+
+def test_the_loop_refuses_a_controller_on_the_wall_clock():
+    loop = SimLoop(Scenario(), bench_settings("pi", 600e6, 1e9, (0.5, 0.2, 1.0)))
+    sim = loop.sim
+    for _ in range(3):
+        loop.run([600e6])  # on the simulated clock: dt is exactly T every sample
+    # the bug this guards against: the controller timing its integral on the wall clock
+    # while the simulator runs hundreds of times faster
+    loop.controller._clock = time.monotonic
+    with pytest.raises(ClockMismatchError, match="not on the simulated clock"):
+        loop.run([600e6, 600e6])
+    assert sim.now == pytest.approx(4.0)  # refused at the first wall-clock decision
+
+
+def test_decisions_use_simulated_time_for_the_integral():
+    loop = SimLoop(Scenario(), bench_settings("pi", 600e6, 1e9, (0.0, 0.5, 0.0)))
+    steps = loop.run([600e6] * 6)
+    decided = [s.decision for s in steps if s.decision is not None and s.decision.output]
+    assert all(d.dt_s == pytest.approx(1.0) for d in decided)
+    # I(t+T) = I(t) + T·Ki·e: with T = 1 s the integral moves by 0.5·e per sample
+    first, second = decided[0], decided[1]
+    assert second.output.integral_bps - first.output.integral_bps == pytest.approx(
+        0.5 * first.error_bps
+    )
+
+
+def test_sim_collector_follows_the_collectors_algorithms():
+    scenario = Scenario.model_validate({"dtn": {"transfer_bytes": "1GB"}, "seed": 3})
+    collector = SimCollector(scenario)
+    first = collector.measure()
+    # algorithm 3: counter deltas at the tap, which sees the offered load (drops included)
+    offered = first.measured.dtn_rate_bps + first.measured.campus_rate_bps
+    assert offered >= 0.99 * (first.dtn_departed_bps + first.campus_departed_bps)
+    samples = [collector.measure() for _ in range(8)]
+    y = samples[-1].measured
+    # algorithm 8 from start/stop digests: 100 campus + 8 DTN flows active
+    assert samples[1].measured.active_flows == 108
+    assert 0 < y.campus_rate_bps <= 1.2e9 and 0 < y.dtn_queuing_delay_s < 0.2
+    assert y.dtn_rtt_s > scenario.dtn.base_rtt_s and y.campus_rtt_s > scenario.campus.base_rtt_s
+    more = [collector.measure() for _ in range(60)]
+    finished = sum(len(s.dtn_done_s) for s in samples + more)
+    assert finished == 8  # the 1 GB transfer ends ...
+    assert more[-1].measured.active_flows == 100  # ... and its FIN digests leave the set
+    assert math.isnan(more[-1].measured.dtn_rate_bps) or more[-1].measured.dtn_rate_bps == 0
+
+
+def test_the_dtn_cap_holds_a_bbr_dtn_that_campus_shaping_cannot():
+    scenario = Scenario.model_validate({"dtn": {"congestion_control": "bbr"}, "seed": 2})
+    trivial = SimLoop(scenario, bench_settings("trivial", 500e6, 1e9, (0, 0, 0)))
+    capped = SimLoop(
+        scenario, bench_settings("trivial", 500e6, 1e9, (0, 0, 0), dtn_gains=(0, 0, 0))
+    )
+    free = np.mean([s.sample.measured.dtn_rate_bps for s in trivial.run([500e6] * 30)[10:]])
+    held = np.mean([s.sample.measured.dtn_rate_bps for s in capped.run([500e6] * 30)[10:]])
+    assert free > 800e6  # BBR v1 takes the link whatever the campus is allowed
+    assert held == pytest.approx(500e6, rel=0.03)
+
+
+def test_episodes_produce_the_metrics():
+    gains = _gains()
+    track = tracking(Arm("pi"), "cubic", 1, gains, None)
     assert 0 < track.mrae < 0.5 and 0.9 < track.utilisation <= 1.0
-    run = transfer("trivial", "cubic", 1, None, size_bytes=2e9)
+    assert 0.8 < track.rate_ratio < 1.2
+    run = transfer(Arm("trivial"), "cubic", 1, gains, None, size_bytes=2e9)
     # 2 GB at R* = 600 Mb/s: ~27 s if the trivial split gives the DTN its target
-    assert 20 < run.fct_s < 40
-    episodes = [track, run, Episode("tracking", "trivial", "cubic", 1, 100, mrae=0.1)]
+    assert 20 < run.fct_s < 40 and 0.9 < run.rate_ratio < 1.1
+    held = steady(Arm("trivial"), "cubic", 1, gains, None)
+    assert held.u_std_fraction == pytest.approx(0.0)  # the fixed split never moves
+
+
+def test_report_judges_the_targets():
+    episodes = [
+        Episode("transfer", "trivial", "cubic", s, 100, mrae=0.04, fct_s=140.0, utilisation=0.99,
+                rate_ratio=0.95)
+        for s in (1, 2)
+    ] + [
+        Episode("transfer", "mlc", "cubic", s, 100, mrae=0.03, fct_s=135.0, utilisation=0.99,
+                rate_ratio=0.99)
+        for s in (1, 2)
+    ]  # fmt: skip
+    found = {t.name: t for t in targets(episodes)}
+    fct = found["cubic mlc, N_s = 100: FCT vs trivial ≤ −7.4%"]
+    assert fct.measured == "-3.6%" and not fct.met
+    mrae = found["cubic mlc, N_s = 100: MRAE vs trivial ≤ −4.1%"]
+    assert mrae.measured == "-25.0%" and mrae.met
+    assert found["cubic mlc, N_s = 100: mean DTN rate ≤ 1.05 R*"].met
     text = markdown(episodes, "test")
-    assert "| cubic | pi |" in text and "| cubic | trivial |" in text
+    assert "| cubic mlc, N_s = 100: MRAE vs trivial ≤ −4.1% | -25.0% | met |" in text
+    assert "**missed**" in text
 
 
 def test_mean_interval():
     mean, half = mean_interval([1.0, 2.0, 3.0])
     assert mean == 2.0 and math.isclose(half, 2.4841, rel_tol=1e-3)
     assert math.isnan(mean_interval([math.nan])[0])
+
+
+def test_a_controller_only_sees_samples_through_the_stream_message():
+    # the loop hands the controller exactly what the collector would publish
+    controller = Controller(bench_settings("trivial", 600e6, 1e9, (0, 0, 0)), _Null())
+    decision = asyncio.run(
+        controller.on_sample(state_message((5e8, 4e8, 0.2, 0.06, 0.09, 0.09, 108.0), 1))
+    )
+    assert decision is not None and decision.u_bps == 400e6
+
+
+class _Null:
+    name = "null"
+
+    async def apply(self, rate_bps: float) -> float:
+        return rate_bps
+
+    async def close(self) -> None:
+        return

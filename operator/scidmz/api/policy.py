@@ -314,6 +314,13 @@ class Limits(ApiModel):
 class DesiredState(ApiModel):
     """Parts of the desired state y_d(t) (paper table 3) that are not derived."""
 
+    mode: Literal["reachable", "table3"] = Field(
+        default="reachable",
+        description="reachable: the delays of y(t-T) (a full drop-tail link keeps its queue "
+        "whatever the split; the controller moves the split); table3: the paper's base RTTs "
+        "and zero queuing delay, a state the inverse model never saw.",
+    )
+
     dtn_rtt: Duration | None = Field(
         default=None, description="Desired DTN RTT; default: the measured base RTT."
     )
@@ -363,6 +370,51 @@ class SimActuator(ApiModel):
     )
 
 
+class DtnActuatorSpec(ApiModel):
+    """A cap on the DTN's sending rate: a second actuator for DTNs that ignore campus
+    shaping (BBR). ESnet's DTN practice is pacing (fq maxrate, SO_MAX_PACING_RATE); where
+    fq is not available, a tbf on the DTN host's egress does it, and that is what `tc`
+    installs (through a `scidmz shaper` agent on that node)."""
+
+    type: ActuatorType = Field(
+        description="tc: a tbf on the DTN host's interface (a `scidmz shaper` pod on "
+        "tc.nodeName, host networking, NET_ADMIN); sim: the embedded simulator's DTN; "
+        "dryRun: compute and export only.",
+    )
+    tc: TcActuator | None = Field(
+        default=None, description="Required when type is tc: the DTN host's node and interface."
+    )
+    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
+    gains: Gains | None = Field(
+        default=None,
+        description="Gains of the DTN cap's anti-windup filter (feed-forward R*, error "
+        "R* - R_DTN); default: the shipped tuned gains for dtn.congestionControl.",
+    )
+    failsafe_rate: str = Field(
+        default="target",
+        max_length=RATE_MAX_LENGTH,
+        description="The cap applied when telemetry goes stale or the controller stops: "
+        "'target' (R*) or a rate such as 600Mbps. The shaper agent also applies it on its own "
+        "when the controller goes quiet.",
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self == 'target' || self.matches('{RATE_PATTERN}')",
+                    "message": "must be 'target' or a rate with a unit, e.g. 600Mbps",
+                }
+            ]
+        },
+    )
+
+    @model_validator(mode="after")
+    def _checked(self) -> DtnActuatorSpec:
+        if self.type == "tc" and self.tc is None:
+            raise ValueError("actuator.dtn.tc is required when actuator.dtn.type is tc")
+        if self.failsafe_rate != "target":
+            parse_rate(self.failsafe_rate)
+        return self
+
+
 class ActuatorSpec(ApiModel):
     """Where u(t) is applied."""
 
@@ -373,6 +425,12 @@ class ActuatorSpec(ApiModel):
     )
     tc: TcActuator | None = Field(default=None, description="Required when type is tc.")
     sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
+    dtn: DtnActuatorSpec | None = Field(
+        default=None,
+        description="Optional second actuator capping the DTN's sending rate around R*; "
+        "the controller then runs a second anti-windup filter (a DTN above target lowers "
+        "its cap). Needed to hold a BBR DTN, which ignores campus shaping.",
+    )
 
     @model_validator(mode="after")
     def _tc_needs_settings(self) -> ActuatorSpec:
@@ -468,6 +526,7 @@ def _spec_rules() -> list[dict[str, str]]:
     lmax = cel_rate_bps(f"{limits}.max")
     step = cel_rate_bps(f"{limits}.maxStep")
     failsafe = cel_rate_bps("self.failsafe.rate")
+    dtn_failsafe = cel_rate_bps("self.actuator.dtn.failsafeRate")
     has_limits = "has(self.controller) && has(self.controller.limits)"
     return [
         {
@@ -528,6 +587,22 @@ def _spec_rules() -> list[dict[str, str]]:
             "message": "actuator.tc (nodeName, interface) is required when actuator.type is tc",
             "fieldPath": ".actuator.tc",
             "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "!has(self.actuator) || !has(self.actuator.dtn) || "
+            "self.actuator.dtn.type != 'tc' || has(self.actuator.dtn.tc)",
+            "message": "actuator.dtn.tc (nodeName, interface) is required when "
+            "actuator.dtn.type is tc",
+            "fieldPath": ".actuator.dtn.tc",
+            "reason": "FieldValueRequired",
+        },
+        {
+            "rule": "!has(self.actuator) || !has(self.actuator.dtn) || "
+            "!has(self.actuator.dtn.failsafeRate) || self.actuator.dtn.failsafeRate == 'target' "
+            f"|| {dtn_failsafe} <= {capacity}",
+            "message": "actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
+            "fieldPath": ".actuator.dtn.failsafeRate",
+            "reason": "FieldValueInvalid",
         },
         {
             "rule": "!has(self.switch.ports) || "
@@ -621,6 +696,12 @@ class DTNTransferPolicySpec(ApiModel):
                 )
         if self.failsafe.rate != "trivial" and parse_rate(self.failsafe.rate) > capacity:
             raise ValueError("failsafe.rate must not exceed bottleneckCapacity")
+        dtn = self.actuator.dtn
+        dtn_failsafe = (
+            parse_rate(dtn.failsafe_rate) if dtn and dtn.failsafe_rate != "target" else 0.0
+        )
+        if dtn_failsafe > capacity:
+            raise ValueError("actuator.dtn.failsafeRate must not exceed bottleneckCapacity")
         if prefixes_conflict(self.dtn.receiver_prefix, self.campus.remote_prefix):
             raise ValueError(PREFIX_OVERLAP_MESSAGE)
         if 2 * parse_duration(self.telemetry.digest_hold) > parse_duration(self.sample_time):

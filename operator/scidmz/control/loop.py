@@ -1,12 +1,19 @@
-"""The controller: from each collector sample to u(t) at the actuator (paper figure 4).
+"""The controller: from each collector sample to u(t) at the actuators (paper figure 4).
 
-Per fresh sample: y_d(t) from table 3, the 22 features, û(t) from the strategy (the ONNX
-inverse model for ``mlc``; B_max − R* for ``pi``), the anti-windup filter (figure 5), the
-saturator, the actuator. ``trivial`` applies B_max − R* and nothing else (§3.7). A
-watchdog applies the fail-safe rate when no fresh sample came for ``staleAfter`` (stale
-samples from a collector that lost its switch count as none), and ``shutdown`` restores
-it. Actuator errors are counted, logged and retried with the next sample; they never stop
-the loop.
+Per fresh sample: y_d(t) (``features.desired_state``), the 22 features by name, û(t) from
+the strategy (the ONNX inverse model for ``mlc``; B_max − R* for ``pi``), the anti-windup
+filter (figure 5), the saturator, the campus actuator. ``trivial`` applies B_max − R* and
+nothing else (§3.7). With a DTN actuator (``spec.actuator.dtn``) a second anti-windup
+filter caps the DTN's sending rate around R* on the opposite error (a DTN above target
+lowers its cap), which is what holds a BBR DTN that ignores campus shaping; ``trivial``
+then pins that cap at R*.
+
+Time is injected: ``dt`` of the integral is the difference of the ``clock`` between two
+samples (the monotonic clock in a process, the simulated clock in the benchmarks), and
+each ``Decision`` records it. A watchdog applies the fail-safe rates to both actuators when
+no fresh sample came for ``staleAfter`` (stale samples from a collector that lost its
+switch count as none), and ``shutdown`` restores them. Actuator errors are counted, logged
+and retried with the next sample; they never stop the loop.
 """
 
 from __future__ import annotations
@@ -25,12 +32,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.control.antiwindup import FilterOutput, FilterState, Gains, Limits, step
-from scidmz.control.features import Setpoint, desired_state, features, fill_missing
+from scidmz.control.features import (
+    FALLBACK_STATE,
+    BaseRtts,
+    DesiredStateMode,
+    Setpoint,
+    desired_state,
+    features,
+    fill_missing,
+)
 from scidmz.control.model import InverseModel
 from scidmz.control.quality import iae, mrae
 from scidmz.metrics import names
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.telemetry.state import STATE_VARIABLES
+from scidmz.telemetry.state import StateVector
+from scidmz.telemetry.stream import from_message
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +67,19 @@ class ControllerSettings:
     failsafe_rate_bps: float
     collector_address: str
     reconnect_s: float = 0.5
+    desired_state_mode: DesiredStateMode = "reachable"
+    dtn: DtnControl | None = None
+    """The DTN actuator's filter; None without a DTN actuator."""
+
+
+@dataclass(frozen=True)
+class DtnControl:
+    """The DTN cap's anti-windup filter: feed-forward R*, error R* − R_DTN."""
+
+    gains: Gains
+    limits: Limits
+    failsafe_rate_bps: float | None
+    """The cap applied when samples go stale (None: the target rate R*)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +91,10 @@ class Decision:
     u_hat_bps: float
     error_bps: float
     output: FilterOutput | None
+    dt_s: float
+    """The time since the previous decision on the injected clock (the integral's dt)."""
+    dtn_cap_bps: float | None = None
+    dtn_output: FilterOutput | None = None
 
 
 class ControllerMetrics:
@@ -74,6 +107,9 @@ class ControllerMetrics:
         self.target = gauge(names.TARGET_RATE, "R*, the DTN target rate.")
         self.capacity = gauge(names.CAPACITY, "B_max, the bottleneck capacity.")
         self.limit = gauge(names.CAMPUS_RATE_LIMIT, "u(t), the campus rate applied.")
+        self.dtn_limit = gauge(
+            names.DTN_RATE_LIMIT, "The DTN's sending-rate cap applied (DTN actuator)."
+        )
         self.model = gauge(names.MODEL_OUTPUT, "û(t), the inverse model's (or PI's) base rate.")
         self.error = gauge(names.CONTROL_ERROR, "e(t) = R_DTN − R*.")
         self.proportional = gauge(names.CONTROL_PROPORTIONAL, "Kp·e(t).")
@@ -109,23 +145,29 @@ class Controller:
         model: InverseModel | None = None,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        dtn_actuator: Actuator | None = None,
     ) -> None:
         if settings.strategy == "mlc" and model is None:
             raise ValueError("the mlc strategy needs an inverse model")
+        if (settings.dtn is None) != (dtn_actuator is None):
+            raise ValueError("a DTN actuator and its filter settings come together")
         self.settings = settings
         self.actuator = actuator
+        self.dtn_actuator = dtn_actuator
         self.model = model
         self.registry = registry or CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry, (settings.policy, settings.namespace))
         self._clock = clock
         self.filter = FilterState()
-        self.history: deque[tuple[float, ...]] = deque(maxlen=2)
+        self.dtn_filter = FilterState()
+        self.history: deque[StateVector] = deque(maxlen=2)
         self.applied_bps: float | None = None
+        self.dtn_applied_bps: float | None = None
         self.last_fresh_s = clock()
         self.failsafe_active = False
         self.decisions: deque[Decision] = deque(maxlen=TRACKING_WINDOW)
         self.latest: telemetry_pb2.StateSample | None = None
-        self._base_rtt = (math.inf, math.inf)
+        self.base_rtts = BaseRtts()
         self._last_step_s: float | None = None
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
         m = self.metrics
@@ -140,54 +182,58 @@ class Controller:
 
     # ---- per sample ---------------------------------------------------------------------
     async def on_sample(self, sample: telemetry_pb2.StateSample) -> Decision | None:
-        """Compute and apply u(t) for a fresh sample; stale or unusable ones are skipped
-        (the watchdog takes care of staleness)."""
+        """Compute and apply u(t) (and the DTN cap) for a fresh sample; stale or unusable
+        ones are skipped (the watchdog takes care of staleness)."""
         received = self._clock()
         m = self.metrics
-        values = (
-            sample.dtn_rate_bps, sample.campus_rate_bps, sample.dtn_rtt_s, sample.campus_rtt_s,
-            sample.dtn_queuing_delay_s, sample.campus_queuing_delay_s, sample.active_flows,
-        )  # fmt: skip
-        if sample.stale or not math.isfinite(sample.dtn_rate_bps):
+        measured = from_message(sample)
+        if sample.stale or not math.isfinite(measured.dtn_rate_bps):
             m.samples.labels(*m.labels, "skipped").inc()
             return None
         m.samples.labels(*m.labels, "fresh").inc()
         self.latest = sample
         self.last_fresh_s = received
-        y = fill_missing(values, self.history[-1] if self.history else self._fallback())
-        self._base_rtt = (min(self._base_rtt[0], y[2]), min(self._base_rtt[1], y[3]))
+        y = fill_missing(measured, self.history[-1] if self.history else FALLBACK_STATE)
+        self.base_rtts = self.base_rtts.update(measured)
         s = self.settings
         target = s.setpoint.target_rate_bps
-        error = y[0] - target
-        self._tracking.append((target, y[0]))
+        error = y.dtn_rate_bps - target
+        self._tracking.append((target, y.dtn_rate_bps))
         dt = s.sample_time_s if self._last_step_s is None else received - self._last_step_s
         self._last_step_s = received
         output: FilterOutput | None = None
-        if s.strategy == "trivial" or len(self.history) < 2 or self.applied_bps is None:
+        dtn_output: FilterOutput | None = None
+        dtn_cap: float | None = None
+        first = len(self.history) < 2 or self.applied_bps is None
+        if s.strategy == "trivial" or first:
             # trivial, and the first samples of the others (eq. 1 needs y(t−T), y(t−2T))
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, None)
+            if s.dtn is not None:
+                dtn_cap = s.dtn.limits.saturate(target, None)
         else:
             u_hat = self._base_rate(y)
             self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, s.limits)
             u = output.u_bps
+            if s.dtn is not None:
+                self.dtn_filter, dtn_output = step(
+                    self.dtn_filter, -error, target, max(dt, 1e-3), s.dtn.gains, s.dtn.limits
+                )
+                dtn_cap = dtn_output.u_bps
         self.history.append(y)
-        await self._apply(u)
-        decision = Decision(sample.sequence, u, u_hat, error, output)
+        await self._apply(u, dtn_cap)
+        decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)
         self.decisions.append(decision)
         self._export(decision)
         m.loop.labels(*m.labels).observe(self._clock() - received)
         return decision
 
-    def _fallback(self) -> tuple[float, ...]:
-        return (0.0, 0.0, 0.1, 0.01, 0.0, 0.0, 0.0)
-
-    def _base_rate(self, y: tuple[float, ...]) -> float:
+    def _base_rate(self, y: StateVector) -> float:
         s = self.settings
         if s.strategy == "pi":
             return self.trivial_rate_bps
         assert self.model is not None and self.applied_bps is not None
-        desired = desired_state(s.setpoint, y[6], self._base_rtt[0], self._base_rtt[1])
+        desired = desired_state(s.setpoint, y, self.base_rtts, s.desired_state_mode)
         # y(t) was just measured: it is eq. 1's y(t−T) for the u(t) chosen now
         row = features(desired, y, self.history[-1], self.applied_bps)
         started = self._clock()
@@ -196,19 +242,33 @@ class Controller:
         m.inference.labels(*m.labels).observe(self._clock() - started)
         return u_hat if math.isfinite(u_hat) else self.trivial_rate_bps
 
-    async def _apply(self, rate_bps: float) -> None:
+    async def _apply(self, rate_bps: float, dtn_cap_bps: float | None) -> None:
         m = self.metrics
+        applied = True
         try:
             self.applied_bps = await self.actuator.apply(rate_bps)
+            m.limit.labels(*m.labels).set(self.applied_bps / 8)
         except ActuatorError as error:
+            applied = False
             m.actuator_errors.labels(*m.labels).inc()
             log.warning("actuator %s: %s (retried with the next sample)", self.actuator.name, error)
+        if self.dtn_actuator is not None and dtn_cap_bps is not None:
+            try:
+                self.dtn_applied_bps = await self.dtn_actuator.apply(dtn_cap_bps)
+                m.dtn_limit.labels(*m.labels).set(self.dtn_applied_bps / 8)
+            except ActuatorError as error:
+                applied = False
+                m.actuator_errors.labels(*m.labels).inc()
+                log.warning(
+                    "DTN actuator %s: %s (retried with the next sample)",
+                    self.dtn_actuator.name, error,
+                )  # fmt: skip
+        if not applied:
             return
         if self.failsafe_active:
             log.info("fresh samples again: leaving the fail-safe rate")
         self.failsafe_active = False
         m.failsafe.labels(*m.labels).set(0)
-        m.limit.labels(*m.labels).set(self.applied_bps / 8)
 
     def _export(self, decision: Decision) -> None:
         m = self.metrics
@@ -238,19 +298,43 @@ class Controller:
         await self.apply_failsafe()
         return True
 
+    @property
+    def dtn_failsafe_rate_bps(self) -> float | None:
+        dtn = self.settings.dtn
+        if dtn is None:
+            return None
+        if dtn.failsafe_rate_bps is not None:
+            return dtn.failsafe_rate_bps
+        return self.settings.setpoint.target_rate_bps
+
     async def apply_failsafe(self) -> None:
+        """The fail-safe rates on both actuators (each retried on the next check if it
+        fails); the integrals restart from them."""
         m = self.metrics
+        applied = True
         try:
             self.applied_bps = await self.actuator.apply(self.settings.failsafe_rate_bps)
+            self.filter = FilterState(applied_bps=self.applied_bps)  # restart the integral
+            m.limit.labels(*m.labels).set(self.applied_bps / 8)
         except ActuatorError as error:
+            applied = False
             m.actuator_errors.labels(*m.labels).inc()
             log.warning("actuator %s (fail-safe): %s", self.actuator.name, error)
-            return
-        self.failsafe_active = True
-        self.filter = FilterState(applied_bps=self.applied_bps)  # restart the integral
+        dtn_rate = self.dtn_failsafe_rate_bps
+        if self.dtn_actuator is not None and dtn_rate is not None:
+            try:
+                self.dtn_applied_bps = await self.dtn_actuator.apply(dtn_rate)
+                self.dtn_filter = FilterState(applied_bps=self.dtn_applied_bps)
+                m.dtn_limit.labels(*m.labels).set(self.dtn_applied_bps / 8)
+            except ActuatorError as error:
+                applied = False
+                m.actuator_errors.labels(*m.labels).inc()
+                log.warning("DTN actuator %s (fail-safe): %s", self.dtn_actuator.name, error)
         self.history.clear()
-        m.failsafe.labels(*m.labels).set(1)
-        m.limit.labels(*m.labels).set(self.applied_bps / 8)
+        self._last_step_s = None
+        if applied:
+            self.failsafe_active = True
+            m.failsafe.labels(*m.labels).set(1)
 
     # ---- running ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -267,7 +351,12 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.apply_failsafe()
-            log.info("stopped: fail-safe rate %.0f bit/s restored", self.settings.failsafe_rate_bps)
+            log.info(
+                "stopped: fail-safe rate %.0f bit/s restored%s",
+                self.settings.failsafe_rate_bps,
+                "" if self.dtn_actuator is None
+                else f", DTN cap {self.dtn_failsafe_rate_bps:.0f} bit/s",
+            )  # fmt: skip
 
     async def _watch_forever(self) -> None:
         period = min(self.settings.stale_after_s / 4, self.settings.sample_time_s)
@@ -304,12 +393,10 @@ class Controller:
                 "window": len(self._tracking),
             },
         }
+        if self.dtn_actuator is not None:
+            state["dtnRateLimitBps"] = self.dtn_applied_bps
         if latest is not None:
-            values = dict(zip(STATE_VARIABLES, (
-                latest.dtn_rate_bps, latest.campus_rate_bps, latest.dtn_rtt_s,
-                latest.campus_rtt_s, latest.dtn_queuing_delay_s,
-                latest.campus_queuing_delay_s, latest.active_flows,
-            ), strict=True))  # fmt: skip
+            values = from_message(latest)._asdict()
             state["state"] = {k: (v if math.isfinite(v) else None) for k, v in values.items()} | {
                 "sampledAt": latest.measured_at.ToJsonString(),
                 "sequence": latest.sequence,

@@ -1,8 +1,11 @@
 """The inverse model at run time: one onnxruntime session, its interface checked at start.
 
-The model must take one float32 input of shape ``[N, 22]`` (``features.FEATURE_NAMES``)
-and give one output of shape ``[N, 1]``: u(t) in bit/s. Anything else stops start-up with
-``ModelError`` naming the mismatch, before a single rate is applied.
+The model must take one float32 input of shape ``[N, 22]`` and give one output of shape
+``[N, 1]``: u(t) in bit/s. Its metadata (written by ``scidmz train``, the machine-readable
+half of its card) must name the same 22 features in the same order and units as
+``features.FEATURE_NAMES``, and the target the controller expects (the binding rate).
+Anything else stops start-up with ``ModelError`` naming the mismatch, before a single rate
+is applied: a model trained on other features would be fed the wrong numbers silently.
 """
 
 from __future__ import annotations
@@ -12,7 +15,54 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.control.features import N_FEATURES
+from scidmz.control.features import FEATURE_NAMES, N_FEATURES
+
+META_FEATURES = "scidmz.features"
+META_UNITS = "scidmz.units"
+META_TARGET = "scidmz.target"
+TARGET_BINDING_RATE = "binding-rate"
+"""min(u(t), y2(t) / 0.98): see ``learn.inverse_model``."""
+
+_UNIT_SUFFIXES = (("_bps", "bit/s"), ("_s", "s"), ("active_flows", "flows"))
+
+
+def feature_units() -> tuple[str, ...]:
+    """The unit of each feature, from its name (the cards and the metadata list them)."""
+    return tuple(
+        next(unit for suffix, unit in _UNIT_SUFFIXES if name.endswith(suffix))
+        for name in FEATURE_NAMES
+    )
+
+
+def check_metadata(metadata: dict[str, str], path: Path) -> None:
+    """Refuse a model whose recorded features, units or target differ from the runtime's."""
+    expected = {
+        META_FEATURES: ",".join(FEATURE_NAMES),
+        META_UNITS: ",".join(feature_units()),
+        META_TARGET: TARGET_BINDING_RATE,
+    }
+    for key, want in expected.items():
+        got = metadata.get(key)
+        if got is None:
+            raise ModelError(
+                f"inverse model {path}: metadata {key!r} is missing (not written by this "
+                "version of `scidmz train`; retrain it)"
+            )
+        if got != want:
+            if key == META_TARGET:
+                raise ModelError(
+                    f"inverse model {path}: target {got!r}, the controller needs {want!r}"
+                )
+            theirs, ours = got.split(","), want.split(",")
+            index = next(
+                (i for i, (a, b) in enumerate(zip(theirs, ours, strict=False)) if a != b),
+                min(len(theirs), len(ours)),
+            )
+            raise ModelError(
+                f"inverse model {path}: {key} differs from the controller's at input {index}: "
+                f"model {theirs[index] if index < len(theirs) else '(none)'!r}, "
+                f"controller {ours[index] if index < len(ours) else '(none)'!r}"
+            )
 
 
 class ModelError(ValueError):
@@ -52,6 +102,7 @@ class InverseModel:
             raise ModelError(f"inverse model {path}: input type {given.type}, not float32")
         if len(outputs) != 1 or _dim(list(outputs[0].shape)[-1]) not in (1, None):
             raise ModelError(f"inverse model {path}: expected one output of shape [N, 1]")
+        check_metadata(dict(session.get_modelmeta().custom_metadata_map), path)
         self.path = path
         self._session = session
         self._input = given.name

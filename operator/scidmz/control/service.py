@@ -20,8 +20,9 @@ class ControllerProcess:
         actuator: Actuator,
         model: InverseModel | None,
         http_port: int,
+        dtn_actuator: Actuator | None = None,
     ) -> None:
-        self.controller = Controller(settings, actuator, model)
+        self.controller = Controller(settings, actuator, model, dtn_actuator=dtn_actuator)
         self.http_port = http_port
         register_build_info(self.controller.registry, "controller")
 
@@ -36,6 +37,8 @@ class ControllerProcess:
                 ready = False
             else:
                 c_reason = f"{c.settings.strategy} controlling, u = {c.applied_bps or 0:.0f} bit/s"
+                if c.dtn_actuator is not None:
+                    c_reason += f", DTN cap {c.dtn_applied_bps or 0:.0f} bit/s"
                 ready = True
             # the controller keeps running either way; readiness tells the operator
             self.health.set_ready(ready, c_reason)
@@ -60,4 +63,6 @@ class ControllerProcess:
         finally:
             health.cancel()
             await self.controller.actuator.close()
+            if self.controller.dtn_actuator is not None:
+                await self.controller.dtn_actuator.close()
             http.shutdown()

@@ -15,12 +15,14 @@ from scidmz.control.actuators import (
     Actuator,
     ActuatorError,
     DryRunActuator,
+    ShaperActuator,
     SimActuator,
+    SimDtnActuator,
     TcActuator,
 )
 from scidmz.control.antiwindup import ControlConfigError, Gains, Limits
 from scidmz.control.features import Setpoint
-from scidmz.control.loop import ControllerSettings
+from scidmz.control.loop import ControllerSettings, DtnControl
 from scidmz.control.model import InverseModel, ModelError
 
 
@@ -32,11 +34,23 @@ def default_models_dir() -> Path:
 
 def controller_settings(config: RuntimeConfig) -> ControllerSettings:
     c = config.controller
+    dtn = config.actuator.dtn
     try:
         gains = Gains(c.gains.kp, c.gains.ki, c.gains.kw)
         limits = Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps)
     except ControlConfigError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(f"controller: {error}") from None
+    dtn_control = None
+    if dtn is not None:
+        try:
+            dtn_control = DtnControl(
+                gains=Gains(dtn.gains.kp, dtn.gains.ki, dtn.gains.kw),
+                # the cap moves over the link's range at the campus limit's slew
+                limits=Limits(0.0, config.bottleneck_capacity_bps, c.max_step_bps),
+                failsafe_rate_bps=dtn.failsafe_rate_bps,
+            )
+        except ControlConfigError as error:
+            raise ConfigError(f"actuator.dtn: {error}") from None
     return ControllerSettings(
         policy=config.policy,
         namespace=config.namespace,
@@ -53,6 +67,8 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
         stale_after_s=config.failsafe.stale_after_s,
         failsafe_rate_bps=config.failsafe.rate_bps,
         collector_address=config.collector_address,
+        desired_state_mode=c.desired_state_mode,
+        dtn=dtn_control,
     )
 
 
@@ -78,3 +94,19 @@ async def open_actuator(config: RuntimeConfig, netns: str | None = None) -> Actu
         return await TcActuator.open(a.tc_interface, netns)
     except ActuatorError as error:
         raise ConfigError(str(error)) from None
+
+
+async def open_dtn_actuator(config: RuntimeConfig) -> Actuator | None:
+    """The DTN cap's actuator, or None without one. A tc DTN actuator is reached through
+    the `scidmz shaper` on the DTN host (the operator runs it beside the policy)."""
+    dtn = config.actuator.dtn
+    if dtn is None:
+        return None
+    if dtn.type == "dryRun":
+        return DryRunActuator()
+    if not dtn.address:
+        field = "actuator.dtn.sim.address" if dtn.type == "sim" else "the shaper address"
+        raise ConfigError(f"the {dtn.type} DTN actuator needs {field}")
+    if dtn.type == "sim":
+        return SimDtnActuator(dtn.address)
+    return ShaperActuator(dtn.address)

@@ -155,6 +155,16 @@ class KubeClient:
                 return None
             raise
 
+    def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """DELETE the object; False if it did not exist."""
+        try:
+            self._call("DELETE", resource_path(api_version, kind, namespace, name))
+        except KubeApiError as error:
+            if error.is_not_found:
+                return False
+            raise
+        return True
+
     def create_if_absent(self, path: str, obj: dict[str, Any]) -> bool:
         """POST ``obj`` to the collection at ``path``; False if it already existed."""
         try:

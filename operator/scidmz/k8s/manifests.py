@@ -24,6 +24,7 @@ CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 POLICY_LABEL: Final = f"{GROUP}/policy"
 COLLECTOR: Final = "collector"
 CONTROLLER: Final = "controller"
+DTN_SHAPER: Final = "dtn-shaper"
 _DNS_LABEL_MAX: Final = 63
 
 
@@ -36,6 +37,8 @@ class WorkloadSettings:
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461
+    shaper_grpc_port: int = 9470
+    shaper_http_port: int = 9471
     run_as_user: int = 65532
 
 
@@ -73,6 +76,12 @@ def collector_address(ref: PolicyRef, settings: WorkloadSettings) -> str:
     """In-cluster address of the collector's sample stream."""
     service = child_name(ref.name, COLLECTOR)
     return f"{service}.{ref.namespace}.svc:{settings.collector_grpc_port}"
+
+
+def dtn_shaper_address(ref: PolicyRef, settings: WorkloadSettings) -> str:
+    """In-cluster address of the `scidmz shaper` that caps the DTN (a tc DTN actuator)."""
+    service = child_name(ref.name, DTN_SHAPER)
+    return f"{service}.{ref.namespace}.svc:{settings.shaper_grpc_port}"
 
 
 def selector_labels(ref: PolicyRef, component: str) -> dict[str, str]:
@@ -290,32 +299,55 @@ def build_controller_deployment(
     uses_tc = config.actuator.type == "tc"
     security = _tc_security_context() if uses_tc else _restricted_security_context(settings)
     container = _container(CONTROLLER, settings, settings.controller_http_port, [], security)
-    pod_extra: dict[str, Any] = {}
-    if uses_tc:
-        pod_extra = {
-            "hostNetwork": True,
-            "dnsPolicy": "ClusterFirstWithHostNet",
-            # matchFields on metadata.name pins to the node by name, whatever its labels.
-            "affinity": {
-                "nodeAffinity": {
-                    "requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [
-                            {
-                                "matchFields": [
-                                    {
-                                        "key": "metadata.name",
-                                        "operator": "In",
-                                        "values": [config.actuator.tc_node_name],
-                                    }
-                                ]
-                            }
-                        ]
-                    }
-                }
-            },
-            "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
-        }
+    pod_extra = _on_host_network_of(config.actuator.tc_node_name) if uses_tc else {}
     return _deployment(ref, CONTROLLER, config, paused, settings, container, pod_extra)
+
+
+def _on_host_network_of(node_name: str | None) -> dict[str, Any]:
+    """Pod settings to change a qdisc of ``node_name``: its network namespace, pinned there."""
+    return {
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        # matchFields on metadata.name pins to the node by name, whatever its labels.
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+
+def build_dtn_shaper_deployment(
+    ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
+) -> dict[str, Any] | None:
+    """`scidmz shaper` on the DTN host for a tc DTN actuator (None for other types). It
+    holds the fail-safe cap itself when the controller has been quiet for staleAfter + 2T."""
+    dtn = config.actuator.dtn
+    if dtn is None or dtn.type != "tc":
+        return None
+    grpc = {"name": "grpc-shaper", "containerPort": settings.shaper_grpc_port, "protocol": "TCP"}
+    container = _container(
+        DTN_SHAPER, settings, settings.shaper_http_port, [grpc], _tc_security_context()
+    )
+    quiet_s = config.failsafe.stale_after_s + 2 * config.sample_time_s
+    container["args"] = [
+        "shaper",
+        "--interface", str(dtn.tc_interface),
+        "--failsafe-rate", f"{dtn.failsafe_rate_bps:.0f}bps",
+        "--stale-after", f"{quiet_s:g}s",
+        "--listen", f"0.0.0.0:{settings.shaper_grpc_port}",
+    ]  # fmt: skip
+    extra = _on_host_network_of(dtn.tc_node_name)
+    return _deployment(ref, DTN_SHAPER, config, paused, settings, container, extra)
 
 
 def _service(ref: PolicyRef, component: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -368,15 +400,40 @@ def build_controller_service(ref: PolicyRef, settings: WorkloadSettings) -> dict
     )
 
 
+def build_dtn_shaper_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
+    return _service(
+        ref,
+        DTN_SHAPER,
+        [
+            {
+                "name": "grpc-shaper",
+                "port": settings.shaper_grpc_port,
+                "targetPort": "grpc-shaper",
+                "protocol": "TCP",
+                "appProtocol": "grpc",
+            },
+            {
+                "name": "http-metrics",
+                "port": settings.shaper_http_port,
+                "targetPort": "http-metrics",
+                "protocol": "TCP",
+            },
+        ],
+    )
+
+
 def build_children(
     ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
 ) -> list[dict[str, Any]]:
     """Every object of one policy, in apply order (config and identity before workloads)."""
+    shaper = build_dtn_shaper_deployment(ref, config, paused, settings)
     return [
         build_service_account(ref),
         build_config_map(ref, config),
         build_collector_service(ref, settings),
         build_controller_service(ref, settings),
+        *([build_dtn_shaper_service(ref, settings)] if shaper else []),
         build_collector_deployment(ref, config, paused, settings),
+        *([shaper] if shaper else []),
         build_controller_deployment(ref, config, paused, settings),
     ]

@@ -23,13 +23,21 @@ from scidmz.k8s.live_state import live_status
 from scidmz.k8s.manifests import (
     COLLECTOR,
     CONTROLLER,
+    DTN_SHAPER,
     PolicyRef,
     WorkloadSettings,
     build_children,
     child_name,
     collector_address,
+    dtn_shaper_address,
 )
-from scidmz.k8s.status import Outcome, compute_conditions, conditions_equal, deployment_state
+from scidmz.k8s.status import (
+    Outcome,
+    compute_conditions,
+    conditions_equal,
+    deployment_state,
+    with_dtn_shaper,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +120,7 @@ def render_children(
         int(meta.get("generation", 1)),
         spec,
         collector_address(ref, settings),
+        dtn_shaper_address(ref, settings),
     )
     return build_children(ref, config, spec.paused, settings)
 
@@ -124,6 +133,21 @@ def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> N
         client.apply(obj)
 
 
+OPTIONAL_CHILDREN = (("apps/v1", "Deployment", DTN_SHAPER), ("v1", "Service", DTN_SHAPER))
+"""Children that exist only for some specs (the tc DTN actuator's shaper)."""
+
+
+def prune_optional_children(
+    client: KubeClient, name: str, namespace: str, children: list[dict[str, Any]]
+) -> None:
+    """Delete the optional children this spec no longer renders."""
+    wanted = {(c["kind"], c["metadata"]["name"]) for c in children}
+    for api_version, kind, component in OPTIONAL_CHILDREN:
+        child = child_name(name, component)
+        if (kind, child) not in wanted:
+            client.delete_if_present(api_version, kind, namespace, child)
+
+
 def reconcile_policy(
     client: KubeClient, body: dict[str, Any], settings: WorkloadSettings
 ) -> Outcome:
@@ -133,6 +157,7 @@ def reconcile_policy(
     check_references(client, namespace, spec)
     children = render_children(body, spec, settings)
     apply_all_or_nothing(client, children)
+    prune_optional_children(client, body["metadata"]["name"], namespace, children)
     return Outcome(
         True,
         "Applied",
@@ -163,13 +188,17 @@ def refresh_status(
         paused = bool((policy.get("spec") or {}).get("paused", False))
         collector = client.get("apps/v1", "Deployment", namespace, child_name(name, COLLECTOR))
         controller = client.get("apps/v1", "Deployment", namespace, child_name(name, CONTROLLER))
+        shaper = client.get("apps/v1", "Deployment", namespace, child_name(name, DTN_SHAPER))
         previous = status.get("conditions") or []
         conditions = compute_conditions(
             previous,
             int(meta.get("generation", 1)),
             outcome,
             deployment_state(collector, paused),
-            deployment_state(controller, paused),
+            with_dtn_shaper(
+                deployment_state(controller, paused),
+                deployment_state(shaper, paused) if shaper is not None else None,
+            ),
             paused,
             now(),
         )

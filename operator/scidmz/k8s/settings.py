@@ -49,6 +49,8 @@ class OperatorSettings(BaseSettings):
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461
+    shaper_grpc_port: int = 9470
+    shaper_http_port: int = 9471
 
     def workload(self) -> WorkloadSettings:
         return WorkloadSettings(
@@ -57,4 +59,6 @@ class OperatorSettings(BaseSettings):
             collector_grpc_port=self.collector_grpc_port,
             collector_http_port=self.collector_http_port,
             controller_http_port=self.controller_http_port,
+            shaper_grpc_port=self.shaper_grpc_port,
+            shaper_http_port=self.shaper_http_port,
         )

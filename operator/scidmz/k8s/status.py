@@ -52,6 +52,14 @@ def deployment_state(deployment: dict[str, Any] | None, paused: bool) -> Workloa
     return WorkloadState(True, "DeploymentAvailable", f"{available}/{wanted} replicas available")
 
 
+def with_dtn_shaper(controller: WorkloadState, shaper: WorkloadState | None) -> WorkloadState:
+    """The controller's readiness including its DTN shaper (a tc DTN actuator's agent):
+    the controller cannot cap the DTN without it."""
+    if shaper is None or not controller.ready or shaper.ready:
+        return controller
+    return WorkloadState(False, shaper.reason, f"dtn-shaper: {shaper.message}")
+
+
 def _condition(
     type_: str,
     status: Status,

@@ -1,166 +1,252 @@
-"""The paper's §4 experiments on the simulator, for each strategy (``scidmz bench control``).
+"""The paper's §4 experiments, and the ones it lacks, on the simulator (``scidmz bench control``).
 
-Every episode runs the real controller code (``control.loop.Controller``: y_d, features,
-ONNX, anti-windup, saturator) against the simulator in-process: each sample T, the
-simulator advances, ``TapCollector`` computes y(t) as the collector would, the controller
-decides u(t) and a direct actuator sets it on the simulated shaper for the next interval.
-No gRPC, so hundreds of simulated minutes take seconds.
+Every episode closes the loop with the production controller on the simulated clock
+(``learn.closed_loop.SimLoop``). The arms under test are a strategy (``trivial``, ``pi``,
+``mlc``) with or without the DTN actuator; ``trivial`` with the DTN actuator is the fixed
+baseline an ESnet-style site would run (campus token bucket at B − R*, DTN paced at R*).
 
-* tracking (a): follow a pseudo-random R*(t) for 120 s (a new level every 20 s) → MRAE
-  (eq. 3) and ρ (eq. 4);
-* transfer (b, c): a 10 GB DTN transfer against N_s campus long flows at R* = 600 Mb/s →
-  FCT, ρ; (d) repeats (b) for N_s ∈ {1, 10, 100, 1000}.
+* ``tracking`` — R*(t) uniform in [300, 800] Mb/s, a new level every 20 s, 120 samples
+  after a 20 s warm-up, 100 campus flows: MRAE (eq. 3), ρ (eq. 4), the DTN's mean rate
+  against R*'s.
+* ``transfer`` — paper table 5: a 10 GB DTN transfer at R* = 600 Mb/s against N_s campus
+  long flows: FCT, ρ, the mean DTN rate against R* (the overshoot), MRAE while it runs.
+* ``short_flows`` — paper §4.5: R* = 600 Mb/s, 100 long campus flows plus table 6's short
+  flows for 120 s: the short flows' median FCT, MRAE, ρ.
+* ``demand`` — campus demand that drops below B − R* part of the time (application-limited
+  campus senders: 40 s at 150 Mb/s, 40 s unlimited, 40 s at 300 Mb/s) under a time-varying
+  R*: MRAE, ρ, campus goodput. Where the campus takes less than B − R*, a fixed split
+  leaves capacity idle unless the DTN may use it.
+* ``steady`` — constant R* = 600 Mb/s for 140 s: the standard deviation of u(t) over the
+  last 100 samples as a fraction of B_max (a limit cycle shows here), and MRAE.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from scidmz.api.runtime import PAPER_GAINS
-from scidmz.control.antiwindup import Gains, Limits
-from scidmz.control.features import Setpoint
-from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.control.quality import mrae
-from scidmz.learn.identification import TapCollector
-from scidmz.netsim import layout
+from scidmz.learn.closed_loop import LoopStep, SimLoop, bench_settings
+from scidmz.learn.gains import TunedGains, load_gains
 from scidmz.netsim.scenario import Scenario
-from scidmz.netsim.simulator import Simulator
-from scidmz.telemetry.stream import state_message
 
-STRATEGIES = ("trivial", "pi", "mlc")
 CAPACITY_BPS = 1e9
+TRANSFER_TARGET_BPS = 600e6
+TRANSFER_BYTES = 10e9
+TRANSFER_FLOWS = (50, 100, 150, 200)
+WARMUP = 20
+MEASURED = 120
 
 
-class DirectActuator:
-    """u(t) straight into the in-process simulator."""
+@dataclass(frozen=True)
+class Arm:
+    """One controller configuration under test."""
 
-    name = "sim-direct"
+    strategy: str
+    dtn_actuator: bool = False
+    desired_state_mode: str = "reachable"
 
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
+    @property
+    def name(self) -> str:
+        name = self.strategy + ("+dtn" if self.dtn_actuator else "")
+        return name + (" (table 3 y_d)" if self.desired_state_mode == "table3" else "")
 
-    async def apply(self, rate_bps: float) -> float:
-        self.sim.set_campus_rate_limit(max(rate_bps, 0.0))
-        return rate_bps
 
-    async def close(self) -> None:
-        return
+CAMPUS_ARMS = (Arm("trivial"), Arm("pi"), Arm("mlc"))
+DTN_ARMS = (Arm("trivial", True), Arm("pi", True), Arm("mlc", True))
+ABLATION_ARMS = (Arm("mlc", desired_state_mode="table3"),)
 
 
 @dataclass(frozen=True)
 class Episode:
     experiment: str
-    strategy: str
+    arm: str
     cca: str
     seed: int
     campus_flows: int
     mrae: float = math.nan
     fct_s: float = math.nan
     utilisation: float = math.nan
+    rate_ratio: float = math.nan
+    """The DTN's mean rate over the mean R* (1.05 = 5 % over target on average)."""
+    short_fct_p50_s: float = math.nan
+    u_std_fraction: float = math.nan
+    campus_goodput_bps: float = math.nan
 
 
-def _controller(
-    strategy: str, cca: str, sim: Simulator, target_bps: float, model: InverseModel | None
-) -> Controller:
-    kp, ki, kw = PAPER_GAINS[cca]
-    settings = ControllerSettings(
-        policy="bench", namespace="bench", strategy=strategy,
-        setpoint=Setpoint(target_bps, CAPACITY_BPS), gains=Gains(kp, ki, kw),
-        limits=Limits(0.0, CAPACITY_BPS, 0.2 * CAPACITY_BPS),
-        sample_time_s=sim.scenario.sample_time_s, stale_after_s=3.0,
-        failsafe_rate_bps=CAPACITY_BPS - target_bps, collector_address="in-process",
-    )  # fmt: skip
-    return Controller(settings, DirectActuator(sim), model if strategy == "mlc" else None)
-
-
-def _scenario(cca: str, seed: int, campus_flows: int, transfer_bytes: float | None) -> Scenario:
-    base = Scenario()
-    return base.model_copy(
-        update={
+def scenario_for(
+    cca: str, seed: int, campus_flows: int, transfer_bytes: float | None, shorts: bool = False
+) -> Scenario:
+    return Scenario.model_validate(
+        {
             "seed": seed,
-            "dtn": base.dtn.model_copy(
-                update={"congestion_control": cca, "transfer_bytes": transfer_bytes}
-            ),
-            "campus": base.campus.model_copy(update={"long_flows": campus_flows}),
+            "dtn": {"congestion_control": cca, "transfer_bytes": transfer_bytes},
+            "campus": {"long_flows": campus_flows, "short_flows": {"enabled": shorts}},
         }
     )
 
 
-def tracking(strategy: str, cca: str, seed: int, model: InverseModel | None) -> Episode:
-    """(a): R*(t) uniform in [300, 800] Mb/s, a new level every 20 s, for 120 s after a
-    20 s warm-up at the first level. MRAE over the 120 samples, ρ over the same."""
-    sim = Simulator(_scenario(cca, seed, 100, None))
-    levels = np.random.default_rng(seed + 1000).uniform(300e6, 800e6, size=7)
-    controller = _controller(strategy, cca, sim, float(levels[0]), model)
-    tap = TapCollector(sim)
-    targets, rates, used = [], [], []
-
-    async def run() -> None:
-        for k in range(140):
-            target = float(levels[0] if k < 20 else levels[(k - 20) // 20])
-            controller.settings = replace(
-                controller.settings, setpoint=Setpoint(target, CAPACITY_BPS)
-            )
-            sample = sim.run_sample()
-            raw, _ = tap.measure()
-            if k >= 20:
-                targets.append(target)
-                rates.append(raw[0])
-                used.append(sample.utilisation)
-            await controller.on_sample(state_message(raw, k + 1))
-
-    asyncio.run(run())
-    return Episode(
-        "tracking", strategy, cca, seed, 100,
-        mrae=mrae(targets, rates), utilisation=statistics.mean(used),
+def make_loop(
+    arm: Arm,
+    cca: str,
+    scenario: Scenario,
+    target_bps: float,
+    gains: TunedGains,
+    model: InverseModel | None,
+) -> SimLoop:
+    strategy_gains = gains.mlc if arm.strategy == "mlc" else gains.pi
+    settings = bench_settings(
+        arm.strategy, target_bps, CAPACITY_BPS, strategy_gains.as_tuple(),
+        scenario.sample_time_s,
+        dtn_gains=gains.dtn.as_tuple() if arm.dtn_actuator else None,
+        desired_state_mode=arm.desired_state_mode,
     )  # fmt: skip
+    if arm.strategy == "mlc" and model is None:
+        raise ValueError(f"the mlc arm needs the {cca} inverse model")
+    return SimLoop(scenario, settings, model)
+
+
+def random_targets(seed: int, samples: int, hold: int = 20) -> list[float]:
+    """R*(t): uniform in [300, 800] Mb/s, a new level every ``hold`` samples; the first
+    level also covers the warm-up."""
+    count = samples // hold + 2
+    levels = np.random.default_rng(seed + 1000).uniform(300e6, 800e6, size=count)
+    return [
+        float(levels[0] if k < WARMUP else levels[(k - WARMUP) // hold]) for k in range(samples)
+    ]
+
+
+def _tracked(steps: Sequence[LoopStep]) -> tuple[float, float, float]:
+    """MRAE, ρ and the rate ratio over ``steps``."""
+    targets = [s.target_bps for s in steps]
+    rates = [s.sample.measured.dtn_rate_bps for s in steps]
+    finite = [r for r in rates if math.isfinite(r)]
+    ratio = statistics.mean(finite) / statistics.mean(targets) if finite else math.nan
+    used = statistics.mean(s.sample.utilisation for s in steps)
+    return mrae(targets, rates), used, ratio
+
+
+def tracking(
+    arm: Arm, cca: str, seed: int, gains: TunedGains, model: InverseModel | None
+) -> Episode:
+    targets = random_targets(seed, WARMUP + MEASURED)
+    loop = make_loop(arm, cca, scenario_for(cca, seed, 100, None), targets[0], gains, model)
+    steps = loop.run(targets)[WARMUP:]
+    error, used, ratio = _tracked(steps)
+    return Episode(
+        "tracking", arm.name, cca, seed, 100, mrae=error, utilisation=used, rate_ratio=ratio
+    )
 
 
 def transfer(
-    strategy: str,
+    arm: Arm,
     cca: str,
     seed: int,
+    gains: TunedGains,
     model: InverseModel | None,
     campus_flows: int = 100,
-    size_bytes: float = 10e9,
-    target_bps: float = 600e6,
+    size_bytes: float = TRANSFER_BYTES,
+    target_bps: float = TRANSFER_TARGET_BPS,
     limit_s: float = 900.0,
 ) -> Episode:
-    """(b)/(c)/(d): FCT of a ``size_bytes`` DTN transfer at R* = ``target_bps``."""
-    sim = Simulator(_scenario(cca, seed, campus_flows, size_bytes))
-    controller = _controller(strategy, cca, sim, target_bps, model)
-    tap = TapCollector(sim)
-    used: list[float] = []
-    done_at: list[float] = []
-    streams = sim.layout.n_dtn
+    """Table 5: the FCT of a ``size_bytes`` DTN transfer at a constant R*."""
+    scenario = scenario_for(cca, seed, campus_flows, size_bytes)
+    loop = make_loop(arm, cca, scenario, target_bps, gains, model)
+    streams = loop.sim.layout.n_dtn
+    done: list[float] = []
+    steps: list[LoopStep] = []
 
     async def run() -> None:
-        for k in range(int(limit_s / sim.scenario.sample_time_s)):
-            sample = sim.run_sample()
-            used.append(sample.utilisation)
-            events = sim.drain_event_array()
-            finished = events[layout.EV_KIND] == layout.FLOW_DONE
-            dtn = events[layout.EV_COLUMN] >= sim.layout.n_campus
-            done_at.extend(events[layout.EV_TIME][finished & dtn].tolist())
-            if len(done_at) >= streams:
+        for _ in range(int(limit_s / scenario.sample_time_s)):
+            step = await loop.step()
+            done.extend(step.sample.dtn_done_s)
+            if len(done) >= streams:
                 return
-            raw, _ = tap.measure()
-            await controller.on_sample(state_message(raw, k + 1))
+            steps.append(step)
+
+    import asyncio
 
     asyncio.run(run())
-    fct = max(done_at) if len(done_at) >= streams else math.nan
+    fct = max(done) if len(done) >= streams else math.nan
+    error, used, _ = _tracked(steps) if steps else (math.nan, math.nan, math.nan)
     return Episode(
-        "transfer", strategy, cca, seed, campus_flows,
-        fct_s=fct, utilisation=statistics.mean(used) if used else math.nan,
+        "transfer", arm.name, cca, seed, campus_flows, mrae=error, fct_s=fct, utilisation=used,
+        rate_ratio=size_bytes * 8 / fct / target_bps if math.isfinite(fct) else math.nan,
     )  # fmt: skip
+
+
+def short_flows(
+    arm: Arm, cca: str, seed: int, gains: TunedGains, model: InverseModel | None
+) -> Episode:
+    """§4.5: the median FCT of table 6's short flows next to 100 long ones at R* = 600."""
+    scenario = scenario_for(cca, seed, 100, None, shorts=True)
+    loop = make_loop(arm, cca, scenario, TRANSFER_TARGET_BPS, gains, model)
+    steps = loop.run([TRANSFER_TARGET_BPS] * (WARMUP + MEASURED))[WARMUP:]
+    fcts = [f for s in steps for f in s.sample.short_fct_s]
+    error, used, ratio = _tracked(steps)
+    return Episode(
+        "short_flows", arm.name, cca, seed, 100, mrae=error, utilisation=used, rate_ratio=ratio,
+        short_fct_p50_s=float(np.median(fcts)) if fcts else math.nan,
+    )  # fmt: skip
+
+
+DEMAND_PHASES_BPS: tuple[float | None, ...] = (150e6, None, 300e6)
+"""The campus's application limit in three 40 s phases (None: unlimited)."""
+
+
+def demand(arm: Arm, cca: str, seed: int, gains: TunedGains, model: InverseModel | None) -> Episode:
+    """Varying campus demand under a time-varying R* (see the module docstring)."""
+    targets = random_targets(seed, WARMUP + MEASURED)
+    loop = make_loop(arm, cca, scenario_for(cca, seed, 100, None), targets[0], gains, model)
+    phase = MEASURED // len(DEMAND_PHASES_BPS)
+
+    async def run() -> list[LoopStep]:
+        steps = []
+        for k, target in enumerate(targets):
+            measured = k - WARMUP
+            if measured >= 0 and measured % phase == 0:
+                loop.sim.set_campus_demand(DEMAND_PHASES_BPS[measured // phase])
+            steps.append(await loop.step(target))
+        return steps[WARMUP:]
+
+    import asyncio
+
+    steps = asyncio.run(run())
+    error, used, ratio = _tracked(steps)
+    goodput = statistics.mean(s.sample.campus_departed_bps for s in steps)
+    return Episode(
+        "demand", arm.name, cca, seed, 100, mrae=error, utilisation=used, rate_ratio=ratio,
+        campus_goodput_bps=goodput,
+    )  # fmt: skip
+
+
+def steady(arm: Arm, cca: str, seed: int, gains: TunedGains, model: InverseModel | None) -> Episode:
+    """Constant R*: u(t)'s standard deviation after settling, as a fraction of B_max."""
+    loop = make_loop(
+        arm, cca, scenario_for(cca, seed, 100, None), TRANSFER_TARGET_BPS, gains, model
+    )
+    steps = loop.run([TRANSFER_TARGET_BPS] * (WARMUP + MEASURED))
+    settled = steps[-100:]
+    u = [s.decision.u_bps for s in settled if s.decision is not None]
+    error, used, ratio = _tracked(steps[WARMUP:])
+    return Episode(
+        "steady", arm.name, cca, seed, 100, mrae=error, utilisation=used, rate_ratio=ratio,
+        u_std_fraction=float(np.std(u)) / CAPACITY_BPS,
+    )  # fmt: skip
+
+
+EXPERIMENTS: dict[str, Callable[[Arm, str, int, TunedGains, InverseModel | None], Episode]] = {
+    "tracking": tracking,
+    "short_flows": short_flows,
+    "demand": demand,
+    "steady": steady,
+}
 
 
 def load_models(models_dir: Path) -> dict[str, InverseModel | None]:
@@ -171,24 +257,31 @@ def load_models(models_dir: Path) -> dict[str, InverseModel | None]:
     return found
 
 
+def arms_for(cca: str, models: dict[str, InverseModel | None]) -> list[Arm]:
+    arms = [*CAMPUS_ARMS, *DTN_ARMS, *ABLATION_ARMS]
+    return [a for a in arms if a.strategy != "mlc" or models.get(cca) is not None]
+
+
 def run_all(
     models_dir: Path,
     seeds: int,
-    scale_flows: tuple[int, ...],
+    transfer_flows: tuple[int, ...],
     progress: Callable[[str], None] | None = None,
+    ccas: tuple[str, ...] = ("cubic", "bbr"),
 ) -> list[Episode]:
     models = load_models(models_dir)
     episodes = []
-    for cca in ("cubic", "bbr"):
-        strategies = [s for s in STRATEGIES if s != "mlc" or models[cca] is not None]
-        for strategy in strategies:
+    for cca in ccas:
+        gains = load_gains(models_dir, cca)
+        for arm in arms_for(cca, models):
             for seed in range(1, seeds + 1):
                 if progress is not None:
-                    progress(f"{cca} {strategy} seed {seed}")
+                    progress(f"{cca} {arm.name} seed {seed}")
                 model = models[cca]
-                episodes.append(tracking(strategy, cca, seed, model))
-                for flows in scale_flows:
-                    episodes.append(transfer(strategy, cca, seed, model, campus_flows=flows))
+                for experiment in EXPERIMENTS.values():
+                    episodes.append(experiment(arm, cca, seed, gains, model))
+                for flows in transfer_flows:
+                    episodes.append(transfer(arm, cca, seed, gains, model, campus_flows=flows))
     return episodes
 
 

@@ -1,11 +1,14 @@
 """System identification on the simulator (paper §3.5): u(t) in, y(t) out, as a table.
 
-``identify`` drives netsim with a pseudo-random step u(t) ∈ [0, B] changed every T and
-records, per sample, u(t) and y(t) as the collector would report them: the tap's class
-counters over the interval (algorithm 3), each flow's latest RTT seen at the tap fed to
-algorithm 4 (campus smoothed by α, DTN averaged), the last per-class queuing delay
-(algorithm 6) and the tap's active flows (algorithms 7/8). The same estimator functions
-as the collector compute them, so the model learns the quantities it will be fed.
+y(t) is computed exactly as the collector computes it, on one road: ``SimCollector``
+advances the software target's own packet source (``target.netsim_source.NetsimSource``)
+at the target's tick and hands what it reports — class byte counters, the per-class
+queuing-delay registers, SEQ/ACK RTT matches (at most one per flow per 10 ms, beyond the
+RTT horizon dropped), the C_TH/T_TH rule's start/stop transitions — to the collector's
+``telemetry.sampling.estimate`` (algorithms 3, 4, 6 and 8), with the policy's telemetry
+settings. Only the transport differs: no P4Runtime, no gRPC, and the simulated clock.
+Unmeasured values are then filled with ``control.features.fill_missing`` from
+``FALLBACK_STATE``, as the controller fills them.
 """
 
 from __future__ import annotations
@@ -13,28 +16,165 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from ipaddress import IPv4Address
 
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.control.features import fill_missing
+from scidmz.api.runtime import TelemetryConfig
+from scidmz.control.features import FALLBACK_STATE, fill_missing
+from scidmz.netsim import layout
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
-from scidmz.telemetry.estimators import DEFAULT_RTT_SMOOTHING, CounterReading, RttBatch
+from scidmz.target.netsim_source import NetsimSource, Wiring
+from scidmz.target.observation import ActivityRule
+from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttBatch
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
-from scidmz.telemetry.state import STATE_VARIABLES
+from scidmz.telemetry.state import STATE_VARIABLES, StateVector
 
 FloatArray = npt.NDArray[np.float64]
+
+IN_PROCESS_WIRING = Wiring(
+    campus_port=1,
+    dtn_port=2,
+    bottleneck_port=3,
+    dtn_address=IPv4Address("203.0.113.10"),
+    campus_address=IPv4Address("198.51.100.1"),
+)
+"""Any valid wiring: in-process, classes come straight from the source."""
+
+IN_PROCESS_TICK_S = 0.01
+"""The in-process collector's tick: the source's RTT-sample interval. The target ticks
+every 5 ms, but a flow yields at most one RTT match per 10 ms either way, so the matches
+are the same and a sample costs ~7 ms instead of ~11 ms of CPU."""
+
+
+@dataclass(frozen=True)
+class SimSample:
+    """One sample time of an in-process loop: what the collector reports and the truth."""
+
+    measured: StateVector
+    """y(t) as the collector would publish it (NaN where not measured)."""
+    sim_s: float
+    dtn_departed_bps: float
+    """Ground truth: DTN goodput leaving the bottleneck over the interval."""
+    campus_departed_bps: float
+    utilisation: float
+    """Eq. 4 from the truth: bytes leaving the bottleneck over B·T."""
+    dtn_done_s: tuple[float, ...]
+    """Completion times of DTN streams that finished in the interval."""
+    short_fct_s: tuple[float, ...]
+    """FCTs of short campus flows that finished in the interval."""
+
+
+class SimCollector:
+    """The collector's arithmetic over an in-process simulator, on the simulated clock."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        telemetry: TelemetryConfig | None = None,
+        tick_s: float = IN_PROCESS_TICK_S,
+    ) -> None:
+        settings = telemetry or TelemetryConfig()
+        self.source = NetsimSource(scenario, IN_PROCESS_WIRING)
+        self.source.set_activity_rule(
+            ActivityRule(
+                settings.active_flow_packets,
+                settings.active_flow_window_s,
+                settings.idle_timeout_s,
+            )
+        )
+        self.tick_s = tick_s
+        self.ticks_per_sample = max(1, round(scenario.sample_time_s / tick_s))
+        self.sample_time_s = scenario.sample_time_s
+        self._rtt_horizon_ns = round(settings.rtt_horizon_s * 1e9)
+        self._estimator = EstimatorSettings(settings.rtt_smoothing, settings.flow_timeout_s)
+        self._counters = [0, 0]
+        self._registers = [0, 0]
+        self._state, _ = estimate(
+            EstimatorState(), self._poll(self.sim.now), RttBatch.of([]), [], self._estimator
+        )
+
+    @property
+    def sim(self) -> Simulator:
+        return self.source.sim
+
+    def _poll(self, now_s: float) -> Poll:
+        return Poll(
+            CounterReading(self._counters[0], self._counters[1], now_s),
+            self._registers[0],
+            self._registers[1],
+        )
+
+    def measure(self) -> SimSample:
+        """Advance one sample time T and return y(t) as the collector computes it."""
+        started = self.sim.now
+        departed_before = self.source.departed_bytes
+        batches: list[RttBatch] = []
+        flow_events: list[FlowEvent] = []
+        dtn_done: list[float] = []
+        short_done: list[float] = []
+        horizon = self._rtt_horizon_ns
+        for _ in range(self.ticks_per_sample):
+            tick = self.source.advance_tick(self.tick_s, record_truth=False)
+            for index in (0, 1):
+                self._counters[index] += tick.new_bytes[index]
+                if tick.queuing_delay_ns[index] > 0:
+                    self._registers[index] = tick.queuing_delay_ns[index]
+            kept = (tick.rtt_ns >= 0) & (tick.rtt_ns < horizon)
+            if kept.any():
+                count = int(kept.sum())
+                batches.append(
+                    RttBatch(
+                        tick.rtt_flow[kept],
+                        tick.rtt_is_dtn[kept],
+                        tick.rtt_ns[kept] / 1e9,
+                        np.full(count, tick.sim_s),
+                    )
+                )
+            flow_events.extend(
+                FlowEvent(int(flow), bool(began))
+                for flow, began in zip(tick.change_flow, tick.change_started, strict=True)
+            )
+            if tick.events.shape[1]:
+                done = tick.events[layout.EV_KIND] == layout.FLOW_DONE
+                columns = tick.events[layout.EV_COLUMN].astype(np.int64)
+                is_dtn = columns >= self.sim.layout.n_campus
+                dtn_done.extend(tick.events[layout.EV_TIME][done & is_dtn].tolist())
+                pool = self.sim.layout
+                shorts = done & (columns >= pool.n_long) & (columns < pool.n_campus)
+                short_done.extend(tick.events[layout.EV_VALUE][shorts].tolist())
+        now = self.sim.now
+        self._state, state = estimate(
+            self._state, self._poll(now), RttBatch.concat(batches), flow_events, self._estimator
+        )
+        elapsed = now - started
+        departed = self.source.departed_bytes
+        dtn_bps = (departed[0] - departed_before[0]) * 8 / elapsed
+        campus_bps = (departed[1] - departed_before[1]) * 8 / elapsed
+        capacity = self.sim.scenario.bottleneck.capacity_bps
+        return SimSample(
+            measured=state.vector(),
+            sim_s=now,
+            dtn_departed_bps=dtn_bps,
+            campus_departed_bps=campus_bps,
+            utilisation=(dtn_bps + campus_bps) / capacity,
+            dtn_done_s=tuple(dtn_done),
+            short_fct_s=tuple(short_done),
+        )
 
 
 @dataclass(frozen=True)
 class Identification:
-    """Row k: u(k) applied during interval k, y(k) measured over it (SI units)."""
+    """Row k: u(k) (and the DTN cap, NaN for none) applied during interval k, y(k)
+    measured over it, unmeasured values filled (SI units)."""
 
     u_bps: FloatArray  # (n,)
-    y: FloatArray  # (n, 7), STATE_VARIABLES order, missing values filled
+    y: FloatArray  # (n, 7), STATE_VARIABLES order
     sample_time_s: float
     max_rate_bps: float
+    dtn_cap_bps: FloatArray | None = None  # (n,), NaN where the DTN was not capped
 
 
 def random_steps(n: int, max_rate_bps: float, seed: int) -> FloatArray:
@@ -42,44 +182,13 @@ def random_steps(n: int, max_rate_bps: float, seed: int) -> FloatArray:
     return np.random.default_rng(seed).uniform(0.0, max_rate_bps, size=n)
 
 
-class TapCollector:
-    """The collector's arithmetic over an in-process simulator: y(t) per sample from the
-    tap view, through the same estimator functions (no gRPC, for speed)."""
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-        self.settings = EstimatorSettings(rtt_smoothing=DEFAULT_RTT_SMOOTHING, flow_timeout_s=2.0)
-        self._is_dtn = np.zeros(sim.layout.n_flows, dtype=bool)
-        self._is_dtn[sim.layout.dtn_columns] = True
-        self._seen_at = np.full(sim.layout.n_flows, -math.inf)
-        view = sim.tap_view()
-        first = Poll(CounterReading(int(view.dtn_bytes), int(view.campus_bytes), view.time_s), 0, 0)
-        self.state, _ = estimate(EstimatorState(), first, RttBatch.of([]), [], self.settings)
-        scenario = sim.scenario
-        self.last: tuple[float, ...] = (
-            0.0, 0.0, scenario.dtn.base_rtt_s, scenario.campus.base_rtt_s, 0.0, 0.0, 0.0,
-        )  # fmt: skip
-
-    def measure(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
-        """(raw y(t) with NaN where unmeasured, y(t) filled as at control time), now."""
-        view = self.sim.tap_view()
-        fresh = np.isfinite(view.rtt_s) & (view.rtt_at_s > self._seen_at)
-        self._seen_at = np.where(fresh, view.rtt_at_s, self._seen_at)
-        batch = RttBatch(
-            view.serial[fresh].astype(np.int64),
-            self._is_dtn[fresh],
-            view.rtt_s[fresh],
-            view.rtt_at_s[fresh],
-        )
-        poll = Poll(
-            CounterReading(int(view.dtn_bytes), int(view.campus_bytes), view.time_s),
-            round(view.dtn_queuing_delay_s * 1e9) if view.dtn_queuing_delay_s > 0 else 0,
-            round(view.campus_queuing_delay_s * 1e9) if view.campus_queuing_delay_s > 0 else 0,
-        )
-        self.state, y = estimate(self.state, poll, batch, [], self.settings)
-        raw = (*y.vector()[:6], float(view.active.sum()))
-        self.last = fill_missing(raw, self.last)
-        return raw, self.last
+def random_caps(n: int, max_rate_bps: float, seed: int, uncapped_share: float) -> FloatArray:
+    """The DTN actuator's excitation: a uniform level in [0.1·max, max] every sample time,
+    or no cap (NaN) with probability ``uncapped_share``."""
+    rng = np.random.default_rng(seed + 7_919)
+    caps = rng.uniform(0.1 * max_rate_bps, max_rate_bps, size=n)
+    caps[rng.uniform(size=n) < uncapped_share] = math.nan
+    return caps
 
 
 def identify(
@@ -88,22 +197,32 @@ def identify(
     seed: int,
     max_rate_bps: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    telemetry: TelemetryConfig | None = None,
+    dtn_cap_excitation: bool = False,
 ) -> Identification:
-    """Run ``duration_s`` of simulated time; ``progress(done, total)`` after each sample."""
-    sim = Simulator(scenario)
+    """Run ``duration_s`` of simulated time; ``progress(done, total)`` after each sample.
+
+    With ``dtn_cap_excitation`` the DTN's sending-rate cap is excited too (``random_caps``,
+    a quarter of the samples uncapped): a BBR DTN left alone takes the link whatever u is,
+    so without it the campus shaper hardly ever binds and u cannot be identified."""
+    collector = SimCollector(scenario, telemetry)
     period = scenario.sample_time_s
     n = math.ceil(duration_s / period)
     top = max_rate_bps if max_rate_bps is not None else scenario.bottleneck.capacity_bps
     u = random_steps(n, top, seed)
-    tap = TapCollector(sim)
+    caps = random_caps(n, top, seed, 0.25) if dtn_cap_excitation else None
     rows = np.zeros((n, len(STATE_VARIABLES)))
+    last = FALLBACK_STATE
     for k in range(n):
-        sim.set_campus_rate_limit(float(u[k]))
-        sim.run_sample()
-        rows[k] = tap.measure()[1]
+        collector.sim.set_campus_rate_limit(float(u[k]))
+        if caps is not None:
+            cap = float(caps[k])
+            collector.sim.set_dtn_rate_limit(cap if math.isfinite(cap) else None)
+        last = fill_missing(collector.measure().measured, last)
+        rows[k] = last
         if progress is not None:
             progress(k + 1, n)
-    return Identification(u_bps=u, y=rows, sample_time_s=period, max_rate_bps=top)
+    return Identification(u_bps=u, y=rows, sample_time_s=period, max_rate_bps=top, dtn_cap_bps=caps)
 
 
 def training_table(data: Identification) -> tuple[FloatArray, FloatArray]:

@@ -45,6 +45,7 @@ from scidmz.netsim.layout import (
     CUBIC,
     CUBIC_K,
     CWND,
+    CWND_LIMITED,
     CYCLE_IDX,
     CYCLE_T,
     DRAIN,
@@ -111,7 +112,9 @@ def grow_windows(
     Slow start adds the acknowledged segments; Reno adds acked/cwnd (RFC 5681); Cubic moves
     towards W_cubic(t + RTT) clamped to [cwnd, 1.5 cwnd] and keeps the Reno-friendly W_est
     (RFC 9438 §4.2–4.4), both increments scaled by the window before this ACK. No growth in
-    recovery; BBR sets its window in ``bbr_step``. An epoch start needs a cube root and is
+    recovery, nor while something other than the window held the last send back (the NIC
+    or application limit, the DTN cap: Linux's ``tcp_is_cwnd_limited``, RFC 7661); BBR
+    sets its window in ``bbr_step``. An epoch start needs a cube root and is
     rare, so it gets a scalar pass; the growth itself is one branch-free pass (vectorised).
     """
     for i in range(n_flows):
@@ -135,6 +138,7 @@ def grow_windows(
         cc = flow_i[CC, i]
         cwnd = flow_f[CWND, i]
         grow = (segs > 0.0) & (cc < BBR) & (now >= flow_f[RECOVERY_UNTIL, i])
+        grow = grow & (flow_f[CWND_LIMITED, i] > 0.0)
         slow = cwnd < flow_f[SSTHRESH, i]
         per_cwnd = segs / cwnd
         reno = cwnd + per_cwnd

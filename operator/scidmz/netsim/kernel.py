@@ -12,7 +12,8 @@ One step of length dt (≤ 1 ms), in this order:
    acknowledged completes (FCT event).
 2. **Arrivals** of short flows (paper table 6) take a free column.
 3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
-   also respect their pacing rate.
+   also respect their pacing rate. With a DTN cap (the DTN actuator), the DTN streams
+   share a token bucket at that rate; what does not fit waits at the host (``_cap_dtn``).
 4. **Campus shaper** (S1-eth1): a drop-tail queue in front of a token bucket with rate u(t)
    and depth ``burst``; up to ``tokens + u·dt`` bytes leave per step.
 5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
@@ -52,10 +53,13 @@ from scidmz.netsim.layout import (
     CC,
     CLASS,
     CWND,
+    CWND_LIMITED,
     CYCLE_IDX,
     DEFERRED,
     DROPPED,
     DTN,
+    DTN_RATE_LIMIT,
+    DTN_TOKENS,
     EPOCH_T,
     EV_COLUMN,
     EV_KIND,
@@ -87,6 +91,7 @@ from scidmz.netsim.layout import (
     OUT_DROP_CAMPUS,
     OUT_DROP_DTN,
     OUT_DROP_SHAPER,
+    OUT_DTN_RATE_LIMIT,
     OUT_QD_CAMPUS_W,
     OUT_QD_DTN_W,
     OUT_QUEUE,
@@ -101,6 +106,7 @@ from scidmz.netsim.layout import (
     P_C_TH,
     P_CAPACITY,
     P_DT,
+    P_DTN_BURST,
     P_IDLE,
     P_IW,
     P_MSS,
@@ -218,6 +224,7 @@ def init_flow(
     flow_f[PROBE_UP_SEGS, i] = 1.0
     flow_f[TAP_LAST_SEEN, i] = -np.inf
     flow_f[RECOVERY_UNTIL, i] = -np.inf
+    flow_f[CWND_LIMITED, i] = 1.0
 
 
 @compiled
@@ -443,6 +450,35 @@ def _tap(
     return seen, active
 
 
+@compiled_inline
+def _cap_dtn(
+    flow_f: FloatArray,
+    glob_f: FloatArray,
+    params: FloatArray,
+    send: FloatArray,
+    first: int,
+    end: int,
+    dt: float,
+) -> None:
+    """The DTN host's sending-rate cap (pacing, or a tbf on its egress): the streams share a
+    token bucket at ``DTN_RATE_LIMIT`` in proportion to what each wants to send. What does
+    not fit waits in the host (TCP small queues push back: nothing is dropped), and a
+    stream held back is not window-limited, so its window does not grow (Linux
+    ``tcp_is_cwnd_limited``, RFC 7661)."""
+    tokens = glob_f[DTN_TOKENS] + glob_f[DTN_RATE_LIMIT] * dt
+    wanted = 0.0
+    for i in range(first, end):
+        wanted += send[i]
+    if wanted > tokens:
+        share = max(tokens, 0.0) / wanted
+        for i in range(first, end):
+            if send[i] > 0.0:
+                send[i] *= share
+                flow_f[CWND_LIMITED, i] = 0.0
+        wanted = max(tokens, 0.0)
+    glob_f[DTN_TOKENS] = min(params[P_DTN_BURST], tokens - wanted)
+
+
 @compiled
 def _start_short_flows(
     flow_f: FloatArray,
@@ -613,7 +649,7 @@ def advance(
                     flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss
                 )
 
-        for i in range(n_flows):  # 2d. send
+        for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing)
             window = flow_f[CWND, i] * mss - flow_f[INFLIGHT, i]
             amount = min(window, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
             rate = pacing[i]
@@ -624,6 +660,12 @@ def advance(
             flow_f[PACING_CREDIT, i] = credit if paced else 0.0
             amount = amount if flow_i[RUNNING, i] == 1 and amount > 0.0 else 0.0
             send[i] = amount
+            # the window was what held it back (not the NIC / application or pacing)
+            flow_f[CWND_LIMITED, i] = 1.0 if amount >= window - 1e-9 else 0.0
+        if glob_f[DTN_RATE_LIMIT] < np.inf and n_flows > n_campus:
+            _cap_dtn(flow_f, glob_f, params, send, n_campus, n_flows, dt)
+        for i in range(n_flows):  # 2e. send
+            amount = send[i]
             flow_f[INFLIGHT, i] += amount
             flow_f[SENT, i] += amount
             flow_f[REMAINING, i] -= amount
@@ -746,5 +788,6 @@ def advance(
         step_out[OUT_RATE_LIMIT, col] = glob_f[CAMPUS_RATE_LIMIT]
         step_out[OUT_SHAPER_W, col] = shaper_w_sum
         step_out[OUT_SHAPED, col] = released
+        step_out[OUT_DTN_RATE_LIMIT, col] = glob_f[DTN_RATE_LIMIT]
         glob_i[STEP] = step + 1
     return n_steps

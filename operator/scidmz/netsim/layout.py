@@ -47,7 +47,8 @@ TAP_RTT_AT = 34  # when TAP_RTT was taken (s)
 SAMPLE_ACKED = 35  # bytes acknowledged since the last reset (per-sample throughput)
 SAMPLE_RTT_W = 36  # sum of RTT x bytes since the last reset (per-sample mean RTT)
 PACING_CREDIT = 37  # unused pacing budget carried into the next step, bytes
-N_FLOW_F = 38
+CWND_LIMITED = 38  # 1 when the window limited the last send; 0: NIC/app, pacing or DTN cap did
+N_FLOW_F = 39
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -100,7 +101,9 @@ BOTTLENECK_DROPPED = 13
 RETIRED_SENT = 14  # SENT / ACKED / DROPPED of finished short flows whose column was reused
 RETIRED_ACKED = 15
 RETIRED_DROPPED = 16
-N_GLOB_F = 17
+DTN_RATE_LIMIT = 17  # the DTN's sending-rate cap (its host's pacing / tbf), bytes/s; inf = none
+DTN_TOKENS = 18  # the DTN cap's token-bucket content, bytes
+N_GLOB_F = 19
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------
 STEP = 0
@@ -133,7 +136,8 @@ OUT_TAP_ACTIVE = 12  # flows active under the C_TH / T_TH rule
 OUT_RATE_LIMIT = 13  # u during the step, bytes/s
 OUT_SHAPER_W = 14  # sum of shaper sojourn x bytes over bytes leaving the shaper
 OUT_SHAPED = 15  # bytes leaving the shaper
-N_OUT = 16
+OUT_DTN_RATE_LIMIT = 16  # the DTN cap during the step, bytes/s (inf = none)
+N_OUT = 17
 
 # ---- events: EVENTS[row, k] ----------------------------------------------------------------
 EV_TIME = 0
@@ -175,4 +179,5 @@ P_SHORT_CC = 13
 P_SHORT_RTT = 14
 P_SHORT_LINE = 15  # bytes per step
 P_SHORTS_ON = 16
-N_PARAMS = 17
+P_DTN_BURST = 17  # the DTN cap's bucket depth, bytes
+N_PARAMS = 18

@@ -153,6 +153,12 @@ class Dtn(_Model):
     line_rate_bps: RateBps | None = Field(
         default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
     )
+    rate_limit_bps: RateBps | None = Field(
+        default=None,
+        ge=0,
+        description="A cap on the DTN's aggregate sending rate at start (the DTN actuator: "
+        "host pacing or a tbf on its egress); default: none.",
+    )
 
 
 class ActivityRule(_Model):

@@ -28,6 +28,10 @@ _MAX_QUEUE_SLOTS = 200_000
 _SHAPER_SLOTS = 4096
 _RANDOM_BLOCK = 4096
 _BW_FILTER_ROUNDS = 10
+DTN_CAP_BURST_S = 0.005
+DTN_CAP_MIN_BURST_BYTES = 15_000
+"""The DTN cap's bucket depth, as the tc actuator sizes a tbf (``control.actuators``:
+``TBF_BURST_S``, ``TBF_MIN_BURST_BYTES``; a test keeps them equal)."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,7 @@ class Simulator:
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
         )
         self.glob_f[layout.TOKENS] = scenario.shaper.burst_bytes
+        self.set_dtn_rate_limit(scenario.dtn.rate_limit_bps)
         if shorts.enabled:
             self._refill_random()
             self.glob_f[layout.NEXT_ARRIVAL] = self.rand_gap[0]
@@ -194,6 +199,42 @@ class Simulator:
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ValueError(f"campus rate limit must be a finite rate >= 0, got {rate_bps!r}")
         self.glob_f[layout.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
+
+    def set_dtn_rate_limit(self, rate_bps: float | None) -> None:
+        """The DTN actuator's hook: cap the DTN's aggregate sending rate (``None`` lifts
+        the cap), from the next step on. The bucket is as deep as the tc actuator makes a
+        tbf at that rate, and starts full."""
+        if rate_bps is None:
+            self.glob_f[layout.DTN_RATE_LIMIT] = np.inf
+            return
+        if not math.isfinite(rate_bps) or rate_bps < 0:
+            raise ValueError(f"DTN rate limit must be a finite rate >= 0, got {rate_bps!r}")
+        burst = max(rate_bps / 8.0 * DTN_CAP_BURST_S, DTN_CAP_MIN_BURST_BYTES)
+        if not math.isfinite(self.glob_f[layout.DTN_RATE_LIMIT]):
+            self.glob_f[layout.DTN_TOKENS] = burst
+        self.glob_f[layout.DTN_RATE_LIMIT] = rate_bps / 8.0
+        self.params[layout.P_DTN_BURST] = burst
+
+    def set_campus_demand(self, rate_bps: float | None) -> None:
+        """Application-limit the campus long flows to ``rate_bps`` in aggregate (each gets an
+        equal share as its sending limit), from the next step on; ``None`` restores the
+        scenario's NIC rates. Lets an experiment vary campus demand around B − R*."""
+        n_long = self.layout.n_long
+        if n_long == 0:
+            return
+        if rate_bps is None:
+            line = self._line_bytes(self.scenario.campus.line_rate_bps)
+        elif math.isfinite(rate_bps) and rate_bps >= 0:
+            line = rate_bps / 8.0 / n_long * self.dt
+        else:
+            raise ValueError(f"campus demand must be a finite rate >= 0, got {rate_bps!r}")
+        self.flow_f[layout.LINE_BYTES, :n_long] = line
+
+    @property
+    def dtn_rate_limit_bps(self) -> float | None:
+        """The DTN cap now (bit/s), or ``None`` when the DTN sends uncapped."""
+        cap = float(self.glob_f[layout.DTN_RATE_LIMIT])
+        return cap * 8.0 if math.isfinite(cap) else None
 
     def set_activity_rule(
         self, packets_threshold: int, window_s: float, idle_timeout_s: float

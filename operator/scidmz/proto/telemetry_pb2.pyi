@@ -187,6 +187,7 @@ class GroundTruth(_message.Message):
     CAMPUS_RTT_S_FIELD_NUMBER: _builtins.int
     ACTIVE_FLOWS_FIELD_NUMBER: _builtins.int
     CAMPUS_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
+    DTN_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
     sim_time_s: _builtins.float
     dtn_tap_bytes: _builtins.float
     campus_tap_bytes: _builtins.float
@@ -196,6 +197,8 @@ class GroundTruth(_message.Message):
     campus_rtt_s: _builtins.float
     active_flows: _builtins.int
     campus_rate_limit_bps: _builtins.float
+    dtn_rate_limit_bps: _builtins.float
+    """the DTN cap; 0 when the DTN is uncapped"""
     def __init__(
         self,
         *,
@@ -208,11 +211,32 @@ class GroundTruth(_message.Message):
         campus_rtt_s: _builtins.float = ...,
         active_flows: _builtins.int = ...,
         campus_rate_limit_bps: _builtins.float = ...,
+        dtn_rate_limit_bps: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GroundTruth: _TypeAlias = GroundTruth  # noqa: Y015
+
+@_typing.final
+class RateLimit(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RATE_BPS_FIELD_NUMBER: _builtins.int
+    rate_bps: _builtins.float
+    """bit/s, >= 0"""
+    def __init__(
+        self,
+        *,
+        rate_bps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_bps", b"rate_bps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateLimit: _TypeAlias = RateLimit  # noqa: Y015

@@ -156,6 +156,11 @@ class SimActuatorStub(object):
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.CampusRateLimit.SerializeToString,
                 response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.CampusRateLimit.FromString,
                 _registered_method=True)
+        self.SetDtnRateLimit = channel.unary_unary(
+                '/scidmz.v1.SimActuator/SetDtnRateLimit',
+                request_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+                response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                _registered_method=True)
         self.GetGroundTruth = channel.unary_unary(
                 '/scidmz.v1.SimActuator/GetGroundTruth',
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.SerializeToString,
@@ -168,6 +173,13 @@ class SimActuatorServicer(object):
 
     def SetCampusRateLimit(self, request, context):
         """Apply u(t) to the simulated campus shaper; answers the rate now in force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetDtnRateLimit(self, request, context):
+        """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +198,11 @@ def add_SimActuatorServicer_to_server(servicer, server):
                     servicer.SetCampusRateLimit,
                     request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.CampusRateLimit.FromString,
                     response_serializer=scidmz_dot_proto_dot_telemetry__pb2.CampusRateLimit.SerializeToString,
+            ),
+            'SetDtnRateLimit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetDtnRateLimit,
+                    request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                    response_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
             ),
             'GetGroundTruth': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroundTruth,
@@ -231,6 +248,33 @@ class SimActuator(object):
             _registered_method=True)
 
     @staticmethod
+    def SetDtnRateLimit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scidmz.v1.SimActuator/SetDtnRateLimit',
+            scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def GetGroundTruth(request,
             target,
             options=(),
@@ -247,6 +291,84 @@ class SimActuator(object):
             '/scidmz.v1.SimActuator/GetGroundTruth',
             scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.SerializeToString,
             scidmz_dot_proto_dot_telemetry__pb2.GroundTruth.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ShaperStub(object):
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SetRate = channel.unary_unary(
+                '/scidmz.v1.Shaper/SetRate',
+                request_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+                response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                _registered_method=True)
+
+
+class ShaperServicer(object):
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    def SetRate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ShaperServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SetRate': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetRate,
+                    request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                    response_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'scidmz.v1.Shaper', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('scidmz.v1.Shaper', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Shaper(object):
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    @staticmethod
+    def SetRate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scidmz.v1.Shaper/SetRate',
+            scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
             options,
             channel_credentials,
             insecure,

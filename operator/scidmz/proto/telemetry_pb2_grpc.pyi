@@ -78,6 +78,8 @@ class SimActuatorStub:
     def __new__(cls, channel: _aio.Channel) -> SimActuatorAsyncStub: ...
     SetCampusRateLimit: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.CampusRateLimit, _telemetry_pb2.CampusRateLimit]
     """Apply u(t) to the simulated campus shaper; answers the rate now in force."""
+    SetDtnRateLimit: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]
+    """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
     GetGroundTruth: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]
 
 @_typing.type_check_only
@@ -85,6 +87,8 @@ class SimActuatorAsyncStub(SimActuatorStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     SetCampusRateLimit: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.CampusRateLimit, _telemetry_pb2.CampusRateLimit]  # type: ignore[assignment]
     """Apply u(t) to the simulated campus shaper; answers the rate now in force."""
+    SetDtnRateLimit: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
+    """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
     GetGroundTruth: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]  # type: ignore[assignment]
 
 class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
@@ -97,6 +101,14 @@ class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
         """Apply u(t) to the simulated campus shaper; answers the rate now in force."""
 
     @_abc_1.abstractmethod
+    def SetDtnRateLimit(
+        self,
+        request: _telemetry_pb2.RateLimit,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.RateLimit, _abc.Awaitable[_telemetry_pb2.RateLimit]]:
+        """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
+
+    @_abc_1.abstractmethod
     def GetGroundTruth(
         self,
         request: _telemetry_pb2.GroundTruthRequest,
@@ -104,3 +116,37 @@ class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_telemetry_pb2.GroundTruth, _abc.Awaitable[_telemetry_pb2.GroundTruth]]: ...
 
 def add_SimActuatorServicer_to_server(servicer: SimActuatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ShaperStub:
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ShaperAsyncStub: ...
+    SetRate: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]
+
+@_typing.type_check_only
+class ShaperAsyncStub(ShaperStub):
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    SetRate: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
+
+class ShaperServicer(metaclass=_abc_1.ABCMeta):
+    """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
+    controller. It applies its fail-safe rate when no SetRate came for its stale period.
+    """
+
+    @_abc_1.abstractmethod
+    def SetRate(
+        self,
+        request: _telemetry_pb2.RateLimit,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.RateLimit, _abc.Awaitable[_telemetry_pb2.RateLimit]]: ...
+
+def add_ShaperServicer_to_server(servicer: ShaperServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

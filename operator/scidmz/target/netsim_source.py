@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from scidmz.netsim import layout
-from scidmz.netsim.records import BoolArray, TapView
+from scidmz.netsim.records import BoolArray, FloatArray, IntArray, TapView
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
 from scidmz.target.observation import (
@@ -81,11 +81,59 @@ class TruthPoint:
     campus_rtt_s: float
     active_flows: int
     campus_rate_limit_bps: float
+    dtn_rate_limit_bps: float | None = None
 
 
 def flow_hash(serial: int) -> int:
     """A stable, non-zero 32-bit flow id from the simulator's flow serial number."""
     return ((serial * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF) or 1
+
+
+def flow_hashes(serials: IntArray) -> IntArray:
+    """``flow_hash`` over an array of serial numbers."""
+    hashed: IntArray = (serials.astype(np.int64) * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
+    hashed[hashed == 0] = 1
+    return hashed
+
+
+@dataclass(frozen=True)
+class TapTick:
+    """What the tap saw in one tick, as arrays: the same facts an ``Observation`` carries
+    as objects, for in-process collectors (``learn.identification.SimCollector``) that
+    skip gRPC but must see exactly what the target would report."""
+
+    sim_s: float
+    new_bytes: tuple[int, int]
+    """(DTN, campus) data bytes that entered BR1 in this tick."""
+    new_packets: tuple[int, int]
+    queuing_delay_ns: tuple[int, int]
+    """(DTN, campus) BR1 sojourn of the class's last departure; 0 when it sent nothing."""
+    rtt_flow: IntArray
+    """Flow hashes of this tick's RTT matches (at most one per flow per sample interval)."""
+    rtt_is_dtn: BoolArray
+    rtt_ns: IntArray
+    change_flow: IntArray
+    """Flow hashes of the activity rule's transitions, in order."""
+    change_is_dtn: BoolArray
+    change_started: BoolArray
+    change_reason: IntArray
+    events: FloatArray
+    """Every simulator event of the tick (``netsim.layout.EV_*`` rows), FCTs included."""
+
+
+_NO_INTS: IntArray = np.zeros(0, dtype=np.int64)
+_NO_BOOLS: BoolArray = np.zeros(0, dtype=bool)
+
+
+def _register_ns(sent_bytes: int, sojourn_s: float) -> int:
+    """The queuing-delay register a class's traffic writes: its last sojourn, or 0 (no
+    write) when it sent nothing."""
+    good = sent_bytes > 0 and math.isfinite(sojourn_s) and sojourn_s > 0
+    return round(sojourn_s * 1e9) if good else 0
+
+
+def _deltas(now: tuple[float, float], before: tuple[float, float]) -> tuple[int, int]:
+    return int(now[0]) - int(before[0]), int(now[1]) - int(before[1])
 
 
 class NetsimSource:
@@ -123,6 +171,11 @@ class NetsimSource:
         self.truth: deque[TruthPoint] = deque(maxlen=max(1, int(history_s / 0.001)))
 
     @property
+    def departed_bytes(self) -> tuple[float, float]:
+        """(DTN, campus) bytes that have left the bottleneck so far (ground truth)."""
+        return self._departed[0], self._departed[1]
+
+    @property
     def ports(self) -> frozenset[int]:
         w = self.wiring
         return frozenset({w.campus_port, w.dtn_port, w.bottleneck_port})
@@ -135,63 +188,110 @@ class NetsimSource:
         self.sim.set_campus_rate_limit(rate_bps)
 
     def advance(self, elapsed_s: float) -> Observation:
-        self._pending_steps += max(elapsed_s, 0.0) * self.speedup / self.sim.dt
-        steps = int(self._pending_steps)
-        self._pending_steps -= steps
-        out = self.sim.advance(steps)
-        self._departed[0] += float(out[layout.OUT_DEP_DTN].sum())
-        self._departed[1] += float(out[layout.OUT_DEP_CAMPUS].sum())
-        view = self.sim.tap_view()
-        events = self.sim.drain_event_array()
+        tick = self.advance_tick(elapsed_s)
         w = self.wiring
         traffic = []
-        for is_dtn, port, address, total, packets, qd in (
-            (True, w.dtn_port, w.dtn_address, view.dtn_bytes, view.dtn_packets,
-             view.dtn_queuing_delay_s),
-            (False, w.campus_port, w.campus_address, view.campus_bytes, view.campus_packets,
-             view.campus_queuing_delay_s),
-        ):  # fmt: skip
-            index = 0 if is_dtn else 1
-            new_bytes = int(total) - int(self._tap_bytes[index])
-            new_packets = int(packets) - int(self._tap_packets[index])
-            if new_bytes > 0:
-                qd_ns = round(qd * 1e9) if math.isfinite(qd) and qd > 0 else 0
-                traffic.append(Traffic(port, address, new_bytes, new_packets, qd_ns))
-        self._tap_bytes = (view.dtn_bytes, view.campus_bytes)
-        self._tap_packets = (view.dtn_packets, view.campus_packets)
-
-        due = (view.rtt_at_s > self._rtt_sent_at) & (
-            view.rtt_at_s - self._rtt_sent_at >= self.rtt_sample_interval_s
-        )
-        matches = []
-        for column in np.flatnonzero(due & np.isfinite(view.rtt_s) & (view.rtt_s > 0)):
-            address = w.dtn_address if self._is_dtn[column] else w.campus_address
-            rtt_ns = round(float(view.rtt_s[column]) * 1e9)
-            matches.append(RttMatch(flow_hash(int(view.serial[column])), address, rtt_ns))
-            self._rtt_sent_at[column] = view.rtt_at_s[column]
-
-        changes = []
-        stop_reasons = {layout.TAP_STOP_FIN: STOP_FIN, layout.TAP_STOP_IDLE: STOP_IDLE}
-        for row in events.T:
-            kind = int(row[layout.EV_KIND])
-            if kind != layout.TAP_START and kind not in stop_reasons:
-                continue
-            is_dtn = bool(self._is_dtn[int(row[layout.EV_COLUMN])])
-            changes.append(
-                FlowChange(
-                    flow_hash=flow_hash(int(row[layout.EV_SERIAL])),
-                    port=w.dtn_port if is_dtn else w.campus_port,
-                    destination=w.dtn_address if is_dtn else w.campus_address,
-                    started=kind == layout.TAP_START,
-                    reason=stop_reasons.get(kind, 0),
-                )
+        for index, (port, address) in enumerate(
+            ((w.dtn_port, w.dtn_address), (w.campus_port, w.campus_address))
+        ):
+            if tick.new_bytes[index] > 0:
+                traffic.append(
+                    Traffic(
+                        port, address, tick.new_bytes[index], tick.new_packets[index],
+                        tick.queuing_delay_ns[index],
+                    )
+                )  # fmt: skip
+        matches = tuple(
+            RttMatch(int(flow), w.dtn_address if is_dtn else w.campus_address, int(rtt_ns))
+            for flow, is_dtn, rtt_ns in zip(
+                tick.rtt_flow, tick.rtt_is_dtn, tick.rtt_ns, strict=True
             )
-        self._record_truth(view.time_s, view)
+        )
+        changes = tuple(
+            FlowChange(
+                flow_hash=int(flow),
+                port=w.dtn_port if is_dtn else w.campus_port,
+                destination=w.dtn_address if is_dtn else w.campus_address,
+                started=bool(started),
+                reason=int(reason),
+            )
+            for flow, is_dtn, started, reason in zip(
+                tick.change_flow, tick.change_is_dtn, tick.change_started, tick.change_reason,
+                strict=True,
+            )
+        )  # fmt: skip
         return Observation(
             bottleneck_port=w.bottleneck_port,
             traffic=tuple(traffic),
-            rtt_matches=tuple(matches),
-            flow_changes=tuple(changes),
+            rtt_matches=matches,
+            flow_changes=changes,
+        )
+
+    def advance_tick(self, elapsed_s: float, record_truth: bool = True) -> TapTick:
+        """Advance the simulator by ``elapsed_s`` (times ``speedup``) and report the tick.
+
+        ``record_truth`` False skips the ground-truth history (in-process loops that do
+        not read it)."""
+        self._pending_steps += max(elapsed_s, 0.0) * self.speedup / self.sim.dt
+        steps = int(self._pending_steps)
+        self._pending_steps -= steps
+        sim = self.sim
+        out = sim.advance(steps)
+        self._departed[0] += float(out[layout.OUT_DEP_DTN].sum())
+        self._departed[1] += float(out[layout.OUT_DEP_CAMPUS].sum())
+        events = sim.drain_event_array()
+        g, f = sim.glob_f, sim.flow_f  # read in place: this runs every few ms
+        totals = (float(g[layout.TAP_BYTES_DTN]), float(g[layout.TAP_BYTES_CAMPUS]))
+        packets = (float(g[layout.TAP_PACKETS_DTN]), float(g[layout.TAP_PACKETS_CAMPUS]))
+        new_bytes = _deltas(totals, self._tap_bytes)
+        new_packets = _deltas(packets, self._tap_packets)
+        self._tap_bytes = totals
+        self._tap_packets = packets
+        delays = (
+            _register_ns(new_bytes[0], float(g[layout.QD_DTN_LAST])),
+            _register_ns(new_bytes[1], float(g[layout.QD_CAMPUS_LAST])),
+        )
+        rtt_s, rtt_at = f[layout.TAP_RTT], f[layout.TAP_RTT_AT]
+        due = (rtt_at - self._rtt_sent_at >= self.rtt_sample_interval_s) & (rtt_s > 0)
+        columns = np.flatnonzero(due)
+        self._rtt_sent_at[columns] = rtt_at[columns]
+        serial = sim.flow_i[layout.SERIAL]
+
+        if events.shape[1]:
+            kinds = events[layout.EV_KIND].astype(np.int64)
+            tap = (
+                (kinds == layout.TAP_START)
+                | (kinds == layout.TAP_STOP_FIN)
+                | (kinds == layout.TAP_STOP_IDLE)
+            )
+            tap_kinds = kinds[tap]
+            reasons = np.where(
+                tap_kinds == layout.TAP_STOP_FIN,
+                STOP_FIN,
+                np.where(tap_kinds == layout.TAP_STOP_IDLE, STOP_IDLE, 0),
+            ).astype(np.int64)
+            change_flow = flow_hashes(events[layout.EV_SERIAL][tap].astype(np.int64))
+            change_is_dtn = self._is_dtn[events[layout.EV_COLUMN][tap].astype(np.int64)]
+            change_started = tap_kinds == layout.TAP_START
+        else:
+            reasons = change_flow = _NO_INTS
+            change_is_dtn = change_started = _NO_BOOLS
+        now = sim.now
+        if record_truth:
+            self._record_truth(now, sim.tap_view())
+        return TapTick(
+            sim_s=now,
+            new_bytes=new_bytes,
+            new_packets=new_packets,
+            queuing_delay_ns=delays,
+            rtt_flow=flow_hashes(serial[columns]),
+            rtt_is_dtn=self._is_dtn[columns],
+            rtt_ns=np.round(rtt_s[columns] * 1e9).astype(np.int64),
+            change_flow=change_flow,
+            change_is_dtn=change_is_dtn,
+            change_started=change_started,
+            change_reason=reasons,
+            events=events,
         )
 
     def _record_truth(self, sim_s: float, view: TapView) -> None:
@@ -216,5 +316,6 @@ class NetsimSource:
                 campus_rtt_s=mean(~self._is_dtn),
                 active_flows=int(view.active.sum()),
                 campus_rate_limit_bps=self.sim.campus_rate_limit_bps,
+                dtn_rate_limit_bps=self.sim.dtn_rate_limit_bps,
             )
         )

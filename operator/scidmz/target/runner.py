@@ -36,6 +36,13 @@ class TickStats:
     overruns: int = 0
 
 
+async def _check_rate(rate: float, context: Any) -> None:
+    if not math.isfinite(rate) or rate < 0:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT, f"rate_bps must be finite and >= 0, got {rate}"
+        )
+
+
 class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     """u(t) into the simulated shaper; the simulator's ground truth out."""
 
@@ -45,13 +52,16 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def SetCampusRateLimit(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.CampusRateLimit, context: Any
     ) -> telemetry_pb2.CampusRateLimit:
-        rate = request.rate_bps
-        if not math.isfinite(rate) or rate < 0:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"rate_bps must be finite and >= 0, got {rate}"
-            )
-        self.source.set_campus_rate_limit(rate)
+        await _check_rate(request.rate_bps, context)
+        self.source.set_campus_rate_limit(request.rate_bps)
         return telemetry_pb2.CampusRateLimit(rate_bps=self.source.sim.campus_rate_limit_bps)
+
+    async def SetDtnRateLimit(  # noqa: N802 (gRPC method name)
+        self, request: telemetry_pb2.RateLimit, context: Any
+    ) -> telemetry_pb2.RateLimit:
+        await _check_rate(request.rate_bps, context)
+        self.source.sim.set_dtn_rate_limit(request.rate_bps)
+        return telemetry_pb2.RateLimit(rate_bps=self.source.sim.dtn_rate_limit_bps or 0.0)
 
     async def GetGroundTruth(  # noqa: N802
         self, request: telemetry_pb2.GroundTruthRequest, context: Any
@@ -69,6 +79,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
             campus_rtt_s=point.campus_rtt_s,
             active_flows=point.active_flows,
             campus_rate_limit_bps=point.campus_rate_limit_bps,
+            dtn_rate_limit_bps=point.dtn_rate_limit_bps or 0.0,
         )
 
 

@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
-STATE_VARIABLES: tuple[str, ...] = (
-    "dtn_rate_bps",
-    "campus_rate_bps",
-    "dtn_rtt_s",
-    "campus_rtt_s",
-    "dtn_queuing_delay_s",
-    "campus_queuing_delay_s",
-    "active_flows",
-)
+
+class StateVector(NamedTuple):
+    """The seven values of y(t) by name; as a tuple they are in model order, so
+    ``tuple(y)`` is what the inverse model reads (NaN where not measured)."""
+
+    dtn_rate_bps: float
+    campus_rate_bps: float
+    dtn_rtt_s: float
+    campus_rtt_s: float
+    dtn_queuing_delay_s: float
+    campus_queuing_delay_s: float
+    active_flows: float
+
+
+STATE_VARIABLES: tuple[str, ...] = StateVector._fields
 
 
 @dataclass(frozen=True)
@@ -35,9 +42,9 @@ class NetworkState:
     active_flows: float
     measured_at_s: float
 
-    def vector(self) -> tuple[float, ...]:
-        """The seven values in model order (NaN where not measured)."""
-        return tuple(float(getattr(self, name)) for name in STATE_VARIABLES)
+    def vector(self) -> StateVector:
+        """The seven values by name, in model order (NaN where not measured)."""
+        return StateVector(*(float(getattr(self, name)) for name in STATE_VARIABLES))
 
     def valid(self) -> tuple[bool, ...]:
         """Per variable: was it measured in this sample?"""

@@ -16,7 +16,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.telemetry.state import STATE_VARIABLES, NetworkState
+from scidmz.telemetry.state import STATE_VARIABLES, NetworkState, StateVector
 
 QUEUE_DEPTH = 64
 
@@ -57,6 +57,16 @@ def state_message(
         raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
     state = NetworkState(**dict(zip(STATE_VARIABLES, values, strict=True)), measured_at_s=0.0)
     return to_message(state, sequence, 0.0, math.nan, stale=False, policy=policy)
+
+
+def from_message(sample: telemetry_pb2.StateSample) -> StateVector:
+    """y(t) of a sample, by name: NaN where the collector marked a value not measured
+    (a stale sample marks them all), the inverse of ``to_message``."""
+    values = StateVector(*(float(getattr(sample, name)) for name in STATE_VARIABLES))
+    valid = list(sample.valid)
+    if len(valid) != len(STATE_VARIABLES):
+        return values
+    return StateVector(*(v if ok else math.nan for v, ok in zip(values, valid, strict=True)))
 
 
 class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):

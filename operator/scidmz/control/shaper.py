@@ -1,0 +1,91 @@
+"""``scidmz shaper``: a tbf on one node's interface, driven over gRPC by the controller.
+
+The DTN actuator caps the DTN's sending rate on the DTN host, which is rarely the node that
+shapes the campus, so the controller cannot own both qdiscs. This agent owns one: it
+serves ``scidmz.v1.Shaper/SetRate`` (a ``TcActuator`` underneath, the same netlink code
+as the campus actuator) and keeps its own fail-safe, so a controller that dies or is cut
+off never leaves a stale cap behind: with no ``SetRate`` for ``stale_after_s`` it applies
+``failsafe_rate_bps`` (and again on shutdown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from scidmz.control.actuators import Actuator, ActuatorError
+from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class ShaperService(telemetry_pb2_grpc.ShaperServicer):
+    def __init__(
+        self,
+        actuator: Actuator,
+        failsafe_rate_bps: float,
+        stale_after_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not (math.isfinite(failsafe_rate_bps) and failsafe_rate_bps >= 0):
+            raise ValueError(f"the fail-safe rate must be finite and >= 0, got {failsafe_rate_bps}")
+        if not (math.isfinite(stale_after_s) and stale_after_s > 0):
+            raise ValueError(f"stale-after must be finite and > 0, got {stale_after_s}")
+        self.actuator = actuator
+        self.failsafe_rate_bps = failsafe_rate_bps
+        self.stale_after_s = stale_after_s
+        self._clock = clock
+        self.last_set_s = clock()
+        self.applied_bps: float | None = None
+        self.failsafe_active = False
+
+    async def SetRate(  # noqa: N802 (gRPC method name)
+        self, request: telemetry_pb2.RateLimit, context: Any
+    ) -> telemetry_pb2.RateLimit:
+        rate = request.rate_bps
+        if not math.isfinite(rate) or rate < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"rate_bps must be finite and >= 0, got {rate}"
+            )
+        try:
+            self.applied_bps = await self.actuator.apply(rate)
+        except ActuatorError as error:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(error))
+        self.last_set_s = self._clock()
+        if self.failsafe_active:
+            log.info("rates again: leaving the fail-safe rate")
+        self.failsafe_active = False
+        return telemetry_pb2.RateLimit(rate_bps=self.applied_bps or 0.0)
+
+    async def check_staleness(self) -> bool:
+        """Apply the fail-safe rate when no SetRate came for stale_after; True if so."""
+        if self._clock() - self.last_set_s < self.stale_after_s:
+            return False
+        await self.apply_failsafe()
+        return True
+
+    async def apply_failsafe(self) -> None:
+        try:
+            self.applied_bps = await self.actuator.apply(self.failsafe_rate_bps)
+        except ActuatorError as error:
+            log.warning("fail-safe rate not applied: %s (retried)", error)
+            return
+        if not self.failsafe_active:
+            log.warning("no rate for %.1f s: fail-safe rate applied", self.stale_after_s)
+        self.failsafe_active = True
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Check staleness until ``stop``; then leave the fail-safe rate in force."""
+        period = self.stale_after_s / 4
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+            except TimeoutError:
+                await self.check_staleness()
+        await self.apply_failsafe()

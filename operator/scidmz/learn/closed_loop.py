@@ -1,0 +1,165 @@
+"""The real controller closing its loop on an in-process simulator, on the simulated clock.
+
+``SimLoop`` is what the control-quality benchmark, the GA tuner and the tests run: every
+sample time T the ``SimCollector`` computes y(t) as the collector would, the production
+``control.loop.Controller`` (y_d, features, ONNX, anti-windup, saturators) decides, and
+direct actuators set the simulator's campus shaper (and DTN cap) for the next interval.
+
+The controller's clock *is* the simulator's clock, so the integral's dt is simulated
+time; ``step`` refuses to go on if the two ever disagree (the simulator runs hundreds of
+times faster than the wall clock, so a wall-clock dt silently turns the I and windup terms
+off: the bug this module exists to make impossible).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, replace
+
+from scidmz.api.runtime import TelemetryConfig
+from scidmz.control.features import Setpoint
+from scidmz.control.loop import Controller, ControllerSettings, Decision
+from scidmz.control.model import InverseModel
+from scidmz.learn.identification import SimCollector, SimSample
+from scidmz.netsim.scenario import Scenario
+from scidmz.netsim.simulator import Simulator
+from scidmz.telemetry.stream import state_message
+
+
+class ClockMismatchError(RuntimeError):
+    """The controller's dt is not the simulated time that passed."""
+
+
+class CampusShaper:
+    """u(t) straight into the simulator's campus token bucket."""
+
+    name = "sim-direct"
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+
+    async def apply(self, rate_bps: float) -> float:
+        self.sim.set_campus_rate_limit(max(rate_bps, 0.0))
+        return rate_bps
+
+    async def close(self) -> None:
+        return
+
+
+class DtnCap:
+    """The DTN cap straight into the simulator's DTN token bucket."""
+
+    name = "sim-direct-dtn"
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sim = sim
+
+    async def apply(self, rate_bps: float) -> float:
+        self.sim.set_dtn_rate_limit(max(rate_bps, 0.0))
+        return rate_bps
+
+    async def close(self) -> None:
+        return
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """One sample time of a closed-loop run."""
+
+    target_bps: float
+    sample: SimSample
+    decision: Decision | None
+
+
+class SimLoop:
+    """A controller on a simulator. Drive it with ``run`` (sync) or ``step`` (async)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        settings: ControllerSettings,
+        model: InverseModel | None = None,
+        telemetry: TelemetryConfig | None = None,
+    ) -> None:
+        self.collector = SimCollector(scenario, telemetry)
+        sim = self.collector.sim
+        self.controller = Controller(
+            settings,
+            CampusShaper(sim),
+            model if settings.strategy == "mlc" else None,
+            clock=lambda: sim.now,
+            dtn_actuator=DtnCap(sim) if settings.dtn is not None else None,
+        )
+        self._sequence = 0
+        self._last_decision_s: float | None = None
+
+    @property
+    def sim(self) -> Simulator:
+        return self.collector.sim
+
+    def set_target(self, target_bps: float) -> None:
+        """R*(t): the setpoint from the next decision on (B_max − R* moves with it)."""
+        c = self.controller
+        if target_bps != c.settings.setpoint.target_rate_bps:
+            c.settings = replace(
+                c.settings, setpoint=replace(c.settings.setpoint, target_rate_bps=target_bps)
+            )
+
+    async def step(self, target_bps: float | None = None) -> LoopStep:
+        if target_bps is not None:
+            self.set_target(target_bps)
+        sample = self.collector.measure()
+        self._sequence += 1
+        decision = await self.controller.on_sample(state_message(sample.measured, self._sequence))
+        if decision is not None:
+            self._check_clock(decision, sample)
+        return LoopStep(self.controller.settings.setpoint.target_rate_bps, sample, decision)
+
+    def _check_clock(self, decision: Decision, sample: SimSample) -> None:
+        if self._last_decision_s is not None:
+            elapsed = sample.sim_s - self._last_decision_s
+            if not math.isclose(decision.dt_s, elapsed, rel_tol=1e-9, abs_tol=1e-9):
+                raise ClockMismatchError(
+                    f"the controller's dt is {decision.dt_s:.6g} s but {elapsed:.6g} s of "
+                    "simulated time passed: the loop is not on the simulated clock"
+                )
+        self._last_decision_s = sample.sim_s
+
+    def run(self, targets_bps: list[float]) -> list[LoopStep]:
+        """One sample per entry of ``targets_bps`` (R* for that sample)."""
+
+        async def go() -> list[LoopStep]:
+            return [await self.step(target) for target in targets_bps]
+
+        return asyncio.run(go())
+
+
+def bench_settings(
+    strategy: str,
+    target_bps: float,
+    capacity_bps: float,
+    gains: tuple[float, float, float],
+    sample_time_s: float = 1.0,
+    dtn_gains: tuple[float, float, float] | None = None,
+    desired_state_mode: str = "reachable",
+) -> ControllerSettings:
+    """Controller settings as the operator renders them by default for a policy (limits
+    0..B, 20 % of B per sample, fail-safe B − R*), with the DTN filter when given gains."""
+    from scidmz.control.antiwindup import Gains, Limits
+    from scidmz.control.loop import DtnControl
+
+    limits = Limits(0.0, capacity_bps, 0.2 * capacity_bps)
+    dtn = (
+        DtnControl(Gains(*dtn_gains), limits, failsafe_rate_bps=None)
+        if dtn_gains is not None
+        else None
+    )
+    return ControllerSettings(
+        policy="bench", namespace="bench", strategy=strategy,
+        setpoint=Setpoint(target_bps, capacity_bps), gains=Gains(*gains), limits=limits,
+        sample_time_s=sample_time_s, stale_after_s=3 * sample_time_s,
+        failsafe_rate_bps=capacity_bps - target_bps, collector_address="in-process",
+        desired_state_mode="table3" if desired_state_mode == "table3" else "reachable",
+        dtn=dtn,
+    )  # fmt: skip

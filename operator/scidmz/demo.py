@@ -108,7 +108,7 @@ def run_demo(
             plane = start_control_plane(
                 workdir=workdir / "cluster",
                 crds=(CRDS,),
-                nodes=("kwok-node-0", "edge-1"),
+                nodes=("kwok-node-0", "edge-1", "dtn-1"),
                 log=lambda m: console.print(f"  {m}"),
             )
         except ControlPlaneError as error:

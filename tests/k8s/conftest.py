@@ -75,7 +75,7 @@ class Operator:
 def plane(tmp_path_factory) -> Iterator[ControlPlane]:
     cp = start_control_plane(
         workdir=tmp_path_factory.mktemp("testenv"),
-        nodes=("kwok-node-0", "edge-1"),
+        nodes=("kwok-node-0", "edge-1", "dtn-1"),
         crds=(REPO / "crds",),
     )
     try:

@@ -145,6 +145,32 @@ def test_tc_actuator_pins_controller_to_node(operator, kube, example_policy):
     assert pods.split() == ["edge-1"]
 
 
+def test_a_tc_dtn_actuator_runs_a_shaper_on_the_dtn_host_and_is_pruned(
+    operator, kube, example_policy
+):
+    dtn = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    kube.apply(_policy(example_policy, "theta", actuator={"type": "sim", "dtn": dtn}))
+    wait_for(lambda: _ready(kube, "theta"), 10, "theta Ready")
+    nodes = kube.plane.kubectl(
+        "get", "pods", "-n", kube.namespace,
+        "-l", "app.kubernetes.io/instance=theta,app.kubernetes.io/component=dtn-shaper",
+        "-o", "jsonpath={.items[*].spec.nodeName}",
+    ).stdout  # fmt: skip
+    assert nodes.split() == ["dtn-1"]
+    assert kube.get("service", "theta-dtn-shaper")["spec"]["ports"][0]["port"] == 9470
+    # the same policy with a simulated DTN actuator needs no agent: it is removed
+    kube.apply(_policy(example_policy, "theta", actuator={"type": "sim", "dtn": {"type": "sim"}}))
+    wait_for(
+        lambda: (
+            "theta-dtn-shaper" not in _children(kube, "theta")["deployment"]
+            and "theta-dtn-shaper" not in _children(kube, "theta")["service"]
+        ),
+        20,
+        "the dtn-shaper pruned",
+    )
+    wait_for(lambda: _ready(kube, "theta"), 10, "theta Ready without the shaper")
+
+
 def test_delete_collects_children(operator, kube, example_policy):
     kube.apply(_policy(example_policy, "epsilon"))
     wait_for(lambda: _ready(kube, "epsilon"), 10, "epsilon Ready")

@@ -115,6 +115,36 @@ CASES = [
     ),
     ("tc-without-settings", "actuator", {"type": "tc"}, ["spec.actuator.tc", "required"]),
     (
+        "dtn-tc-without-settings",
+        "actuator.dtn",
+        {"type": "tc"},
+        ["spec.actuator.dtn.tc", "required when actuator.dtn.type is tc"],
+    ),
+    (
+        "dtn-failsafe-not-a-rate",
+        "actuator.dtn",
+        {"type": "sim", "failsafeRate": "fast"},
+        ["spec.actuator.dtn.failsafeRate", "must be 'target' or a rate"],
+    ),
+    (
+        "dtn-failsafe-above-capacity",
+        "actuator.dtn",
+        {"type": "sim", "failsafeRate": "2Gbps"},
+        ["spec.actuator.dtn.failsafeRate", "must not exceed bottleneckCapacity"],
+    ),
+    (
+        "dtn-gain-out-of-range",
+        "actuator.dtn",
+        {"type": "dryRun", "gains": {"kp": 101, "ki": 0, "kw": 0}},
+        ["spec.actuator.dtn.gains.kp"],
+    ),
+    (
+        "unknown-desired-state-mode",
+        "controller.desiredState",
+        {"mode": "zero"},
+        ["spec.controller.desiredState.mode", "Unsupported value"],
+    ),
+    (
         "overlapping-prefixes",
         "campus.remotePrefix",
         "203.0.113.10/32",

@@ -197,16 +197,16 @@ def test_a_model_whose_card_differs_from_the_runtime_features_is_refused(tmp_pat
         META_UNITS: ",".join(feature_units()),
         META_TARGET: TARGET_BINDING_RATE,
     }
-    with pytest.raises(ModelError, match="features differs .* at input 2: model 'desired_campus"):
+    with pytest.raises(ModelError, match=r"features differs .* at input 2: model 'desired_campus"):
         InverseModel(_onnx_model(tmp_path / "swapped.onnx", 22, swapped))
     units = dict(swapped, **{META_FEATURES: ",".join(FEATURE_NAMES)})
     units[META_UNITS] = units[META_UNITS].replace("bit/s", "Mbit/s", 1)
-    with pytest.raises(ModelError, match="units differs .* at input 0"):
+    with pytest.raises(ModelError, match=r"units differs .* at input 0"):
         InverseModel(_onnx_model(tmp_path / "units.onnx", 22, units))
     raw_u = dict(units, **{META_UNITS: ",".join(feature_units()), META_TARGET: "u"})
-    with pytest.raises(ModelError, match="target 'u'"):
+    with pytest.raises(ModelError, match=r"target 'u'"):
         InverseModel(_onnx_model(tmp_path / "raw.onnx", 22, raw_u))
-    with pytest.raises(ModelError, match="'scidmz.features' is missing"):
+    with pytest.raises(ModelError, match=r"'scidmz\.features' is missing"):
         InverseModel(_onnx_model(tmp_path / "old.onnx", 22, {}))
 
 

@@ -12,6 +12,7 @@ from scidmz.k8s.manifests import (
     build_children,
     child_name,
     collector_address,
+    dtn_shaper_address,
 )
 
 REF = PolicyRef(name="paper-testbed", namespace="science", uid="1234")
@@ -21,8 +22,9 @@ SETTINGS = WorkloadSettings(image="example.org/scidmz:test")
 def _children(spec_dict, paused=False):
     spec = parse_spec(spec_dict)
     config = resolve_runtime_config(
-        REF.name, REF.namespace, 1, spec, collector_address(REF, SETTINGS)
-    )
+        REF.name, REF.namespace, 1, spec, collector_address(REF, SETTINGS),
+        dtn_shaper_address(REF, SETTINGS),
+    )  # fmt: skip
     return {
         o["kind"] + "/" + o["metadata"]["name"]: o
         for o in build_children(REF, config, paused, SETTINGS)
@@ -131,3 +133,41 @@ def test_switch_tls_secret_is_mounted_into_the_collector_only(example_policy):
     config = children["ConfigMap/paper-testbed-config"]["data"]["config.yaml"]
     assert "tls_server_name: tofino-1.campus.example" in config
     assert plain["ConfigMap/paper-testbed-config"]["data"]["config.yaml"] != config
+
+
+def test_a_tc_dtn_actuator_gets_a_shaper_on_the_dtn_host(example_policy):
+    spec = copy.deepcopy(example_policy["spec"])
+    spec["actuator"]["dtn"] = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    children = _children(spec)
+    shaper = children["Deployment/paper-testbed-dtn-shaper"]
+    service = children["Service/paper-testbed-dtn-shaper"]
+    pod = shaper["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"] == [
+        "shaper", "--interface", "ens1f0", "--failsafe-rate", "600000000bps",
+        "--stale-after", "5s", "--listen", "0.0.0.0:9470",
+    ]  # fmt: skip
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    assert pod["hostNetwork"] is True
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["dtn-1"]
+    assert {p["name"] for p in service["spec"]["ports"]} == {"grpc-shaper", "http-metrics"}
+    # the controller reaches it through its Service, and does not need host networking
+    config = children["ConfigMap/paper-testbed-config"]["data"]["config.yaml"]
+    assert "address: paper-testbed-dtn-shaper.science.svc:9470" in config
+    assert (
+        "hostNetwork"
+        not in children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
+    )
+    order = list(children)
+    assert order.index("Deployment/paper-testbed-dtn-shaper") < order.index(
+        "Deployment/paper-testbed-controller"
+    )
+
+
+@pytest.mark.parametrize("kind", ["sim", "dryRun"])
+def test_other_dtn_actuators_need_no_shaper(example_policy, kind):
+    spec = copy.deepcopy(example_policy["spec"])
+    spec["actuator"]["dtn"] = {"type": kind}
+    children = _children(spec)
+    assert not any("dtn-shaper" in name for name in children)

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 from scidmz.api.crd import render_crd_yaml
 from scidmz.api.policy import parse_spec, tls_secret_problem
 from scidmz.api.runtime import (
+    TUNED_GAINS,
     ConfigError,
     dump_runtime_config,
     load_runtime_config,
@@ -78,6 +79,15 @@ def _spec(example_policy, **changes):
         ({"targetRate": None}, "targetRate"),
         ({"surprise": 1}, "surprise"),
         ({"actuator": {"type": "tc"}}, "actuator.tc is required"),
+        ({"actuator.dtn": {"type": "tc"}}, "actuator.dtn.tc is required"),
+        ({"actuator.dtn": {"type": "sim", "failsafeRate": "fast"}}, "failsafeRate"),
+        (
+            {"actuator.dtn": {"type": "sim", "failsafeRate": "2Gbps"}},
+            "actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
+        ),
+        ({"actuator.dtn": {"type": "dryRun", "gains": {"kp": 200, "ki": 0, "kw": 0}}}, "kp"),
+        ({"actuator.dtn": {"type": "pacing"}}, "type"),
+        ({"controller.desiredState": {"mode": "zero"}}, "mode"),
     ],
 )
 def test_model_rejects_bad_specs(example_policy, changes, fragment):
@@ -85,24 +95,41 @@ def test_model_rejects_bad_specs(example_policy, changes, fragment):
         parse_spec(_spec(example_policy, **changes))
 
 
-def test_resolution_fills_paper_defaults(example_policy):
+def test_resolution_fills_the_tuned_defaults(example_policy):
     spec = parse_spec(
         _spec(example_policy, **{"controller.limits": None, "dtn.congestionControl": "bbr"})
     )
     config = resolve_runtime_config("p", "ns", 3, spec, "p-collector.ns.svc:50051")
     assert config.target_rate_bps == 6e8
     assert config.bottleneck_capacity_bps == 1e9
-    assert (config.controller.gains.kp, config.controller.gains.ki, config.controller.gains.kw) == (
-        0.388,
-        1.918,
-        1.340,
-    )
+    gains = config.controller.gains
+    assert (gains.kp, gains.ki, gains.kw) == TUNED_GAINS["bbr"]["mlc"]
+    assert config.controller.desired_state_mode == "reachable"
+    assert config.actuator.dtn is None
     assert config.controller.max_rate_bps == 1e9
     assert config.controller.max_step_bps == pytest.approx(2e8)
     assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
     assert config.actuator.sim_address == spec.switch.address
     assert config.telemetry.rtt_smoothing == 0.875  # the defaults of TelemetrySpec, in SI
     assert config.telemetry.active_flow_window_s == pytest.approx(0.1)
+
+
+def test_the_dtn_actuator_resolves_per_type(example_policy):
+    dtn_tc = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    spec = parse_spec(_spec(example_policy, **{"actuator.dtn": dtn_tc}))
+    config = resolve_runtime_config("p", "ns", 1, spec, "x:1", "p-dtn-shaper.ns.svc:9470")
+    dtn = config.actuator.dtn
+    assert dtn is not None and dtn.type == "tc"
+    assert (dtn.tc_node_name, dtn.tc_interface) == ("dtn-1", "ens1f0")
+    assert dtn.address == "p-dtn-shaper.ns.svc:9470"  # the agent the operator runs
+    assert dtn.failsafe_rate_bps == config.target_rate_bps  # 'target' by default
+    cca = spec.dtn.congestion_control
+    assert (dtn.gains.kp, dtn.gains.ki, dtn.gains.kw) == TUNED_GAINS[cca]["dtn"]
+    sim = {"type": "sim", "failsafeRate": "500Mbps", "gains": {"kp": 0.1, "ki": 0, "kw": 1}}
+    spec = parse_spec(_spec(example_policy, **{"actuator.dtn": sim}))
+    dtn = resolve_runtime_config("p", "ns", 1, spec, "x:1").actuator.dtn
+    assert dtn is not None and dtn.address == spec.switch.address
+    assert dtn.failsafe_rate_bps == 5e8 and (dtn.gains.kp, dtn.gains.kw) == (0.1, 1.0)
 
 
 def test_runtime_config_carries_telemetry_settings(example_policy):

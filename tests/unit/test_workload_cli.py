@@ -187,6 +187,11 @@ def test_target_refuses_bad_options():
     assert proc.returncode == 2 and "--source must be sim" in err
 
 
+def _dtn_config(kind, **changes):
+    base = {"type": kind, "gains": {"kp": 0.0, "ki": 0.0, "kw": 0.0}, "failsafe_rate_bps": 6e8}
+    return base | changes
+
+
 def _controller_config(tmp_path, example_policy, **runtime_changes):
     config = resolve_runtime_config(
         "p", "ns", 1, parse_spec(example_policy["spec"]), f"127.0.0.1:{free_port()}"
@@ -208,11 +213,23 @@ def _controller_config(tmp_path, example_policy, **runtime_changes):
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [
-        ({"controller.gains.kp": 150.0}, "gain kp must be within 0..100"),
-        ({"controller.min_rate_bps": 9e8, "controller.max_rate_bps": 1e8}, "limits.min"),
+        ({"controller.gains.kp": 150.0}, "controller.gains: gain kp must be within 0..100"),
+        (
+            {"controller.min_rate_bps": 9e8, "controller.max_rate_bps": 1e8},
+            "controller.limits: limits.min",
+        ),
         (
             {"actuator.type": "tc", "actuator.tc_interface": "nonexistent0"},
             "interface nonexistent0 does not exist",
+        ),
+        (
+            {"actuator.dtn": _dtn_config("dryRun", gains={"kp": 0, "ki": 101, "kw": 0})},
+            "actuator.dtn.gains: gain ki must be within 0..100",
+        ),
+        ({"actuator.dtn": _dtn_config("tc")}, "needs the shaper address"),
+        (
+            {"actuator.dtn": _dtn_config("dryRun", failsafe_rate_bps=float("inf"))},
+            "failsafe_rate_bps",
         ),
     ],
 )
@@ -232,6 +249,18 @@ def test_controller_refuses_a_model_without_22_inputs(tmp_path, example_policy):
     proc = _run(["controller", "--config", str(path), "--model", str(model)])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "not [N, 22]" in err, err
+
+
+def test_controller_refuses_a_model_trained_on_other_features(tmp_path, example_policy):
+    from tests.unit.test_controller_loop import _onnx_model
+
+    model = _onnx_model(tmp_path / "m.onnx", 22, {"scidmz.features": "a,b", "scidmz.units": "",
+                                                  "scidmz.target": "binding-rate"})  # fmt: skip
+    path = _controller_config(tmp_path, example_policy, **{"controller.strategy": "mlc"})
+    proc = _run(["controller", "--config", str(path), "--model", str(model)])
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2, err
+    assert "scidmz.features differs from the controller's at input 0: model 'a'" in err, err
 
 
 def test_sigterm_restores_the_failsafe_rate(tmp_path, example_policy):

@@ -8,7 +8,9 @@ an actuator interface that does not exist. Each raises ``ConfigError`` with the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from scidmz.api.runtime import ConfigError, RuntimeConfig
 from scidmz.control.actuators import (
@@ -25,6 +27,8 @@ from scidmz.control.features import Setpoint
 from scidmz.control.loop import ControllerSettings, DtnControl
 from scidmz.control.model import InverseModel, ModelError
 
+T = TypeVar("T")
+
 
 def default_models_dir() -> Path:
     """``$SCIDMZ_MODELS_DIR``, else the repository's (or image's) ``models/``."""
@@ -32,25 +36,31 @@ def default_models_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[3] / "models"
 
 
+def _checked(field: str, build: Callable[[], T]) -> T:
+    """``build()``, with a filter's config error turned into a ConfigError naming ``field``."""
+    try:
+        return build()
+    except ControlConfigError as error:
+        raise ConfigError(f"{field}: {error}") from None
+
+
 def controller_settings(config: RuntimeConfig) -> ControllerSettings:
     c = config.controller
     dtn = config.actuator.dtn
-    try:
-        gains = Gains(c.gains.kp, c.gains.ki, c.gains.kw)
-        limits = Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps)
-    except ControlConfigError as error:
-        raise ConfigError(f"controller: {error}") from None
+    gains = _checked("controller.gains", lambda: Gains(c.gains.kp, c.gains.ki, c.gains.kw))
+    limits = _checked(
+        "controller.limits", lambda: Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps)
+    )
     dtn_control = None
     if dtn is not None:
-        try:
-            dtn_control = DtnControl(
-                gains=Gains(dtn.gains.kp, dtn.gains.ki, dtn.gains.kw),
-                # the cap moves over the link's range at the campus limit's slew
-                limits=Limits(0.0, config.bottleneck_capacity_bps, c.max_step_bps),
-                failsafe_rate_bps=dtn.failsafe_rate_bps,
-            )
-        except ControlConfigError as error:
-            raise ConfigError(f"actuator.dtn: {error}") from None
+        dtn_control = DtnControl(
+            gains=_checked(
+                "actuator.dtn.gains", lambda: Gains(dtn.gains.kp, dtn.gains.ki, dtn.gains.kw)
+            ),
+            # the cap moves over the link's range at the campus limit's slew
+            limits=Limits(0.0, config.bottleneck_capacity_bps, c.max_step_bps),
+            failsafe_rate_bps=dtn.failsafe_rate_bps,
+        )
     return ControllerSettings(
         policy=config.policy,
         namespace=config.namespace,

@@ -262,27 +262,69 @@ def arms_for(cca: str, models: dict[str, InverseModel | None]) -> list[Arm]:
     return [a for a in arms if a.strategy != "mlc" or models.get(cca) is not None]
 
 
+@dataclass(frozen=True)
+class Case:
+    """One (CCA, arm, seed): every experiment for it, in one worker."""
+
+    cca: str
+    arm: Arm
+    seed: int
+    transfer_flows: tuple[int, ...]
+    models_dir: Path
+
+
+_MODELS: dict[Path, dict[str, InverseModel | None]] = {}
+
+
+def run_case(case: Case) -> list[Episode]:
+    """Every experiment of one case (models load once per process)."""
+    if case.models_dir not in _MODELS:
+        _MODELS[case.models_dir] = load_models(case.models_dir)
+    model = _MODELS[case.models_dir][case.cca]
+    gains = load_gains(case.models_dir, case.cca)
+    episodes = [
+        experiment(case.arm, case.cca, case.seed, gains, model)
+        for experiment in EXPERIMENTS.values()
+    ]
+    episodes += [
+        transfer(case.arm, case.cca, case.seed, gains, model, campus_flows=flows)
+        for flows in case.transfer_flows
+    ]
+    return episodes
+
+
 def run_all(
     models_dir: Path,
     seeds: int,
     transfer_flows: tuple[int, ...],
     progress: Callable[[str], None] | None = None,
     ccas: tuple[str, ...] = ("cubic", "bbr"),
+    workers: int = 1,
 ) -> list[Episode]:
+    """Every case, on ``workers`` processes; the result does not depend on their number."""
     models = load_models(models_dir)
-    episodes = []
-    for cca in ccas:
-        gains = load_gains(models_dir, cca)
-        for arm in arms_for(cca, models):
-            for seed in range(1, seeds + 1):
+    cases = [
+        Case(cca, arm, seed, transfer_flows, models_dir)
+        for cca in ccas
+        for arm in arms_for(cca, models)
+        for seed in range(1, seeds + 1)
+    ]
+    if workers <= 1:
+        results = []
+        for case in cases:
+            if progress is not None:
+                progress(f"{case.cca} {case.arm.name} seed {case.seed}")
+            results.append(run_case(case))
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers) as pool:
+            results = []
+            for case, done in zip(cases, pool.map(run_case, cases), strict=True):
                 if progress is not None:
-                    progress(f"{cca} {arm.name} seed {seed}")
-                model = models[cca]
-                for experiment in EXPERIMENTS.values():
-                    episodes.append(experiment(arm, cca, seed, gains, model))
-                for flows in transfer_flows:
-                    episodes.append(transfer(arm, cca, seed, gains, model, campus_flows=flows))
-    return episodes
+                    progress(f"{case.cca} {case.arm.name} seed {case.seed}")
+                results.append(done)
+    return [episode for result in results for episode in result]
 
 
 def mean_interval(values: list[float]) -> tuple[float, float]:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from scidmz.api.errors import load_yaml_model
 from scidmz.api.runtime import PAPER_GAINS
 from scidmz.control.antiwindup import MAX_GAIN
 
@@ -54,28 +55,24 @@ def paper_gains(cca: str) -> TunedGains:
     return TunedGains(cca, triple, triple, triple, {"source": "paper table 4"})
 
 
+class GainsFile(BaseModel):
+    """The file's schema: the three triples, plus any provenance (kept as it is)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    mlc: Triple
+    pi: Triple
+    dtn: Triple
+
+
 def load_gains(models_dir: Path, cca: str) -> TunedGains:
-    """``models_dir/<cca>/gains.yaml``; the paper's gains when there is none."""
+    """``models_dir/<cca>/gains.yaml``; the paper's gains when there is none. A file that
+    is not YAML or misses a field raises ``GainsFileError`` naming it (``pi.ki: ...``)."""
     path = models_dir / cca / GAINS_FILE
     if not path.is_file():
         return paper_gains(cca)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as error:
-        raise GainsFileError(f"{path}: not YAML: {error}") from None
-    if not isinstance(raw, dict):
-        raise GainsFileError(f"{path}: expected a mapping")
-    triples: dict[str, Triple] = {}
-    for name in FILTERS:
-        value = raw.get(name)
-        if value is None:
-            raise GainsFileError(f"{path}: {name} is missing")
-        try:
-            triples[name] = Triple.model_validate(value)
-        except ValueError as error:
-            raise GainsFileError(f"{path}: {name}: {error}") from None
-    provenance = {k: v for k, v in raw.items() if k not in FILTERS}
-    return TunedGains(cca, triples["mlc"], triples["pi"], triples["dtn"], provenance)
+    parsed = load_yaml_model(path, GainsFile, "gains file", GainsFileError)
+    return TunedGains(cca, parsed.mlc, parsed.pi, parsed.dtn, dict(parsed.model_extra or {}))
 
 
 def dump_gains(gains: TunedGains, header: str) -> str:

@@ -198,9 +198,10 @@ non-identifiable rows' mean (the first shipped model: 19 % overall, 18 % where b
 {overall_row}
 | all | u(t) itself | {report.mean("overall_raw_u"):.1%} | — |
 
-- The last row includes the non-identifiable rows and is reported for completeness: no
-  model can do much better there (on the paper's excitation, an oracle that knows which rows
-  bind and predicts the middle of [campus rate, B] elsewhere errs by ~14 %).
+- The last row includes the non-identifiable rows, for completeness. There this model
+  predicts the least limit, not u, by design; no model recovers u there (on the paper's
+  excitation even an oracle that knows which rows bind, and predicts the middle of
+  [campus rate, B] elsewhere, errs by ~14 % overall).
 - The network starts from the naive inverse (its output is a correction to y2) and is
   judged by what it adds in the closed loop: `bench/results/control_quality/report.md`.
 - {final} against the binding rate, epoch {report.epochs}.

@@ -9,9 +9,10 @@ the same R*(t) and the same simulated network (common random numbers), on tuning
 (101, 102, …) that the benchmark's seeds (1 … 10) do not reuse. A run is deterministic per
 seed, with or without worker processes.
 
-Three filters are tuned in turn per DTN congestion control: ``pi`` (campus only), ``mlc``
-(campus only, with the shipped inverse model) and ``dtn`` (the DTN cap's filter, beside
-the tuned ``mlc``).
+Three filters are tuned in turn per DTN congestion control: ``pi`` and ``mlc`` (the campus
+filter around B − R* and around the shipped inverse model; campus-only for a Cubic DTN,
+with the DTN cap for a BBR DTN, which campus shaping alone cannot hold) and ``dtn`` (the
+DTN cap's filter, beside the tuned ``mlc``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ class Fitness:
             tuned = TunedGains(self.cca, self.fixed.mlc, self.fixed.pi, triple)
         else:
             tuned = TunedGains(self.cca, triple, triple, self.fixed.dtn)
-        arm = Arm(strategy, dtn_actuator=self.name == "dtn")
+        # a BBR DTN is only controllable with its cap: its campus filters are tuned with it
+        arm = Arm(strategy, dtn_actuator=self.name == "dtn" or self.cca == "bbr")
         measured = round(self.search.episode_s)
         total = 0.0
         for episode in range(self.search.episodes):
@@ -105,6 +107,23 @@ class Fitness:
 
     def __call__(self, ga: object, solution: npt.NDArray[np.float64], index: int) -> float:
         return -self.iae((float(solution[0]), float(solution[1]), float(solution[2])))
+
+    def of(self, gains: tuple[float, float, float]) -> float:
+        return -self.iae(gains)
+
+
+class BatchFitness:
+    """PyGAD's batch fitness over a process pool (PyGAD's own process mode pickles the GA
+    instance, progress callback included); order-preserving, so results do not depend on
+    the number of workers."""
+
+    def __init__(self, fitness: Fitness, pool: Any) -> None:
+        self.fitness = fitness
+        self.pool = pool
+
+    def __call__(self, ga: object, batch: Any, indices: Any) -> list[float]:
+        triples = [(float(s[0]), float(s[1]), float(s[2])) for s in np.asarray(batch)]
+        return list(self.pool.map(self.fitness.of, triples))
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_model"} | {"_model": None}
@@ -139,10 +158,14 @@ def tune_filter(
         if on_generation is not None:
             on_generation(int(ga.generations_completed), -float(ga.best_solution()[1]))
 
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(search.workers) if search.workers > 1 else None
     ga = pygad.GA(
         num_generations=search.generations,
         num_parents_mating=search.parents_mating,
-        fitness_func=fitness,
+        fitness_func=BatchFitness(fitness, pool) if pool is not None else fitness,
+        fitness_batch_size=search.population if pool is not None else None,
         initial_population=initial_population(search, PAPER_GAINS[cca]),
         gene_type=float,
         gene_space=[{"low": search.gene_low, "high": search.gene_high}] * 3,
@@ -156,10 +179,13 @@ def tune_filter(
         save_solutions=True,
         random_seed=search.seed,
         on_generation=report,
-        parallel_processing=["process", search.workers] if search.workers > 1 else None,
         suppress_warnings=True,
     )
-    ga.run()
+    try:
+        ga.run()
+    finally:
+        if pool is not None:
+            pool.shutdown()
     solution, _, _ = ga.best_solution(pop_fitness=ga.last_generation_fitness)
     gains = Triple(kp=round(float(solution[0]), 4), ki=round(float(solution[1]), 4),
                    kw=round(float(solution[2]), 4))  # fmt: skip

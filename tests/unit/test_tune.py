@@ -1,0 +1,83 @@
+"""`scidmz tune`: the paper's GA (§3.3) on the simulator, as a user runs it (a tiny search)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from scidmz.learn.gains import GainsFileError, load_gains, paper_gains
+
+TINY = ["--generations", "2", "--population", "4", "--parents", "2", "--filters", "pi"]
+
+
+def _tune(models, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "scidmz.cli", "tune", "--cca", "cubic", "--models", str(models),
+         *args],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+
+
+def test_tune_writes_gains_with_fitness_and_settings_and_is_deterministic(tmp_path):
+    first = _tune(tmp_path / "a", *TINY, "--seed", "3")
+    assert first.returncode == 0, first.stderr
+    written = yaml.safe_load((tmp_path / "a" / "cubic" / "gains.yaml").read_text())
+    search = written["search"]
+    assert (search["generations"], search["population"], search["parents_mating"]) == (2, 4, 2)
+    assert (search["crossover_probability"], search["mutation_probability"]) == (0.9, 0.1)
+    assert search["selection"] == "sss" and search["seed"] == 3
+    fitness = written["fitness"]["pi"]
+    # the search starts from the paper's gains and from zero, so it can only improve on them
+    assert 0 < fitness["iae_gbit"] <= fitness["paper_gains_iae_gbit"]
+    assert fitness["evaluations"] >= 4
+    tuned = load_gains(tmp_path / "a", "cubic")
+    assert tuned.pi.as_tuple() == tuple(written["pi"][k] for k in ("kp", "ki", "kw"))
+    assert tuned.mlc == paper_gains("cubic").mlc  # not tuned in this run: left as they were
+    assert "Kp" in first.stdout and "IAE" in first.stdout
+    again = _tune(tmp_path / "b", *TINY, "--seed", "3", "--workers", "2")
+    assert again.returncode == 0, again.stderr
+    # the same seed on two worker processes finds the same gains with the same fitness
+    other = load_gains(tmp_path / "b", "cubic")
+    assert other.pi == tuned.pi
+    assert other.provenance["fitness"]["pi"] == written["fitness"]["pi"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cca", "vegas"], "--cca must be cubic or bbr"),
+        (["--filters", "pid"], "--filters: unknown pid"),
+        (["--generations", "0"], "--generations must be >= 1"),
+        (["--parents", "40"], "1 <= --parents <= --population"),
+        (["--filters", "mlc"], "tuning mlc or dtn needs"),
+    ],
+)
+def test_tune_refuses_bad_input(tmp_path, args, message):
+    argv = ["tune", "--models", str(tmp_path)]
+    if "--cca" not in args:
+        argv += ["--cca", "cubic"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scidmz.cli", *argv, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not (tmp_path / "cubic" / "gains.yaml").exists()
+
+
+def test_a_broken_gains_file_names_the_field(tmp_path):
+    (tmp_path / "cubic").mkdir()
+    (tmp_path / "cubic" / "gains.yaml").write_text("mlc: {kp: 0, ki: 0, kw: 0}\npi: {kp: 0}\n")
+    with pytest.raises(
+        GainsFileError,
+        match=r"is invalid: pi\.ki: Field required; pi\.kw: Field required; dtn: Field",
+    ):
+        load_gains(tmp_path, "cubic")
+    (tmp_path / "cubic" / "gains.yaml").write_text(
+        "mlc: {kp: .nan, ki: 0, kw: 0}\npi: {kp: 0, ki: 0, kw: 0}\ndtn: {kp: 0, ki: 0, kw: 0}\n"
+    )
+    with pytest.raises(GainsFileError, match=r"mlc\.kp: Input should be a finite number"):
+        load_gains(tmp_path, "cubic")

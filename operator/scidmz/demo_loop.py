@@ -64,11 +64,17 @@ def _addresses(config: RuntimeConfig) -> tuple[str, str]:
 
 def local_config(rendered: RuntimeConfig, switch: str, collector: str) -> RuntimeConfig:
     """The operator's rendered config with only the addresses changed: the switch (and the
-    sim actuator) at a local ``scidmz target``, the sample stream at ``collector``."""
+    sim actuators, campus and DTN) at a local ``scidmz target``, the sample stream at
+    ``collector``."""
+    dtn = rendered.actuator.dtn
+    local_dtn = dtn.model_copy(update={"type": "sim", "address": switch}) if dtn else None
+    actuator = rendered.actuator.model_copy(
+        update={"type": "sim", "sim_address": switch, "dtn": local_dtn}
+    )
     return rendered.model_copy(
         update={
             "switch": rendered.switch.model_copy(update={"address": switch}),
-            "actuator": rendered.actuator.model_copy(update={"type": "sim", "sim_address": switch}),
+            "actuator": actuator,
             "collector_address": collector,
         }
     )

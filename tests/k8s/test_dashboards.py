@@ -50,7 +50,8 @@ def _concrete(promql: str) -> str:
 
 def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, tmp_path):
     spec = {**example_policy["spec"], "sampleTime": "500ms",
-            "campus": {"remotePrefix": "198.51.100.0/24"}, "actuator": {"type": "sim"},
+            "campus": {"remotePrefix": "198.51.100.0/24"},
+            "actuator": {"type": "sim", "dtn": {"type": "sim"}},
             "controller": {"strategy": "pi"}}  # fmt: skip
     switch, grpc_port, collector_http, controller_http, prom = (free_port() for _ in range(5))
     rendered = resolve_runtime_config("dash", "ns", 1, parse_spec(spec), "unused:1")

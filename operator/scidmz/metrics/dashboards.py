@@ -94,7 +94,9 @@ def overview() -> dict[str, Any]:
         _panel("DTN rate and its target", [
             (f'{names.RATE}{{class="dtn", {SELECT}}} * 8', "{{policy}} DTN rate"),
             (f"{names.TARGET_RATE}{{{SELECT}}} * 8", "{{policy}} target R*"),
-        ], "bps", (0, 0, 12, 8), description="y1 against R* (paper eq. 3's two terms)."),
+            (f"{names.DTN_RATE_LIMIT}{{{SELECT}}} * 8", "{{policy}} DTN cap"),
+        ], "bps", (0, 0, 12, 8), description="y1 against R* (paper eq. 3's two terms), and "
+           "the DTN's sending-rate cap where a DTN actuator is configured."),
         _panel("Campus rate and the limit u(t)", [
             (f'{names.RATE}{{class="campus", {SELECT}}} * 8', "{{policy}} campus rate"),
             (f"{names.CAMPUS_RATE_LIMIT}{{{SELECT}}} * 8", "{{policy}} u(t)"),

@@ -10,28 +10,20 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 
 import pytest
 
 from scidmz.control.actuators import ActuatorError, ShaperActuator
 from scidmz.testenv.cluster import free_port, wait_http_ok
+from tests.netns import veth_netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def netns():
-    name = f"scidmz-{uuid.uuid4().hex[:8]}"
-    _ip("netns", "add", name)
-    _ip("-n", name, "link", "add", "dtn0", "type", "veth", "peer", "name", "dtn1")
-    _ip("-n", name, "link", "set", "dtn0", "up")
-    yield name
-    _ip("netns", "del", name)
+    with veth_netns("dtn0") as name:
+        yield name
 
 
 def _rate(netns: str) -> str | None:

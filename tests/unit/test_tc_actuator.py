@@ -6,27 +6,19 @@ import asyncio
 import os
 import re
 import subprocess
-import uuid
 
 import pytest
 
 from scidmz.control.actuators import ActuatorError, TcActuator
+from tests.netns import veth_netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @pytest.fixture
 def netns():
-    name = f"scidmz-{uuid.uuid4().hex[:8]}"
-    _ip("netns", "add", name)
-    _ip("-n", name, "link", "add", "campus0", "type", "veth", "peer", "name", "campus1")
-    _ip("-n", name, "link", "set", "campus0", "up")
-    yield name
-    _ip("netns", "del", name)
+    with veth_netns("campus0") as name:
+        yield name
 
 
 def _qdisc(netns: str) -> str:

@@ -64,11 +64,13 @@ class _GrpcActuator:
     """One unary rate call on a gRPC channel; a failed call is an ``ActuatorError``."""
 
     name = "grpc"
+    stub_class: Any = None
 
-    def __init__(self, address: str, timeout_s: float) -> None:
+    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
         self.address = address
         self._timeout = timeout_s
         self._channel = grpc.aio.insecure_channel(address)
+        self._stub = self.stub_class(self._channel)
 
     async def _call(self, method: Any, request: Any) -> float:
         try:
@@ -87,10 +89,7 @@ class SimActuator(_GrpcActuator):
     """``scidmz.v1.SimActuator/SetCampusRateLimit`` on the software target."""
 
     name = "sim"
-
-    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
-        super().__init__(address, timeout_s)
-        self._stub = telemetry_pb2_grpc.SimActuatorStub(self._channel)
+    stub_class = telemetry_pb2_grpc.SimActuatorStub
 
     async def apply(self, rate_bps: float) -> float:
         request = telemetry_pb2.CampusRateLimit(rate_bps=rate_bps)
@@ -101,25 +100,18 @@ class SimDtnActuator(_GrpcActuator):
     """``scidmz.v1.SimActuator/SetDtnRateLimit``: the simulated DTN's sending-rate cap."""
 
     name = "sim-dtn"
-
-    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
-        super().__init__(address, timeout_s)
-        self._stub = telemetry_pb2_grpc.SimActuatorStub(self._channel)
+    stub_class = telemetry_pb2_grpc.SimActuatorStub
 
     async def apply(self, rate_bps: float) -> float:
-        return await self._call(
-            self._stub.SetDtnRateLimit, telemetry_pb2.RateLimit(rate_bps=rate_bps)
-        )
+        request = telemetry_pb2.RateLimit(rate_bps=rate_bps)
+        return await self._call(self._stub.SetDtnRateLimit, request)
 
 
 class ShaperActuator(_GrpcActuator):
     """``scidmz.v1.Shaper/SetRate`` on a `scidmz shaper` (a tbf on another node)."""
 
     name = "shaper"
-
-    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
-        super().__init__(address, timeout_s)
-        self._stub = telemetry_pb2_grpc.ShaperStub(self._channel)
+    stub_class = telemetry_pb2_grpc.ShaperStub
 
     async def apply(self, rate_bps: float) -> float:
         return await self._call(self._stub.SetRate, telemetry_pb2.RateLimit(rate_bps=rate_bps))

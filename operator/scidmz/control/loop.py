@@ -242,28 +242,30 @@ class Controller:
         m.inference.labels(*m.labels).observe(self._clock() - started)
         return u_hat if math.isfinite(u_hat) else self.trivial_rate_bps
 
+    async def _try(self, actuator: Actuator, rate_bps: float, what: str) -> float | None:
+        """Apply one rate; an actuator error is counted and logged (retried next time)."""
+        m = self.metrics
+        try:
+            return await actuator.apply(rate_bps)
+        except ActuatorError as error:
+            m.actuator_errors.labels(*m.labels).inc()
+            log.warning("%s %s: %s (retried)", what, actuator.name, error)
+            return None
+
     async def _apply(self, rate_bps: float, dtn_cap_bps: float | None) -> None:
         m = self.metrics
-        applied = True
-        try:
-            self.applied_bps = await self.actuator.apply(rate_bps)
-            m.limit.labels(*m.labels).set(self.applied_bps / 8)
-        except ActuatorError as error:
-            applied = False
-            m.actuator_errors.labels(*m.labels).inc()
-            log.warning("actuator %s: %s (retried with the next sample)", self.actuator.name, error)
+        applied = await self._try(self.actuator, rate_bps, "actuator")
+        if applied is not None:
+            self.applied_bps = applied
+            m.limit.labels(*m.labels).set(applied / 8)
+        dtn_ok = True
         if self.dtn_actuator is not None and dtn_cap_bps is not None:
-            try:
-                self.dtn_applied_bps = await self.dtn_actuator.apply(dtn_cap_bps)
-                m.dtn_limit.labels(*m.labels).set(self.dtn_applied_bps / 8)
-            except ActuatorError as error:
-                applied = False
-                m.actuator_errors.labels(*m.labels).inc()
-                log.warning(
-                    "DTN actuator %s: %s (retried with the next sample)",
-                    self.dtn_actuator.name, error,
-                )  # fmt: skip
-        if not applied:
+            dtn_applied = await self._try(self.dtn_actuator, dtn_cap_bps, "DTN actuator")
+            dtn_ok = dtn_applied is not None
+            if dtn_applied is not None:
+                self.dtn_applied_bps = dtn_applied
+                m.dtn_limit.labels(*m.labels).set(dtn_applied / 8)
+        if applied is None or not dtn_ok:
             return
         if self.failsafe_active:
             log.info("fresh samples again: leaving the fail-safe rate")
@@ -311,28 +313,23 @@ class Controller:
         """The fail-safe rates on both actuators (each retried on the next check if it
         fails); the integrals restart from them."""
         m = self.metrics
-        applied = True
-        try:
-            self.applied_bps = await self.actuator.apply(self.settings.failsafe_rate_bps)
-            self.filter = FilterState(applied_bps=self.applied_bps)  # restart the integral
-            m.limit.labels(*m.labels).set(self.applied_bps / 8)
-        except ActuatorError as error:
-            applied = False
-            m.actuator_errors.labels(*m.labels).inc()
-            log.warning("actuator %s (fail-safe): %s", self.actuator.name, error)
+        applied = await self._try(self.actuator, self.settings.failsafe_rate_bps, "fail-safe")
+        if applied is not None:
+            self.applied_bps = applied
+            self.filter = FilterState(applied_bps=applied)  # restart the integral
+            m.limit.labels(*m.labels).set(applied / 8)
+        dtn_ok = True
         dtn_rate = self.dtn_failsafe_rate_bps
         if self.dtn_actuator is not None and dtn_rate is not None:
-            try:
-                self.dtn_applied_bps = await self.dtn_actuator.apply(dtn_rate)
-                self.dtn_filter = FilterState(applied_bps=self.dtn_applied_bps)
-                m.dtn_limit.labels(*m.labels).set(self.dtn_applied_bps / 8)
-            except ActuatorError as error:
-                applied = False
-                m.actuator_errors.labels(*m.labels).inc()
-                log.warning("DTN actuator %s (fail-safe): %s", self.dtn_actuator.name, error)
+            dtn_applied = await self._try(self.dtn_actuator, dtn_rate, "DTN fail-safe")
+            dtn_ok = dtn_applied is not None
+            if dtn_applied is not None:
+                self.dtn_applied_bps = dtn_applied
+                self.dtn_filter = FilterState(applied_bps=dtn_applied)
+                m.dtn_limit.labels(*m.labels).set(dtn_applied / 8)
         self.history.clear()
         self._last_step_s = None
-        if applied:
+        if applied is not None and dtn_ok:
             self.failsafe_active = True
             m.failsafe.labels(*m.labels).set(1)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scidmz.api.runtime import TelemetryConfig
@@ -31,32 +32,16 @@ class ClockMismatchError(RuntimeError):
     """The controller's dt is not the simulated time that passed."""
 
 
-class CampusShaper:
-    """u(t) straight into the simulator's campus token bucket."""
+class DirectActuator:
+    """A rate straight into the in-process simulator (``setter``: its campus shaper or its
+    DTN cap)."""
 
-    name = "sim-direct"
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
-
-    async def apply(self, rate_bps: float) -> float:
-        self.sim.set_campus_rate_limit(max(rate_bps, 0.0))
-        return rate_bps
-
-    async def close(self) -> None:
-        return
-
-
-class DtnCap:
-    """The DTN cap straight into the simulator's DTN token bucket."""
-
-    name = "sim-direct-dtn"
-
-    def __init__(self, sim: Simulator) -> None:
-        self.sim = sim
+    def __init__(self, name: str, setter: Callable[[float], None]) -> None:
+        self.name = name
+        self._setter = setter
 
     async def apply(self, rate_bps: float) -> float:
-        self.sim.set_dtn_rate_limit(max(rate_bps, 0.0))
+        self._setter(max(rate_bps, 0.0))
         return rate_bps
 
     async def close(self) -> None:
@@ -86,10 +71,12 @@ class SimLoop:
         sim = self.collector.sim
         self.controller = Controller(
             settings,
-            CampusShaper(sim),
+            DirectActuator("sim-direct", sim.set_campus_rate_limit),
             model if settings.strategy == "mlc" else None,
             clock=lambda: sim.now,
-            dtn_actuator=DtnCap(sim) if settings.dtn is not None else None,
+            dtn_actuator=(
+                DirectActuator("sim-direct-dtn", sim.set_dtn_rate_limit) if settings.dtn else None
+            ),
         )
         self._sequence = 0
         self._last_decision_s: float | None = None

@@ -33,7 +33,7 @@ PAPER_GAINS: dict[str, tuple[float, float, float]] = {
 # models/<cca>/gains.yaml holds them with their fitness and search settings; a test keeps
 # the two equal.
 TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
-    "cubic": {"mlc": (0.0, 0.0, 0.0), "pi": (0.0, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
+    "cubic": {"mlc": (0.0, 0.0, 0.0549), "pi": (0.3037, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
     "bbr": {"mlc": (0.0, 0.0, 0.0), "pi": (0.0, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
 }
 

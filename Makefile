@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit crds protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
+.PHONY: sysdeps demo test lint unit crds protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,12 +17,16 @@ $(STAMP): pyproject.toml
 testenv:
 	hack/testenv/build.sh
 
+# System tools (Prometheus, iproute2, iperf3, ...): installed from apt when root, else named.
+sysdeps:
+	hack/system-deps.sh
+
 ## The main job: local control plane + operator + examples/*.yaml, showing their status.
-demo: $(STAMP) testenv
+demo: $(STAMP) testenv sysdeps
 	$(BIN)/scidmz demo
 
 ## Every test: static gates, then unit and control-plane tests.
-test: $(STAMP) testenv lint
+test: $(STAMP) testenv sysdeps lint
 	$(BIN)/pytest
 
 lint: $(STAMP)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from scidmz.api.runtime import ConfigError
+from scidmz.lab.cli import lab_app
 
 if TYPE_CHECKING:
     import grpc
@@ -29,6 +30,7 @@ sim_app = typer.Typer(
     help="The embedded campus / Science DMZ network simulator.", no_args_is_help=True
 )
 app.add_typer(sim_app, name="sim")
+app.add_typer(lab_app, name="lab")
 
 ConfigOption = Annotated[
     Path, typer.Option("--config", help="Runtime config rendered by the operator (YAML).")

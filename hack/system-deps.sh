@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The system tools `make test` and `make demo` use beyond Python and Go: installs the missing
+# ones from Debian when run as root, else names them (the tests that need them then skip
+# with that reason).
+set -euo pipefail
+
+# tool -> Debian package
+declare -A PACKAGES=(
+  [prometheus]=prometheus [promtool]=prometheus  # the scrape tests, make demo
+  [ip]=iproute2 [tc]=iproute2 [ss]=iproute2      # the tc actuator, the lab
+  [iperf3]=iperf3 [ethtool]=ethtool [ping]=iputils-ping [pgrep]=procps [gcc]=gcc  # the lab
+)
+missing=()
+for tool in "${!PACKAGES[@]}"; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("${PACKAGES[$tool]}")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)
+if [[ $EUID -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing ${packages[*]} (apt)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}" >/dev/null
+else
+  echo "warning: missing packages ${packages[*]}: install them (as root: apt-get install" \
+       "${packages[*]}); the tests that need them will skip" >&2
+fi

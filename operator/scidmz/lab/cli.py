@@ -1,0 +1,150 @@
+"""``scidmz lab``: the real-TCP lab's commands (up, status, traffic, down)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+lab_app = typer.Typer(
+    help="The paper's testbed on real Linux TCP in network namespaces (needs root).",
+    no_args_is_help=True,
+)
+
+DEFAULT_BOTTLENECK = "300Mbps"
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+def lab_scenario(path: Path | None, overrides: dict[str, Any]) -> Any:
+    """The scenario file (or the paper's testbed at 300 Mb/s), with the command line's
+    overrides applied as dotted fields; invalid input raises ``ScenarioError``."""
+    from scidmz.netsim.scenario import load_scenario, parse_scenario
+
+    raw: dict[str, Any] = (
+        load_scenario(path).model_dump(exclude_unset=True) if path is not None else {}
+    )
+    raw.setdefault("bottleneck", {}).setdefault("capacity_bps", DEFAULT_BOTTLENECK)
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        section, field = dotted.split(".")
+        raw.setdefault(section, {})[field] = value
+    return parse_scenario(raw, str(path) if path else "lab scenario")
+
+
+@lab_app.command("up")
+def lab_up(
+    scenario: Annotated[
+        Path | None,
+        typer.Option(
+            "--scenario",
+            help="Scenario YAML, as for `scidmz sim` (default: the "
+            "paper's testbed with a 300 Mb/s bottleneck).",
+        ),
+    ] = None,
+    bottleneck: Annotated[str | None, typer.Option(help="B, e.g. 300Mbps or 1Gbps.")] = None,
+    campus_flows: Annotated[int | None, typer.Option(help="N long campus flows.")] = None,
+    dtn_streams: Annotated[int | None, typer.Option(help="M DTN streams.")] = None,
+    dtn_cca: Annotated[str | None, typer.Option(help="The DTN's congestion control.")] = None,
+    offloads: Annotated[
+        bool, typer.Option(help="TSO/GSO/GRO on the lab's veths (needed for 1 Gb/s).")
+    ] = True,
+) -> None:
+    """Build the lab: namespaces, veths, the bottleneck's and the campus shaper's tbf, the
+    delay line; checks both base RTTs with a ping."""
+    from scidmz.lab import runner
+    from scidmz.lab.topology import LabError
+    from scidmz.netsim.scenario import ScenarioError
+
+    try:
+        chosen = lab_scenario(
+            scenario,
+            {
+                "bottleneck.capacity_bps": bottleneck,
+                "campus.long_flows": campus_flows,
+                "dtn.streams": dtn_streams,
+                "dtn.congestion_control": dtn_cca,
+            },
+        )
+        runner.up(chosen, offloads=offloads, progress=typer.echo)
+    except (ScenarioError, LabError) as error:
+        _fail(str(error))
+    typer.echo("lab up: `scidmz lab traffic --duration 30 --out DIR` runs its flows")
+
+
+@lab_app.command("status")
+def lab_status() -> None:
+    """What is up: namespaces, the qdiscs' counters, the delay line's lag."""
+    from scidmz.lab import runner, topology
+    from scidmz.lab.topology import LabError
+    from scidmz.lab.truth import read_qdisc
+
+    try:
+        lab = runner.read_state()
+    except LabError as error:
+        _fail(str(error))
+        return
+    typer.echo(f"namespaces: {', '.join(runner.existing_namespaces())}")
+    for name, (namespace, interface) in (
+        ("bottleneck", topology.BOTTLENECK),
+        ("campus shaper", topology.CAMPUS_SHAPER),
+    ):
+        stats = read_qdisc(namespace, interface)
+        typer.echo(
+            f"{name} ({namespace} {interface}): rate {stats['rate_bps'] / 1e6:.1f} Mb/s, "
+            f"backlog {stats['backlog_bytes']:.0f} B, drops {stats['drops']:.0f}"
+        )
+    if lab.delay_stats_path.exists():
+        typer.echo(f"delay line: {json.loads(lab.delay_stats_path.read_text())}")
+
+
+@lab_app.command("traffic")
+def lab_traffic(
+    duration: Annotated[float, typer.Option(help="Seconds of traffic.")],
+    out: Annotated[Path, typer.Option(help="Directory for truth.csv and the iperf3 logs.")],
+) -> None:
+    """Run the scenario's long flows (iperf3) and record the kernel's ground truth per second."""
+    from scidmz.lab import runner
+    from scidmz.lab.topology import LabError
+    from scidmz.lab.traffic import client_summary, record_truth
+
+    if not duration >= 1:
+        _fail("--duration must be at least 1 s")
+    try:
+        lab = runner.read_state()
+    except LabError as error:
+        _fail(str(error))
+        return
+
+    def show(row: dict[str, float]) -> None:
+        typer.echo(
+            f"{row['t_s']:5.0f} s  DTN {row['dtn_rate_bps'] / 1e6:6.1f} Mb/s  "
+            f"campus {row['campus_rate_bps'] / 1e6:6.1f} Mb/s  "
+            f"queue {row['queuing_delay_s'] * 1e3:5.1f} ms  drops {row['bottleneck_drops']:.0f}"
+        )
+
+    path = record_truth(lab, duration, out, on_row=show)
+    for name in ("dtn", "campus"):
+        log = out / f"iperf3-{name}.json"
+        if log.exists():
+            summary = client_summary(log)
+            typer.echo(
+                f"iperf3 {name}: {summary['rate_bps'] / 1e6:.1f} Mb/s, "
+                f"{summary['retransmits']:.0f} retransmits"
+            )
+    typer.echo(f"ground truth: {path}")
+
+
+@lab_app.command("down")
+def lab_down() -> None:
+    """Stop every lab process and delete the namespaces (safe to repeat, and after a crash)."""
+    from scidmz.lab import runner
+
+    removed = runner.down()
+    typer.echo(f"removed {', '.join(removed)}" if removed else "no lab was up")

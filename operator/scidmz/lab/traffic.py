@@ -1,0 +1,147 @@
+"""The lab's long flows: iperf3 servers in the receivers' namespace and one iperf3 client per
+class (campus: N flows; DTN: M streams), each with its congestion control set per socket
+(``-C``), because a new namespace defaults to bbr and refuses cubic as its default.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from scidmz.lab import topology
+from scidmz.lab.runner import Lab, _wait_for, spawn
+from scidmz.lab.truth import TruthSampler
+from scidmz.netsim.scenario import Scenario
+
+
+def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> list[str]:
+    """The iperf3 client of one class."""
+    port, flows, cca = (
+        (topology.DTN_PORT, scenario.dtn.streams, scenario.dtn.congestion_control)
+        if dtn
+        else (topology.CAMPUS_PORT, scenario.campus.long_flows, scenario.campus.congestion_control)
+    )
+    return [
+        "iperf3",
+        "--client",
+        topology.RECV_ADDR,
+        "--port",
+        str(port),
+        "--parallel",
+        str(flows),
+        "--congestion",
+        cca,
+        "--time",
+        str(max(1, math.ceil(duration_s))),
+        "--json",
+        "--logfile",
+        str(log),
+    ]
+
+
+def _listening(port: int) -> bool:
+    done = subprocess.run(
+        ["ip", "netns", "exec", topology.RECV, "ss", "-ltnH", f"sport = :{port}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return bool(done.stdout.strip())
+
+
+def start_flows(lab: Lab, duration_s: float, out: Path) -> list[subprocess.Popen[bytes]]:
+    """Servers, then clients for every class with flows; returns the client processes."""
+    scenario = lab.scenario
+    classes = [(True, scenario.dtn.streams), (False, scenario.campus.long_flows)]
+    clients = []
+    for dtn, flows in classes:
+        if flows == 0:
+            continue
+        port = topology.DTN_PORT if dtn else topology.CAMPUS_PORT
+        name = "dtn" if dtn else "campus"
+        if not _listening(port):
+            spawn(
+                topology.RECV,
+                ["iperf3", "--server", "--port", str(port)],
+                out / f"iperf3-server-{name}.log",
+            )
+            _wait_for(lambda port=port: _listening(port), 5.0, f"the {name} iperf3 server")  # type: ignore[misc]
+        log = out / f"iperf3-{name}.json"
+        log.unlink(missing_ok=True)
+        namespace = topology.DTN if dtn else topology.CAMPUS
+        clients.append(
+            spawn(
+                namespace, client_argv(scenario, duration_s, dtn, log), out / f"iperf3-{name}.log"
+            )
+        )
+    return clients
+
+
+def client_summary(log: Path) -> dict[str, float]:
+    """Mean sending rate and retransmissions from an iperf3 client's JSON log."""
+    report = json.loads(log.read_text())
+    if "error" in report:
+        raise RuntimeError(f"iperf3 ({log.name}): {report['error']}")
+    sent = report["end"]["sum_sent"]
+    return {
+        "rate_bps": float(sent["bits_per_second"]),
+        "retransmits": float(sent.get("retransmits", 0)),
+    }
+
+
+def record_truth(
+    lab: Lab,
+    duration_s: float,
+    out: Path,
+    interval_s: float = 1.0,
+    on_row: Callable[[dict[str, float]], None] = lambda _: None,
+) -> Path:
+    """Run the long flows for ``duration_s`` and write per-interval ground truth to
+    ``out/truth.csv``; returns its path. Rows come on monotonic deadlines."""
+    out.mkdir(parents=True, exist_ok=True)
+    sampler = TruthSampler(
+        lab.scenario.bottleneck.capacity_bps, lab.scenario.activity.packets_threshold
+    )
+    clients = start_flows(lab, duration_s, out)
+    path = out / "truth.csv"
+    try:
+        start = time.monotonic()
+        sampler.sample(interval_s)
+        with path.open("w", newline="") as handle:
+            writer: csv.DictWriter[str] | None = None
+            for tick in range(1, int(duration_s / interval_s) + 1):
+                time.sleep(max(0.0, start + tick * interval_s - time.monotonic()))
+                row = {"t_s": tick * interval_s} | sampler.sample(interval_s)
+                row |= delayline_stats(lab)
+                if writer is None:
+                    writer = csv.DictWriter(handle, fieldnames=list(row))
+                    writer.writeheader()
+                writer.writerow(row)
+                handle.flush()
+                on_row(row)
+        for client in clients:
+            client.wait(timeout=15)
+    finally:
+        for client in clients:
+            if client.poll() is None:
+                client.terminate()
+    return path
+
+
+def delayline_stats(lab: Lab) -> dict[str, float]:
+    """The delay line's own counters: a late delay line adds delay (``max_lag_us``)."""
+    try:
+        stats = json.loads(lab.delay_stats_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        "delayline_max_lag_s": float(stats["max_lag_us"]) / 1e6,
+        "delayline_drops": float(
+            stats["dropped_full"] + stats["dropped_oversize"] + stats["kernel_drops"]
+        ),
+    }

@@ -1,0 +1,182 @@
+"""Ground truth from the kernel for a lab run: what the senders' TCP stacks and the qdiscs
+say, sampled every interval, written beside the collector's samples.
+
+Per class (DTN, campus), from the senders' sockets (``ss -tin``, i.e. TCP_INFO): delivered
+rate (Δ bytes_acked), smoothed and minimum RTT, retransmitted segments, mean cwnd and the
+flows that sent data. From ``tc -s``: the bottleneck's backlog (and so its queuing delay,
+backlog / B), drops and bytes sent; the campus shaper's rate u, backlog and drops.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from scidmz.lab import topology
+
+_FIELD = re.compile(r"(\w+):([^\s]+)")
+
+
+@dataclass(frozen=True)
+class TcpFlow:
+    """One socket's TCP_INFO as ``ss -tin`` prints it (times in seconds)."""
+
+    local: str
+    peer: str
+    congestion_control: str
+    rtt_s: float
+    min_rtt_s: float
+    cwnd_segments: int
+    bytes_acked: int
+    data_segments_out: int
+    retransmitted_segments: int
+
+    @property
+    def peer_port(self) -> int:
+        return int(self.peer.rsplit(":", 1)[1])
+
+
+def parse_ss(text: str) -> list[TcpFlow]:
+    """``ss -tinH`` output -> one :class:`TcpFlow` per connection (header line + info line)."""
+    flows = []
+    lines = [line for line in text.splitlines() if line.strip()]
+    for header, info in zip(lines[::2], lines[1::2], strict=False):
+        columns = header.split()
+        if len(columns) < 5:
+            continue
+        fields = dict(_FIELD.findall(info))
+        words = info.split()
+        rtt = fields.get("rtt", "0/0").split("/")[0]
+        retrans = fields.get("retrans", "0/0").split("/")[-1]
+        flows.append(
+            TcpFlow(
+                local=columns[3],
+                peer=columns[4],
+                congestion_control=words[0] if words and ":" not in words[0] else "",
+                rtt_s=float(rtt) / 1e3,
+                min_rtt_s=float(fields.get("minrtt", rtt)) / 1e3,
+                cwnd_segments=int(fields.get("cwnd", 0)),
+                bytes_acked=int(fields.get("bytes_acked", 0)),
+                data_segments_out=int(fields.get("data_segs_out", 0)),
+                retransmitted_segments=int(retrans),
+            )
+        )
+    return flows
+
+
+def class_truth(
+    now: Iterable[TcpFlow],
+    before: Mapping[str, TcpFlow],
+    interval_s: float,
+    prefix: str,
+    packets_threshold: int = 10,
+) -> dict[str, float]:
+    """One class's figures over an interval from two snapshots of its sockets (keyed by
+    local address). A flow is active if it sent at least ``packets_threshold`` data segments
+    in the interval (the collector's C_TH rule), which also leaves out iperf3's control
+    connection."""
+    rate_bytes = 0.0
+    retransmits = 0
+    rtts: list[float] = []
+    min_rtts: list[float] = []
+    cwnds: list[float] = []
+    active = 0
+    for flow in now:
+        previous = before.get(flow.local)
+        acked = flow.bytes_acked - (previous.bytes_acked if previous else 0)
+        sent = flow.data_segments_out - (previous.data_segments_out if previous else 0)
+        retransmits += flow.retransmitted_segments - (
+            previous.retransmitted_segments if previous else 0
+        )
+        rate_bytes += max(acked, 0)
+        if sent >= packets_threshold:
+            active += 1
+            rtts.append(flow.rtt_s)
+            min_rtts.append(flow.min_rtt_s)
+            cwnds.append(flow.cwnd_segments)
+    return {
+        f"{prefix}_rate_bps": rate_bytes * 8 / interval_s,
+        f"{prefix}_rtt_s": _mean(rtts),
+        f"{prefix}_min_rtt_s": min(min_rtts) if min_rtts else float("nan"),
+        f"{prefix}_retransmitted_segments": float(retransmits),
+        f"{prefix}_cwnd_segments": _mean(cwnds),
+        f"{prefix}_active_flows": float(active),
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else float("nan")
+
+
+def qdisc_stats(tc_json: str) -> dict[str, float]:
+    """The root qdisc's counters from ``tc -s -j qdisc show dev X`` (rate in bit/s)."""
+    for qdisc in json.loads(tc_json):
+        if qdisc.get("root"):
+            return {
+                "rate_bps": float(qdisc.get("options", {}).get("rate", 0)) * 8,
+                "backlog_bytes": float(qdisc.get("backlog", 0)),
+                "drops": float(qdisc.get("drops", 0)),
+                "sent_bytes": float(qdisc.get("bytes", 0)),
+            }
+    return {"rate_bps": float("nan"), "backlog_bytes": 0.0, "drops": 0.0, "sent_bytes": 0.0}
+
+
+def read_flows(namespace: str, port: int) -> dict[str, TcpFlow]:
+    done = subprocess.run(
+        ["ip", "netns", "exec", namespace, "ss", "-tinH", "dst", f"{topology.RECV_ADDR}:{port}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {flow.local: flow for flow in parse_ss(done.stdout)}
+
+
+def read_qdisc(namespace: str, interface: str) -> dict[str, float]:
+    done = subprocess.run(
+        ["tc", "-n", namespace, "-s", "-j", "qdisc", "show", "dev", interface],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return qdisc_stats(done.stdout or "[]")
+
+
+class TruthSampler:
+    """Call :meth:`sample` once per interval; each call returns one row of ground truth."""
+
+    def __init__(self, bottleneck_bps: float, packets_threshold: int = 10) -> None:
+        self.bottleneck_bps = bottleneck_bps
+        self.packets_threshold = packets_threshold
+        self._flows: dict[str, dict[str, TcpFlow]] = {"dtn": {}, "campus": {}}
+        self._qdiscs: dict[str, dict[str, float]] = {}
+
+    def sample(self, interval_s: float) -> dict[str, float]:
+        row: dict[str, float] = {}
+        for prefix, namespace, port in (
+            ("dtn", topology.DTN, topology.DTN_PORT),
+            ("campus", topology.CAMPUS, topology.CAMPUS_PORT),
+        ):
+            flows = read_flows(namespace, port)
+            row |= class_truth(
+                flows.values(), self._flows[prefix], interval_s, prefix, self.packets_threshold
+            )
+            self._flows[prefix] = flows
+        for name, (namespace, interface) in (
+            ("bottleneck", topology.BOTTLENECK),
+            ("shaper", topology.CAMPUS_SHAPER),
+        ):
+            stats = read_qdisc(namespace, interface)
+            before = self._qdiscs.get(name, stats)
+            row[f"{name}_backlog_bytes"] = stats["backlog_bytes"]
+            row[f"{name}_drops"] = stats["drops"] - before["drops"]
+            row[f"{name}_sent_rate_bps"] = (
+                (stats["sent_bytes"] - before["sent_bytes"]) * 8 / interval_s
+            )
+            self._qdiscs[name] = stats
+            if name == "shaper":
+                row["campus_rate_limit_bps"] = stats["rate_bps"]
+        row["queuing_delay_s"] = row["bottleneck_backlog_bytes"] * 8 / self.bottleneck_bps
+        return row

@@ -1,0 +1,111 @@
+"""The lab's pure parts: its topology commands, the scenario checks, the kernel-truth parsers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scidmz.lab import topology
+from scidmz.lab.topology import LabError
+from scidmz.lab.truth import TcpFlow, class_truth, parse_ss, qdisc_stats
+from scidmz.netsim.scenario import Scenario
+
+# Captured from the lab (`ss -tinH dst 10.71.4.2`), shortened.
+SS_OUTPUT = (
+    "ESTAB 0      0       10.71.3.1:39058 10.71.4.2:5201\n"
+    "\t bbr wscale:10,10 rto:304 rtt:100.267/28.213 ato:40 mss:1448 cwnd:13 bytes_sent:185"
+    " bytes_acked:186 segs_out:9 data_segs_out:3 minrtt:100.196\n"
+    "ESTAB 0      2959104 10.71.3.1:39070 10.71.4.2:5201\n"
+    "\t cubic wscale:10,10 rto:304 rtt:101.534/0.959 mss:1448 cwnd:1840 ssthresh:1840"
+    " bytes_sent:13553301 bytes_retrans:36200 bytes_acked:11065638 data_segs_out:9362"
+    " unacked:1693 retrans:0/25 minrtt:100.05\n"
+)
+
+
+def test_ss_lines_become_flows_with_si_units() -> None:
+    control, data = parse_ss(SS_OUTPUT)
+    assert control.congestion_control == "bbr" and control.peer_port == 5201
+    assert data.congestion_control == "cubic"
+    assert data.rtt_s == pytest.approx(0.101534)
+    assert data.min_rtt_s == pytest.approx(0.10005)
+    assert (data.cwnd_segments, data.bytes_acked, data.data_segments_out) == (1840, 11065638, 9362)
+    assert data.retransmitted_segments == 25 and control.retransmitted_segments == 0
+
+
+def _flow(local: str, acked: int, segments: int, retrans: int = 0, rtt_s: float = 0.1) -> TcpFlow:
+    return TcpFlow(local, "10.71.4.2:5201", "cubic", rtt_s, 0.1, 100, acked, segments, retrans)
+
+
+def test_class_truth_is_the_difference_of_two_snapshots() -> None:
+    before = {"a": _flow("a", 1_000_000, 1000, 2), "b": _flow("b", 0, 5)}
+    now = [_flow("a", 3_500_000, 2700, 7, rtt_s=0.12), _flow("b", 10, 8), _flow("c", 125_000, 90)]
+    truth = class_truth(now, before, 0.5, "dtn", packets_threshold=10)
+    # (2.5 MB + 10 B + 125 kB) in 0.5 s
+    assert truth["dtn_rate_bps"] == pytest.approx((2_500_000 + 10 + 125_000) * 8 / 0.5)
+    assert truth["dtn_retransmitted_segments"] == 5
+    # b sent 3 segments (an idle control connection): below C_TH, not active
+    assert truth["dtn_active_flows"] == 2
+    assert truth["dtn_rtt_s"] == pytest.approx((0.12 + 0.1) / 2)
+
+
+def test_a_class_without_flows_reports_zero_rate_and_no_rtt() -> None:
+    truth = class_truth([], {}, 1.0, "campus")
+    assert truth["campus_rate_bps"] == 0 and truth["campus_active_flows"] == 0
+    assert math.isnan(truth["campus_rtt_s"])
+
+
+def test_qdisc_stats_read_the_root_tbf() -> None:
+    text = (
+        '[{"kind":"tbf","handle":"8011:","root":true,"options":{"rate":37500000},'
+        '"bytes":431378670,"drops":47,"backlog":1968200,"qlen":59}]'
+    )
+    stats = qdisc_stats(text)
+    assert stats == {
+        "rate_bps": 300e6,
+        "backlog_bytes": 1968200.0,
+        "drops": 47.0,
+        "sent_bytes": 431378670.0,
+    }
+
+
+def test_the_bottleneck_queue_is_the_scenarios_buffer() -> None:
+    scenario = Scenario.model_validate(
+        {
+            "bottleneck": {"capacity_bps": "300Mbps", "buffer_s": "50ms"},
+            "dtn": {"rate_limit_bps": "100Mbps"},
+        }
+    )
+    commands = topology.build_commands(scenario)
+    bottleneck = next(
+        c for c in commands if c[:6] == ["tc", "-n", topology.BORDER, "qdisc", "add", "dev"]
+    )
+    assert bottleneck[bottleneck.index("rate") + 1] == "300000000bit"
+    assert bottleneck[bottleneck.index("limit") + 1] == str(int(0.05 * 300e6 / 8))
+    dtn_cap = next(c for c in commands if c[:3] == ["tc", "-n", topology.DTN])
+    assert dtn_cap[dtn_cap.index("rate") + 1] == "100000000bit"
+    assert topology.delay_routes(scenario) == ["10.71.3.0/24=100000", "10.71.1.0/24=10000"]
+
+
+def test_every_namespace_is_created_before_it_is_used() -> None:
+    commands = topology.build_commands(Scenario())
+    created = [c[3] for c in commands if c[:3] == ["ip", "netns", "add"]]
+    assert created == list(topology.NAMESPACES)
+    first_use = len(created)
+    assert all(c[:3] != ["ip", "netns", "add"] for c in commands[first_use:])
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"dtn": {"congestion_control": "bbr2"}}, "dtn.congestion_control"),
+        ({"campus": {"short_flows": {"enabled": True}}}, "campus.short_flows.enabled"),
+        ({"campus": {"long_flows": 200}}, "campus.long_flows"),
+        ({"dtn": {"transfer_bytes": "10GB"}}, "dtn.transfer_bytes"),
+    ],
+)
+def test_scenarios_the_lab_cannot_build_are_refused_by_field(
+    raw: dict[str, object], field: str
+) -> None:
+    with pytest.raises(LabError, match=field.replace(".", r"\.")):
+        topology.check_scenario(Scenario.model_validate(raw))

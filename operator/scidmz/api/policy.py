@@ -175,7 +175,7 @@ class DtnSpec(ApiModel):
     congestion_control: CongestionControl = Field(
         default="cubic",
         description="Congestion control of the sending DTN. Selects the inverse model and "
-        "the default gains (paper table 4). One of: cubic, bbr.",
+        "the default gains (tuned per CCA, models/<cca>/gains.yaml). One of: cubic, bbr.",
     )
 
 
@@ -339,8 +339,9 @@ class ControllerSpec(ApiModel):
     )
     gains: Gains | None = Field(
         default=None,
-        description="PI gains; default per dtn.congestionControl from paper table 4 "
-        "(cubic 0.285/1.486/1.565, bbr 0.388/1.918/1.340).",
+        description="PI gains; default per dtn.congestionControl and strategy: the gains "
+        "`scidmz tune` found on the simulator (models/<cca>/gains.yaml; paper table 4's, "
+        "cubic 0.285/1.486/1.565 and bbr 0.388/1.918/1.340, tracked worse there).",
     )
     limits: Limits = Field(default_factory=Limits, description="Bounds and slew of u(t).")
     desired_state: DesiredState = Field(

@@ -15,6 +15,9 @@ from scidmz.lab.cli import lab_app
 if TYPE_CHECKING:
     import grpc
 
+    from scidmz.target.netsim_source import NetsimSource
+    from scidmz.target.packet_source import PacketTapSource
+
 app = typer.Typer(
     help="scidmz: keep Science DMZ transfers at their target rate on a shared campus link.",
     no_args_is_help=True,
@@ -370,8 +373,30 @@ def _target_credentials(
 @app.command()
 def target(
     source: Annotated[
-        str, typer.Option(help="Packet source: sim (the network simulator).")
+        str,
+        typer.Option(
+            help="Packet source: sim (the network simulator), packets (a packet tap on "
+            "--taps), lab (the packet tap of `scidmz lab up`)."
+        ),
     ] = "sim",
+    taps: Annotated[
+        str,
+        typer.Option(
+            help="--source packets: the interfaces carrying each side of BR1, "
+            "campus=IF,dtn=IF,bottleneck=IF,acks=IF (bottleneck: frames leaving the queue; "
+            "acks: the returning ACKs)."
+        ),
+    ] = "",
+    netns: Annotated[
+        str | None, typer.Option(help="--source packets: the network namespace of --taps.")
+    ] = None,
+    capture_stats: Annotated[
+        Path | None,
+        typer.Option(
+            help="--source packets/lab: where the tap writes its per-interface "
+            "frame and kernel-drop counters every second (default: a temp file)."
+        ),
+    ] = None,
     scenario: Annotated[
         Path | None,
         typer.Option("--scenario", help="Scenario YAML for --source sim (default: the paper's)."),
@@ -404,29 +429,26 @@ def target(
     With --tls-cert/--tls-key the one port (P4Runtime and the sim actuator) speaks TLS only.
     """
     import asyncio
-    import ipaddress
     import signal
 
-    from scidmz.netsim.scenario import Scenario, ScenarioError, load_scenario
-    from scidmz.target.netsim_source import NetsimSource, Wiring
+    from scidmz.lab.topology import LabError
+    from scidmz.netsim.scenario import ScenarioError
+    from scidmz.target.observation import PacketSource
+    from scidmz.target.packet_source import PacketTapSource
     from scidmz.target.runner import Target
     from scidmz.telemetry.pipeline import build_p4info
 
-    if source != "sim":
-        _fail(f"--source must be sim (the only packet source in this release), not {source!r}")
+    if source not in ("sim", "packets", "lab"):
+        _fail(f"--source must be sim, packets or lab, not {source!r}")
     credentials = _target_credentials(tls_cert, tls_key, tls_client_ca)
+    packet_source: PacketSource
     try:
         wired = _parse_ports(ports)
-        wiring = Wiring(
-            campus_port=wired["campus"],
-            dtn_port=wired["dtn"],
-            bottleneck_port=wired["bottleneck"],
-            dtn_address=ipaddress.ip_address(dtn_address),
-            campus_address=ipaddress.ip_address(campus_address),
-        )
-        chosen = load_scenario(scenario) if scenario is not None else Scenario()
-        packet_source = NetsimSource(chosen, wiring, speedup=speedup)
-    except (ValueError, ScenarioError) as error:
+        if source != "sim":
+            packet_source = _packet_tap(source, taps, netns, wired, capture_stats)
+        else:
+            packet_source = _netsim_source(scenario, wired, dtn_address, campus_address, speedup)
+    except (ValueError, ScenarioError, LabError) as error:
         _fail(str(error))
         return
 
@@ -440,8 +462,9 @@ def target(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        described = f"sim at {speedup:g}x" if source == "sim" else f"{source} ({taps or 'lab'})"
         typer.echo(
-            f"scidmz target: device {device_id} on {listen}, source sim at {speedup:g}x, "
+            f"scidmz target: device {device_id} on {listen}, source {described}, "
             f"ports {ports}; Ctrl-C stops it"
         )
         stopping = asyncio.create_task(stop.wait())
@@ -454,7 +477,78 @@ def target(
         if failure is not None:
             _fail(f"the packet source failed: {failure}")
 
-    asyncio.run(main())
+    try:
+        if isinstance(packet_source, PacketTapSource):
+            packet_source.start()
+        asyncio.run(main())
+    except RuntimeError as error:  # the tap reader refused an interface, or died
+        _fail(str(error))
+    finally:
+        if isinstance(packet_source, PacketTapSource):
+            packet_source.close()
+
+
+def _netsim_source(
+    scenario: Path | None, wired: dict[str, int], dtn_address: str, campus_address: str,
+    speedup: float,
+) -> NetsimSource:  # fmt: skip
+    import ipaddress
+
+    from scidmz.netsim.scenario import Scenario, load_scenario
+    from scidmz.target.netsim_source import NetsimSource, Wiring
+
+    wiring = Wiring(
+        campus_port=wired["campus"],
+        dtn_port=wired["dtn"],
+        bottleneck_port=wired["bottleneck"],
+        dtn_address=ipaddress.ip_address(dtn_address),
+        campus_address=ipaddress.ip_address(campus_address),
+    )
+    chosen = load_scenario(scenario) if scenario is not None else Scenario()
+    return NetsimSource(chosen, wiring, speedup=speedup)
+
+
+def _packet_tap(
+    source: str, taps: str, netns: str | None, wired: dict[str, int], stats: Path | None
+) -> PacketTapSource:
+    """The packet tap of --source packets (--taps, --netns) or --source lab (the lab's)."""
+    import tempfile
+
+    from scidmz.lab import native, runner, topology
+    from scidmz.target.packet_source import PacketTapSource, TapWiring
+
+    if source == "lab":
+        runner.read_state()  # a clear error when no lab is up
+        interfaces = dict(topology.TAP_INTERFACES)
+        netns = topology.BORDER
+    else:
+        roles = ("campus", "dtn", "bottleneck", "acks")
+        interfaces = {}
+        for part in taps.split(","):
+            role, _, interface = part.partition("=")
+            if role.strip() not in roles or not interface.strip():
+                raise ValueError(
+                    f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}"
+                )
+            interfaces[role.strip()] = interface.strip()
+        if set(interfaces) != set(roles):
+            raise ValueError(f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}")
+    wiring = TapWiring(
+        campus_in=interfaces["campus"],
+        dtn_in=interfaces["dtn"],
+        bottleneck_out=interfaces["bottleneck"],
+        acks_in=interfaces["acks"],
+        campus_port=wired["campus"],
+        dtn_port=wired["dtn"],
+        bottleneck_port=wired["bottleneck"],
+    )
+    reader = [str(native.binary("tapreader"))]
+    if netns:
+        reader = ["ip", "netns", "exec", netns, *reader]
+    if stats is None:
+        stats = Path(tempfile.mkdtemp(prefix="scidmz-tap-")) / "capture.json"
+    stats.unlink(missing_ok=True)
+    return PacketTapSource(wiring, reader, stats)
 
 
 @app.command()

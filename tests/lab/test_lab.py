@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from scidmz.api.policy import Limits
 from scidmz.cli import app
 from scidmz.control.actuators import TcActuator
 from scidmz.lab import runner, topology
@@ -58,8 +59,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 def test_base_rtts_come_from_the_delay_line(lab: Lab) -> None:
-    assert runner.ping_rtt_s(topology.DTN, topology.RECV_ADDR) == pytest.approx(0.100, abs=0.003)
-    assert runner.ping_rtt_s(topology.CAMPUS, topology.RECV_ADDR) == pytest.approx(0.010, abs=0.003)
+    assert runner.ping_rtt_s(topology.DTN, topology.DTN_RECV_ADDR) == pytest.approx(
+        0.100, abs=0.003
+    )
+    assert runner.ping_rtt_s(topology.CAMPUS, topology.CAMPUS_RECV_ADDR) == pytest.approx(
+        0.010, abs=0.003
+    )
 
 
 def test_a_second_lab_is_refused_and_the_first_survives(lab: Lab, tmp_path: Path) -> None:
@@ -115,39 +120,39 @@ def test_traffic_without_a_lab_is_a_clear_error(tmp_path: Path) -> None:
     assert "no lab is up" in result.output
 
 
-def test_a_failing_step_leaves_nothing_behind(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    runner.down()
-    original = topology.build_commands
-    monkeypatch.setattr(
-        topology,
-        "build_commands",
-        lambda scenario, offloads=True: [
-            *original(scenario, offloads),
-            ["ip", "-n", topology.DTN, "link", "set", "dev", "nosuch", "up"],
-        ],
+def test_the_whole_loop_runs_on_real_packets(lab: Lab, tmp_path: Path) -> None:
+    """target --source lab + collector + controller (tc on the lab's shaper): the collector's
+    view agrees with the kernel's, and u(t) moves the campus tbf."""
+    from scidmz.lab.loop import LabPolicy, load_policy, run_loop
+
+    example = load_policy(Path(__file__).parents[2] / "examples" / "lab" / "cubic-300M.yaml")
+    spec = example.spec.model_copy(
+        update={
+            "bottleneck_capacity": "100Mbps",
+            "target_rate": "60Mbps",
+            "controller": example.spec.controller.model_copy(
+                update={"strategy": "trivial", "limits": Limits()}
+            ),
+        }
     )
-    with pytest.raises(LabError, match="nosuch"):
-        runner.up(SCENARIO, state_dir=tmp_path)
-    assert runner.existing_namespaces() == []
-    assert _lab_processes() == []
+    summary = run_loop(LabPolicy("t", "default", spec), lab, 12.0, tmp_path, warmup_s=6.0)
+    accuracy = summary["accuracy"]
+    # trivial: u = B − R* = 40 Mb/s on the lab's campus tbf
+    assert summary["mean_u_bps"] == pytest.approx(40e6)
+    assert accuracy["active_flows"]["collector"] == accuracy["active_flows"]["kernel"] == 10
+    for rate in ("dtn_rate_bps", "campus_rate_bps"):
+        pair = accuracy[rate]
+        assert pair["collector"] == pytest.approx(pair["kernel"], rel=0.05), rate
+    pair = accuracy["dtn_rtt_s"]
+    assert pair["collector"] == pytest.approx(pair["kernel"], abs=0.005)
+    assert all(c["kernel_drops"] == 0 for c in summary["capture"].values())
+    assert (tmp_path / "lab.png").exists() and (tmp_path / "summary.md").exists()
 
 
-def test_down_kills_processes_and_removes_namespaces(tmp_path: Path) -> None:
-    runner.down()
-    lab = runner.up(SCENARIO, state_dir=tmp_path)
-    runner.spawn(topology.RECV, ["iperf3", "--server", "--port", "5299"], tmp_path / "server.log")
-    assert _lab_processes()
-    removed = runner.down(lab.state_dir)
-    assert removed == list(topology.NAMESPACES)
-    assert runner.existing_namespaces() == [] and _lab_processes() == []
-    assert runner.down(lab.state_dir) == []
-
-
-def test_missing_tools_are_named_with_their_package(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        shutil, "which", lambda tool: None if tool == "iperf3" else "/usr/bin/" + tool
+def test_a_tap_on_a_missing_interface_is_refused_by_name(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app,
+        ["target", "--source", "packets", "--taps", "campus=lo,dtn=nosuch0,bottleneck=lo,acks=lo"],
     )
-    with pytest.raises(LabError, match="apt-get install iperf3"):
-        runner.check_host()
+    assert result.exit_code == 2
+    assert "nosuch0" in result.output

@@ -10,7 +10,6 @@ after a crash. The state file (``/run/scidmz-lab/state.json``) records what ``up
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -19,11 +18,10 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from scidmz.lab import topology
+from scidmz.lab import native, topology
 from scidmz.lab.topology import LabError
 from scidmz.netsim.scenario import Scenario
 
@@ -80,23 +78,6 @@ def _run(command: Sequence[str]) -> None:
         )
 
 
-def delayline_binary(cache_dir: Path | None = None) -> Path:
-    """The delay line compiled from the packaged source (cached by its hash)."""
-    source = resources.files("scidmz.lab").joinpath("delayline.c").read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:12]
-    cache = cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "scidmz"
-    binary = cache / f"delayline-{digest}"
-    if binary.exists():
-        return binary
-    cache.mkdir(parents=True, exist_ok=True)
-    source_path = cache / f"delayline-{digest}.c"
-    source_path.write_bytes(source)
-    partial = binary.with_suffix(".partial")
-    _run(["gcc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(partial), str(source_path)])
-    partial.rename(binary)
-    return binary
-
-
 def netns_pids(namespace: str) -> list[int]:
     listed = subprocess.run(
         ["ip", "netns", "pids", namespace], capture_output=True, text=True, check=False
@@ -135,7 +116,7 @@ def up(
     present = existing_namespaces()
     if present:
         raise LabError(f"a lab is already up ({', '.join(present)}): run `scidmz lab down` first")
-    binary = delayline_binary()
+    binary = native.binary("delayline")
     state_dir.mkdir(parents=True, exist_ok=True)
     lab = Lab(state_dir, scenario, offloads)
     try:
@@ -150,11 +131,12 @@ def up(
             state_dir / "delayline.log",
         )
         _wait_for(lab.delay_stats_path.exists, 5.0, "the delay line to start")
-        for namespace, expected_s in (
-            (topology.DTN, scenario.dtn.base_rtt_s),
-            (topology.CAMPUS, scenario.campus.base_rtt_s),
+        for namespace, expected_s, dtn in (
+            (topology.DTN, scenario.dtn.base_rtt_s, True),
+            (topology.CAMPUS, scenario.campus.base_rtt_s, False),
         ):
-            rtt_ms, expected_ms = ping_rtt_s(namespace, topology.RECV_ADDR) * 1e3, expected_s * 1e3
+            address = topology.receiver(dtn)[0]
+            rtt_ms, expected_ms = ping_rtt_s(namespace, address) * 1e3, expected_s * 1e3
             progress(f"{namespace} → receivers: RTT {rtt_ms:.1f} ms (base {expected_ms:.0f} ms)")
             if abs(rtt_ms - expected_ms) > max(2.0, 0.1 * expected_ms):
                 raise LabError(

@@ -31,7 +31,11 @@ CAMPUS, SHAPER, DTN, BORDER, RECV, DELAY = (
 NAMESPACES = (CAMPUS, SHAPER, DTN, BORDER, RECV, DELAY)
 
 CAMPUS_NET, DTN_NET = "10.71.1.0/24", "10.71.3.0/24"
-CAMPUS_ADDR, DTN_ADDR, RECV_ADDR = "10.71.1.1", "10.71.3.1", "10.71.4.2"
+CAMPUS_ADDR, DTN_ADDR = "10.71.1.1", "10.71.3.1"
+# The DTN-r host lies inside the campus flows' remote network, as in the paper: the
+# policy's dtn.receiverPrefix (a /32) and campus.remotePrefix (the /24) tell them apart.
+CAMPUS_RECV_ADDR, DTN_RECV_ADDR = "10.71.4.2", "10.71.4.10"
+DTN_RECEIVER_PREFIX, CAMPUS_REMOTE_PREFIX = f"{DTN_RECV_ADDR}/32", "10.71.4.0/24"
 CAMPUS_PORT, DTN_PORT = 5202, 5201
 
 # The ACK path's MACs are fixed because the delay line forwards frames unchanged and the
@@ -42,7 +46,7 @@ BORDER_RETURN_MAC = "02:5d:00:00:05:02"
 CAMPUS_SHAPER = (SHAPER, "s1")
 DTN_CAP = (DTN, "d0")
 BOTTLENECK = (BORDER, "bn")
-TAP_INTERFACES = {"campus_in": "bc", "dtn_in": "bd", "bottleneck_out": "bn", "acks_in": "br"}
+TAP_INTERFACES = {"campus": "bc", "dtn": "bd", "bottleneck": "bn", "acks": "br"}
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ LINKS = (
     Link((CAMPUS, "c0", "10.71.1.1/24"), (SHAPER, "s0", "10.71.1.2/24")),
     Link((SHAPER, "s1", "10.71.2.1/24"), (BORDER, "bc", "10.71.2.2/24")),
     Link((DTN, "d0", "10.71.3.1/24"), (BORDER, "bd", "10.71.3.2/24")),
-    Link((BORDER, "bn", "10.71.4.1/24"), (RECV, "r0", f"{RECV_ADDR}/24")),
+    Link((BORDER, "bn", "10.71.4.1/24"), (RECV, "r0", f"{CAMPUS_RECV_ADDR}/24")),
     Link((RECV, "r1", "10.71.5.1/24"), (DELAY, "x0", None)),
     Link((DELAY, "x1", None), (BORDER, "br", "10.71.5.2/24")),
 )
@@ -106,6 +110,11 @@ def tbf_args(rate_bps: float, burst_bytes: float, limit_bytes: float) -> list[st
         "limit",
         str(max(int(limit_bytes), 1600)),
     ]
+
+
+def receiver(dtn: bool) -> tuple[str, int]:
+    """(address, port) of a class's iperf3 server."""
+    return (DTN_RECV_ADDR, DTN_PORT) if dtn else (CAMPUS_RECV_ADDR, CAMPUS_PORT)
 
 
 def delay_routes(scenario: Scenario) -> list[str]:
@@ -167,6 +176,7 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
                         "off",
                     ]
                 )
+    commands.append(["ip", "-n", RECV, "addr", "add", f"{DTN_RECV_ADDR}/24", "dev", "r0"])
     for ns in NAMESPACES:
         commands.append(["ip", "-n", ns, "link", "set", "lo", "up"])
     for ns in (SHAPER, BORDER):

@@ -21,15 +21,16 @@ from scidmz.netsim.scenario import Scenario
 
 def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> list[str]:
     """The iperf3 client of one class."""
-    port, flows, cca = (
-        (topology.DTN_PORT, scenario.dtn.streams, scenario.dtn.congestion_control)
+    address, port = topology.receiver(dtn)
+    flows, cca = (
+        (scenario.dtn.streams, scenario.dtn.congestion_control)
         if dtn
-        else (topology.CAMPUS_PORT, scenario.campus.long_flows, scenario.campus.congestion_control)
+        else (scenario.campus.long_flows, scenario.campus.congestion_control)
     )
     return [
         "iperf3",
         "--client",
-        topology.RECV_ADDR,
+        address,
         "--port",
         str(port),
         "--parallel",
@@ -62,12 +63,12 @@ def start_flows(lab: Lab, duration_s: float, out: Path) -> list[subprocess.Popen
     for dtn, flows in classes:
         if flows == 0:
             continue
-        port = topology.DTN_PORT if dtn else topology.CAMPUS_PORT
+        address, port = topology.receiver(dtn)
         name = "dtn" if dtn else "campus"
         if not _listening(port):
             spawn(
                 topology.RECV,
-                ["iperf3", "--server", "--port", str(port)],
+                ["iperf3", "--server", "--bind", address, "--port", str(port)],
                 out / f"iperf3-server-{name}.log",
             )
             _wait_for(lambda port=port: _listening(port), 5.0, f"the {name} iperf3 server")  # type: ignore[misc]

@@ -124,9 +124,31 @@ def qdisc_stats(tc_json: str) -> dict[str, float]:
     return {"rate_bps": float("nan"), "backlog_bytes": 0.0, "drops": 0.0, "sent_bytes": 0.0}
 
 
-def read_flows(namespace: str, port: int) -> dict[str, TcpFlow]:
+def link_bytes(ip_json: str) -> dict[str, tuple[float, float]]:
+    """``ip -s -j link show`` -> {interface: (rx bytes, tx bytes)}."""
+    return {
+        link["ifname"]: (
+            float(link["stats64"]["rx"]["bytes"]),
+            float(link["stats64"]["tx"]["bytes"]),
+        )
+        for link in json.loads(ip_json or "[]")
+        if "stats64" in link
+    }
+
+
+def read_link_bytes(namespace: str) -> dict[str, tuple[float, float]]:
     done = subprocess.run(
-        ["ip", "netns", "exec", namespace, "ss", "-tinH", "dst", f"{topology.RECV_ADDR}:{port}"],
+        ["ip", "-n", namespace, "-s", "-j", "link", "show"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return link_bytes(done.stdout)
+
+
+def read_flows(namespace: str, address: str, port: int) -> dict[str, TcpFlow]:
+    done = subprocess.run(
+        ["ip", "netns", "exec", namespace, "ss", "-tinH", "dst", f"{address}:{port}"],
         capture_output=True,
         text=True,
         check=False,
@@ -152,14 +174,15 @@ class TruthSampler:
         self.packets_threshold = packets_threshold
         self._flows: dict[str, dict[str, TcpFlow]] = {"dtn": {}, "campus": {}}
         self._qdiscs: dict[str, dict[str, float]] = {}
+        self._links: dict[str, tuple[float, float]] = {}
 
     def sample(self, interval_s: float) -> dict[str, float]:
         row: dict[str, float] = {}
-        for prefix, namespace, port in (
-            ("dtn", topology.DTN, topology.DTN_PORT),
-            ("campus", topology.CAMPUS, topology.CAMPUS_PORT),
+        for prefix, namespace, dtn in (
+            ("dtn", topology.DTN, True),
+            ("campus", topology.CAMPUS, False),
         ):
-            flows = read_flows(namespace, port)
+            flows = read_flows(namespace, *topology.receiver(dtn))
             row |= class_truth(
                 flows.values(), self._flows[prefix], interval_s, prefix, self.packets_threshold
             )
@@ -179,4 +202,16 @@ class TruthSampler:
             if name == "shaper":
                 row["campus_rate_limit_bps"] = stats["rate_bps"]
         row["queuing_delay_s"] = row["bottleneck_backlog_bytes"] * 8 / self.bottleneck_bps
+        # Campus packets wait in the campus shaper before they reach the tap: the kernel's
+        # RTT includes that wait, an RTT measured at the border cannot.
+        u = row["campus_rate_limit_bps"]
+        row["campus_shaper_delay_s"] = row["shaper_backlog_bytes"] * 8 / u if u > 0 else 0.0
+        row["campus_rtt_at_tap_s"] = row["campus_rtt_s"] - row["campus_shaper_delay_s"]
+        # What enters BR1 per class, as the tap counts it (frames, with retransmissions)
+        links = read_link_bytes(topology.BORDER)
+        for name, interface in (("dtn", "bd"), ("campus", "bc")):
+            now_rx = links.get(interface, (0.0, 0.0))[0]
+            before_rx = self._links.get(interface, (now_rx, 0.0))[0]
+            row[f"{name}_offered_rate_bps"] = (now_rx - before_rx) * 8 / interval_s
+        self._links = links
         return row

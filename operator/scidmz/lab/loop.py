@@ -1,0 +1,425 @@
+"""``scidmz lab run``: a policy's whole loop on the lab's real TCP.
+
+The switch is ``scidmz target --source lab`` (the packet tap at the lab's border), the
+collector and controller run with the config the operator would render for the policy
+(``resolve_runtime_config``), the campus tc actuator drives the lab's shaper (``--netns``),
+a tc DTN actuator is a ``scidmz shaper`` on the DTN namespace's egress, and a Prometheus
+scrapes them when one is installed. The kernel's ground truth is recorded beside the
+collector's samples, and the report compares the two.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
+from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
+from scidmz.control.quality import mrae
+from scidmz.lab import topology
+from scidmz.lab.runner import Lab
+from scidmz.lab.topology import LabError
+from scidmz.lab.traffic import record_truth
+from scidmz.metrics.http import fetch_state
+from scidmz.testenv.cluster import free_port
+
+SAMPLE_COLUMNS = (
+    "t_s", "dtn_rate_bps", "campus_rate_bps", "dtn_rtt_s", "campus_rtt_s",
+    "dtn_queuing_delay_s", "campus_queuing_delay_s", "active_flows",
+    "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LabPolicy:
+    name: str
+    namespace: str
+    spec: DTNTransferPolicySpec
+
+
+def load_policy(path: Path, strategy: str | None = None) -> LabPolicy:
+    """A DTNTransferPolicy file, validated as the API server would (``strategy`` overrides
+    ``spec.controller.strategy``)."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise LabError(f"{path}: {error}") from None
+    if not isinstance(document, dict) or document.get("kind") != "DTNTransferPolicy":
+        raise LabError(f"{path}: not a DTNTransferPolicy")
+    raw = dict(document.get("spec") or {})
+    if strategy is not None:
+        raw["controller"] = dict(raw.get("controller") or {}) | {"strategy": strategy}
+    try:
+        spec = parse_spec(raw)
+    except ValueError as error:
+        raise LabError(f"{path}: {error}") from None
+    meta = document.get("metadata") or {}
+    return LabPolicy(str(meta.get("name", path.stem)), str(meta.get("namespace", "default")), spec)
+
+
+def lab_config(
+    policy: LabPolicy, lab: Lab, switch: str, collector: str, shaper: str
+) -> RuntimeConfig:
+    """The operator's rendering of the policy, pointed at the lab: the local target, the
+    lab's campus tbf, and (for a tc DTN actuator) the lab's DTN shaper agent."""
+    rendered = resolve_runtime_config(
+        policy.name, policy.namespace, 1, policy.spec, collector, shaper
+    )
+    problems = []
+    scenario = lab.scenario
+    if abs(rendered.bottleneck_capacity_bps - scenario.bottleneck.capacity_bps) > 1.0:
+        problems.append(
+            f"spec.bottleneckCapacity is {rendered.bottleneck_capacity_bps / 1e6:g} Mb/s but the "
+            f"lab's bottleneck is {scenario.bottleneck.capacity_bps / 1e6:g} Mb/s"
+        )
+    if rendered.dtn_congestion_control != scenario.dtn.congestion_control:
+        problems.append(
+            f"spec.dtn.congestionControl is {rendered.dtn_congestion_control} but the lab's DTN "
+            f"runs {scenario.dtn.congestion_control}"
+        )
+    if rendered.actuator.type == "sim" or (
+        rendered.actuator.dtn and rendered.actuator.dtn.type == "sim"
+    ):
+        problems.append("spec.actuator: the lab has no simulator to actuate: use tc or dryRun")
+    if problems:
+        raise LabError("the policy does not fit the lab:\n  " + "\n  ".join(problems))
+    actuator = rendered.actuator
+    if actuator.type == "tc":
+        actuator = actuator.model_copy(update={"tc_interface": topology.CAMPUS_SHAPER[1]})
+    if actuator.dtn is not None and actuator.dtn.type == "tc":
+        dtn = actuator.dtn.model_copy(
+            update={"tc_interface": topology.DTN_CAP[1], "address": shaper}
+        )
+        actuator = actuator.model_copy(update={"dtn": dtn})
+    return rendered.model_copy(
+        update={
+            "switch": rendered.switch.model_copy(update={"address": switch}),
+            "actuator": actuator,
+        }
+    )
+
+
+class Processes:
+    """The loop's processes; :meth:`stop` ends them all."""
+
+    def __init__(self, workdir: Path, env: dict[str, str] | None = None) -> None:
+        self.workdir = workdir
+        self.env = env
+        self.processes: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def spawn(self, name: str, argv: list[str]) -> None:
+        out = (self.workdir / f"{name}.log").open("ab")
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        self.processes.append((name, process))
+
+    def scidmz(self, name: str, *args: str) -> None:
+        self.spawn(name, [sys.executable, "-m", "scidmz.cli", *args])
+
+    def pid(self, name: str) -> int:
+        return next(process.pid for n, process in self.processes if n == name)
+
+    def check(self) -> None:
+        for name, process in self.processes:
+            if process.poll() is not None:
+                raise LabError(
+                    f"the {name} exited with {process.returncode}: see {self.workdir / name}.log"
+                )
+
+    def stop(self) -> None:
+        for _, process in self.processes:
+            if process.poll() is None:
+                process.terminate()
+        for _, process in self.processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def start_loop(
+    config: RuntimeConfig, workdir: Path, ports: dict[str, int], lab_state: Path
+) -> Processes:
+    """target, collector, controller (and DTN shaper, Prometheus) for ``config`` on the lab
+    whose state is in ``lab_state``."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.yaml"
+    path.write_text(dump_runtime_config(config))
+    loop = Processes(workdir, os.environ | {"SCIDMZ_LAB_STATE": str(lab_state)})
+    sw = config.switch
+    loop.scidmz(
+        "target", "target", "--source", "lab", "--listen", sw.address, "--device-id",
+        str(sw.device_id), "--capture-stats", str(workdir / "capture.json"),
+        "--ports", f"campus={sw.campus_port},dtn={sw.dtn_port},bottleneck={sw.bottleneck_port}",
+    )  # fmt: skip
+    loop.scidmz(
+        "collector", "collector", "--config", str(path), "--http-port", str(ports["collector"])
+    )
+    dtn = config.actuator.dtn
+    if dtn is not None and dtn.type == "tc":
+        loop.scidmz(
+            "shaper", "shaper", "--interface", topology.DTN_CAP[1], "--netns", topology.DTN_CAP[0],
+            "--listen", dtn.address or "",
+        )  # fmt: skip
+    loop.scidmz(
+        "controller", "controller", "--config", str(path), "--http-port", str(ports["controller"]),
+        "--netns", topology.CAMPUS_SHAPER[0],
+    )  # fmt: skip
+    prometheus = shutil.which("prometheus")
+    if prometheus is not None:
+        scrape = {
+            "global": {"scrape_interval": "2s"},
+            "scrape_configs": [{"job_name": "scidmz", "static_configs": [{"targets": [
+                f"127.0.0.1:{ports['collector']}", f"127.0.0.1:{ports['controller']}"]}]}],
+        }  # fmt: skip
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(scrape))
+        loop.spawn(
+            "prometheus",
+            [prometheus, f"--config.file={workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{ports['prometheus']}"],
+        )  # fmt: skip
+    return loop
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            fields = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def controller_row(state: dict[str, Any], t_s: float) -> dict[str, Any] | None:
+    """One row of the collector's view, as the controller last received it."""
+    sample = state.get("state")
+    if not sample:
+        return None
+    row = {"t_s": round(t_s, 2)} | {k: sample.get(k) for k in SAMPLE_COLUMNS if k in sample}
+    row["campus_rate_limit_bps"] = state.get("campusRateLimitBps")
+    row["dtn_rate_limit_bps"] = state.get("dtnRateLimitBps")
+    row["failsafe"] = state.get("failsafeActive")
+    return row
+
+
+def run_loop(
+    policy: LabPolicy,
+    lab: Lab,
+    duration_s: float,
+    out: Path,
+    progress: Callable[[str], None] = lambda _: None,
+    warmup_s: float = 20.0,
+) -> dict[str, Any]:
+    """Run the loop for ``duration_s`` after it delivers its first sample; writes
+    samples.csv, truth.csv, lab.png and summary.md in ``out``; returns the summary."""
+    ports = {name: free_port() for name in ("switch", "collector", "controller", "prometheus")}
+    shaper = f"127.0.0.1:{free_port()}"
+    config = lab_config(
+        policy, lab, f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper
+    )
+    loop = start_loop(config, out / "logs", ports, lab.state_dir)
+    state_url = f"http://127.0.0.1:{ports['controller']}/state"
+    rows: list[dict[str, Any]] = []
+    try:
+        deadline = time.monotonic() + 30.0
+        while not (fetch_state(state_url, 1.0) or {}).get("state"):
+            loop.check()
+            if time.monotonic() > deadline:
+                raise LabError(f"the loop delivered no sample within 30 s; logs in {out / 'logs'}")
+            time.sleep(0.5)
+        progress(f"loop up ({config.controller.strategy}); running {duration_s:.0f} s of traffic")
+        truth: dict[str, Path] = {}
+        recorder = threading.Thread(
+            target=lambda: truth.setdefault("path", record_truth(lab, duration_s, out)),
+            name="truth",
+        )
+        started = time.monotonic()
+        cpu_before = tree_cpu_s(loop.pid("target"))
+        recorder.start()
+        while recorder.is_alive():
+            time.sleep(max(0.0, started + len(rows) + 1 - time.monotonic()))
+            loop.check()
+            row = controller_row(fetch_state(state_url, 1.0) or {}, time.monotonic() - started)
+            if row is not None:
+                rows.append(row)
+                if len(rows) % 10 == 0:
+                    progress(
+                        f"{row['t_s']:5.0f} s  DTN {(row.get('dtn_rate_bps') or 0) / 1e6:6.1f} Mb/s"
+                        f"  u {(row.get('campus_rate_limit_bps') or 0) / 1e6:6.1f} Mb/s"
+                    )
+        recorder.join()
+        tap_cpu = (tree_cpu_s(loop.pid("target")) - cpu_before) / (time.monotonic() - started)
+    finally:
+        loop.stop()
+    with (out / "samples.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=SAMPLE_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    truth_rows = list(csv.DictReader((out / "truth.csv").open()))
+    # the flows end with the truth recording: later samples see them stop
+    during = [row for row in rows if float(row["t_s"]) <= duration_s]
+    summary = summarise(during, truth_rows, config.target_rate_bps, warmup_s)
+    summary |= {
+        "policy": f"{policy.namespace}/{policy.name}",
+        "strategy": config.controller.strategy,
+        "tap_cpu_cores": tap_cpu,
+        "capture": _capture(out / "logs" / "capture.json"),
+    }
+    write_report(out, summary, rows, truth_rows, config.target_rate_bps)
+    return summary
+
+
+def _capture(path: Path) -> dict[str, Any]:
+    try:
+        stats: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return stats
+
+
+def _floats(rows: list[dict[str, Any]], key: str, after_s: float) -> list[float]:
+    values = []
+    for row in rows:
+        value = row.get(key)
+        if float(row["t_s"]) >= after_s and value not in (None, ""):
+            number = float(value)
+            if math.isfinite(number):
+                values.append(number)
+    return values
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
+
+
+def summarise(
+    samples: list[dict[str, Any]], truth: list[dict[str, Any]], target_bps: float, warmup_s: float
+) -> dict[str, Any]:
+    """Tracking (from the kernel's delivered DTN rate and from the collector's) and the
+    collector's steady-state means beside the kernel's, after ``warmup_s``."""
+    delivered = _floats(truth, "dtn_rate_bps", warmup_s)
+    measured = _floats(samples, "dtn_rate_bps", warmup_s)
+    pairs = {
+        "dtn_rate_bps": "dtn_offered_rate_bps",
+        "campus_rate_bps": "campus_offered_rate_bps",
+        "dtn_rtt_s": "dtn_rtt_s",
+        "campus_rtt_s": "campus_rtt_at_tap_s",
+        "dtn_queuing_delay_s": "queuing_delay_s",
+        "campus_queuing_delay_s": "queuing_delay_s",
+        "active_flows": "active_flows",
+    }
+    accuracy = {}
+    for collector_key, truth_key in pairs.items():
+        if truth_key == "active_flows":
+            kernel = [
+                a + b
+                for a, b in zip(
+                    _floats(truth, "dtn_active_flows", warmup_s),
+                    _floats(truth, "campus_active_flows", warmup_s),
+                    strict=False,
+                )
+            ]
+        else:
+            kernel = _floats(truth, truth_key, warmup_s)
+        accuracy[collector_key] = {
+            "collector": _mean(_floats(samples, collector_key, warmup_s)),
+            "kernel": _mean(kernel),
+        }
+    return {
+        "target_rate_bps": target_bps,
+        "samples": len(samples),
+        "mrae_delivered": mrae([target_bps] * len(delivered), delivered),
+        "mrae_measured": mrae([target_bps] * len(measured), measured),
+        "mean_dtn_delivered_bps": _mean(delivered),
+        "mean_u_bps": _mean(_floats(samples, "campus_rate_limit_bps", warmup_s)),
+        "accuracy": accuracy,
+    }
+
+
+def write_report(
+    out: Path,
+    summary: dict[str, Any],
+    samples: list[dict[str, Any]],
+    truth: list[dict[str, Any]],
+    target_bps: float,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def series(
+        rows: list[dict[str, Any]], key: str, scale: float
+    ) -> tuple[list[float], list[float]]:
+        t, v = [], []
+        for row in rows:
+            value = row.get(key)
+            if value not in (None, ""):
+                t.append(float(row["t_s"]))
+                v.append(float(value) * scale)
+        return t, v
+
+    figure, axes = plt.subplots(3, 1, figsize=(8, 7.5), sharex=True)
+    axes[0].plot(*series(samples, "dtn_rate_bps", 1e-6), label="DTN rate (collector)")
+    axes[0].plot(
+        *series(truth, "dtn_offered_rate_bps", 1e-6), ":", label="DTN rate (kernel, offered)"
+    )
+    axes[0].axhline(target_bps / 1e6, linestyle="--", color="k", label="target R*")
+    axes[1].plot(*series(samples, "campus_rate_bps", 1e-6), label="campus rate (collector)")
+    axes[1].plot(*series(truth, "campus_offered_rate_bps", 1e-6), ":", label="campus (kernel)")
+    axes[1].step(*series(samples, "campus_rate_limit_bps", 1e-6), where="post", label="u(t)")
+    axes[2].plot(*series(samples, "dtn_queuing_delay_s", 1e3), label="queuing delay (collector)")
+    axes[2].plot(*series(truth, "queuing_delay_s", 1e3), ":", label="queuing delay (kernel)")
+    axes[0].set_ylabel("Mb/s")
+    axes[1].set_ylabel("Mb/s")
+    axes[2].set_ylabel("ms")
+    axes[2].set_xlabel("seconds")
+    for axis in axes:
+        axis.legend(loc="upper right", fontsize=7)
+        axis.grid(alpha=0.3)
+    figure.suptitle(f"{summary['policy']} ({summary['strategy']}) on the lab's real TCP")
+    figure.tight_layout()
+    figure.savefig(out / "lab.png", dpi=100)
+    plt.close(figure)
+    lines = [
+        f"# scidmz lab run: {summary['policy']} ({summary['strategy']})",
+        "",
+        f"- target R*: {target_bps / 1e6:g} Mb/s; samples: {summary['samples']}",
+        f"- mean DTN rate delivered (kernel): {summary['mean_dtn_delivered_bps'] / 1e6:.1f} Mb/s",
+        f"- MRAE vs R*: {summary['mrae_delivered']:.1%} (kernel), "
+        f"{summary['mrae_measured']:.1%} (collector)",
+        f"- mean u(t): {summary['mean_u_bps'] / 1e6:.1f} Mb/s",
+        f"- the tap (target + reader): {summary['tap_cpu_cores']:.0%} of a core; capture: "
+        + ", ".join(
+            f"{name} {c['frames']} frames, {c['kernel_drops']} dropped"
+            for name, c in summary["capture"].items()
+        ),
+        "",
+        "| variable | collector | kernel |",
+        "|---|---:|---:|",
+    ]
+    for key, pair in summary["accuracy"].items():
+        lines.append(f"| {key} | {pair['collector']:.6g} | {pair['kernel']:.6g} |")
+    lines += ["", "![the run](lab.png)", ""]
+    (out / "summary.md").write_text("\n".join(lines))

@@ -1,0 +1,174 @@
+"""The packet tap's reduction (frames -> the P4 program's observations), on frames built by
+hand so every rule can be checked: counters, sojourns, SEQ→ACK with Karn, algorithm 7."""
+
+from __future__ import annotations
+
+from ipaddress import IPv4Address
+
+import numpy as np
+import pytest
+
+from scidmz.target.observation import ActivityRule
+from scidmz.target.packet_source import (
+    RECORD,
+    ROLE_ACKS_IN,
+    ROLE_BOTTLENECK_OUT,
+    ROLE_CAMPUS_IN,
+    ROLE_DTN_IN,
+    TCP_FIN,
+    TapState,
+    TapWiring,
+)
+from scidmz.telemetry.pipeline import STOP_FIN, STOP_IDLE
+
+MS = 1_000_000
+DTN_SENDER, DTN_RECEIVER = IPv4Address("10.71.3.1"), IPv4Address("10.71.4.10")
+CAMPUS_SENDER, CAMPUS_RECEIVER = IPv4Address("10.71.1.1"), IPv4Address("10.71.4.2")
+
+
+def _u32(address: IPv4Address) -> int:
+    return int.from_bytes(address.packed, "little")  # as the reader stores network order
+
+
+def frame(
+    t_ms: float, role: int, seq: int = 0, payload: int = 1448, ack: int = 0, flags: int = 0x10,
+    dtn: bool = True, sport: int = 40000,
+) -> tuple[object, ...]:  # fmt: skip
+    sender, receiver = (DTN_SENDER, DTN_RECEIVER) if dtn else (CAMPUS_SENDER, CAMPUS_RECEIVER)
+    dport = 5201 if dtn else 5202
+    if role == ROLE_ACKS_IN:  # from the receiver back to the sender
+        return (int(t_ms * MS), _u32(receiver), _u32(sender), 1, ack, 52, 0, dport, sport,
+                role, flags, 1)  # fmt: skip
+    segments = max(1, -(-payload // 1448))
+    return (int(t_ms * MS), _u32(sender), _u32(receiver), seq, 1, payload + 52, payload,
+            sport, dport, role, flags, segments)  # fmt: skip
+
+
+def records(*frames: tuple[object, ...]) -> np.ndarray:
+    return np.array(list(frames), dtype=RECORD)
+
+
+@pytest.fixture
+def tap() -> TapState:
+    state = TapState(TapWiring("bc", "bd", "bn", "br"), rtt_sample_interval_s=0.0)
+    state.set_activity_rule(ActivityRule(packets_threshold=3, window_s=0.1, idle_timeout_s=2.0))
+    return state
+
+
+def test_bytes_packets_and_sojourn_per_side_and_destination(tap: TapState) -> None:
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(1, ROLE_DTN_IN, seq=2448, payload=2896),  # a GSO frame: 2 segments
+            frame(2, ROLE_CAMPUS_IN, seq=5000, dtn=False),
+            frame(30, ROLE_BOTTLENECK_OUT, seq=1000),
+            frame(41, ROLE_BOTTLENECK_OUT, seq=2448, payload=2896),
+        ),
+        now_ns=50 * MS,
+    )
+    by_port = {t.port: t for t in obs.traffic}
+    dtn, campus = by_port[2], by_port[1]
+    assert (dtn.destination, dtn.bytes, dtn.packets) == (DTN_RECEIVER, 1500 + 2948, 3)
+    assert dtn.queuing_delay_ns == 40 * MS  # the last DTN frame out: 41 − 1 ms
+    assert (campus.destination, campus.bytes, campus.queuing_delay_ns) == (CAMPUS_RECEIVER, 1500, 0)
+    # The campus frame leaves in the next tick: its sojourn is matched across ticks.
+    later = tap.reduce(records(frame(60, ROLE_BOTTLENECK_OUT, seq=5000, dtn=False)), 70 * MS)
+    assert [(t.port, t.bytes, t.queuing_delay_ns) for t in later.traffic] == [(1, 0, 58 * MS)]
+
+
+def test_an_ack_covering_the_segment_gives_its_rtt(tap: TapState) -> None:
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(60, ROLE_ACKS_IN, ack=2000),  # does not cover 1000 + 1448
+            frame(105, ROLE_ACKS_IN, ack=2448),
+        ),
+        now_ns=110 * MS,
+    )
+    assert [(m.remote, m.rtt_ns) for m in obs.rtt_matches] == [(DTN_RECEIVER, 105 * MS)]
+
+
+def test_karns_rule_drops_the_sample_of_a_retransmitted_flow(tap: TapState) -> None:
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(1, ROLE_DTN_IN, seq=2448),
+            frame(50, ROLE_DTN_IN, seq=1000),  # retransmission of the measured segment
+            frame(150, ROLE_ACKS_IN, ack=3896),
+        ),
+        now_ns=160 * MS,
+    )
+    assert obs.rtt_matches == ()
+    # The next new segment starts a fresh measurement.
+    obs = tap.reduce(
+        records(frame(200, ROLE_DTN_IN, seq=3896), frame(301, ROLE_ACKS_IN, ack=5344)), 310 * MS
+    )
+    assert [m.rtt_ns for m in obs.rtt_matches] == [101 * MS]
+
+
+def test_sequence_numbers_wrap(tap: TapState) -> None:
+    top = 2**32 - 1000
+    obs = tap.reduce(
+        records(frame(0, ROLE_DTN_IN, seq=top), frame(100, ROLE_ACKS_IN, ack=(top + 1448) % 2**32)),
+        now_ns=110 * MS,
+    )
+    assert [m.rtt_ns for m in obs.rtt_matches] == [100 * MS]
+
+
+def test_activity_rule_starts_at_c_th_packets_and_stops_on_fin_and_idle(tap: TapState) -> None:
+    started = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=0),
+            frame(150, ROLE_DTN_IN, seq=1448),  # outside T_TH of the first: a new window
+            frame(160, ROLE_DTN_IN, seq=2896),
+            frame(170, ROLE_DTN_IN, seq=4344),  # third packet within 100 ms: active
+            frame(171, ROLE_CAMPUS_IN, seq=0, dtn=False),
+        ),
+        now_ns=200 * MS,
+    )
+    assert [(c.port, c.destination, c.started) for c in started.flow_changes] == [
+        (2, DTN_RECEIVER, True)
+    ]
+    dtn_flow = started.flow_changes[0].flow_hash
+    fin = tap.reduce(records(frame(300, ROLE_DTN_IN, seq=5792, flags=0x11)), 310 * MS)
+    assert [(c.flow_hash, c.started, c.reason) for c in fin.flow_changes] == [
+        (dtn_flow, False, STOP_FIN)
+    ]
+    # Campus: active after three packets, then silent past the idle timeout.
+    tap.reduce(
+        records(*(frame(400 + i, ROLE_CAMPUS_IN, seq=1448 * (i + 1), dtn=False) for i in range(3))),
+        500 * MS,
+    )
+    idle = tap.reduce(records(), now_ns=3000 * MS)
+    assert [(c.port, c.started, c.reason) for c in idle.flow_changes] == [(1, False, STOP_IDLE)]
+    assert TCP_FIN == 0x01
+
+
+def test_an_ack_of_an_unknown_flow_is_ignored(tap: TapState) -> None:
+    obs = tap.reduce(records(frame(5, ROLE_ACKS_IN, ack=10, sport=1234)), now_ns=10 * MS)
+    assert obs == type(obs)(bottleneck_port=3)
+
+
+def test_a_flow_takes_its_side_and_destination_from_data_not_from_its_syn_ack(
+    tap: TapState,
+) -> None:
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_ACKS_IN, ack=1, flags=0x12, dtn=False),  # the SYN-ACK comes first
+            *(frame(1 + i, ROLE_CAMPUS_IN, seq=1 + 1448 * i, dtn=False) for i in range(3)),
+        ),
+        now_ns=10 * MS,
+    )
+    assert [(c.port, c.destination) for c in obs.flow_changes] == [(1, CAMPUS_RECEIVER)]
+
+
+def test_rtt_samples_are_rate_limited_per_flow() -> None:
+    tap = TapState(TapWiring("bc", "bd", "bn", "br"), rtt_sample_interval_s=0.05)
+    frames = []
+    for i in range(10):  # a segment and its ACK every 10 ms, each ACK 5 ms later
+        frames += [
+            frame(10 * i, ROLE_DTN_IN, seq=1448 * i),
+            frame(10 * i + 5, ROLE_ACKS_IN, ack=1448 * (i + 1)),
+        ]
+    obs = tap.reduce(records(*frames), now_ns=200 * MS)
+    assert [m.rtt_ns for m in obs.rtt_matches] == [5 * MS, 5 * MS]  # closed at 5 ms and at 65 ms

@@ -123,8 +123,10 @@ def render(summary: dict[str, Any], args: argparse.Namespace) -> str:
     for key, pair in summary["accuracy"].items():
         difference, status = verdict(key, pair["collector"], pair["kernel"])
         kind, limit = TARGETS[key]
-        target = f"≤ {limit:.0%}" if kind == "relative" else (
-            "exact" if key == "active_flows" else f"≤ {limit * 1e3:g} ms"
+        target = (
+            f"≤ {limit:.0%}"
+            if kind == "relative"
+            else ("exact" if key == "active_flows" else f"≤ {limit * 1e3:g} ms")
         )
         lines.append(
             f"| {key} | {fmt(key, pair['collector'])} | {fmt(key, pair['kernel'])} | "

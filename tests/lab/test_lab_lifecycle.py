@@ -3,6 +3,7 @@ test_lab.py because each of these tears the lab down."""
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import subprocess
@@ -72,3 +73,30 @@ def test_missing_tools_are_named_with_their_package(monkeypatch: pytest.MonkeyPa
     )
     with pytest.raises(LabError, match="apt-get install iperf3"):
         runner.check_host()
+
+
+def test_record_runs_each_case_on_its_own_lab_with_its_u_schedule(tmp_path: Path) -> None:
+    from scidmz.lab.record import record_matrix
+
+    runner.down()
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(
+        "duration: 5s\nbottleneck: 100Mbps\ncases:\n"
+        "  - {name: steps, scenario: {campus: {long_flows: 3}, dtn: {streams: 1}},"
+        " u_steps: [[0s, 80Mbps], [3s, 20Mbps]]}\n"
+        "  - {name: bbr-fixed, scenario: {campus: {long_flows: 2},"
+        " dtn: {streams: 1, congestion_control: bbr}}, u: 50Mbps}\n"
+    )
+    index = record_matrix(matrix, tmp_path / "out", state_dir=tmp_path / "state")
+    assert {name: case["status"] for name, case in index["cases"].items()} == {
+        "steps": "ok",
+        "bbr-fixed": "ok",
+    }
+    rows = list(csv.DictReader((tmp_path / "out" / "steps" / "truth.csv").open()))
+    # row t covers (t − 1, t]; the step at 3 s shows from the row at 4 s
+    assert [float(r["campus_rate_limit_bps"]) for r in rows] == [80e6, 80e6, 80e6, 20e6, 20e6]
+    assert float(rows[-1]["campus_rate_bps"]) < 21e6
+    flows = list(csv.DictReader((tmp_path / "out" / "steps" / "flows.csv").open()))
+    assert {f["class"] for f in flows} == {"dtn", "campus"}
+    assert all(float(f["cwnd_segments"]) > 0 for f in flows)
+    assert runner.existing_namespaces() == [] and _lab_processes() == []

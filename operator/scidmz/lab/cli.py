@@ -203,3 +203,24 @@ def lab_run(
         f"(R* {summary['target_rate_bps'] / 1e6:g}), MRAE {summary['mrae_delivered']:.1%}; "
         f"report {out / 'summary.md'}"
     )
+
+
+@lab_app.command("record")
+def lab_record(
+    matrix: Annotated[Path, typer.Option(help="The matrix YAML (e.g. examples/lab/matrix.yaml).")],
+    out: Annotated[Path, typer.Option(help="Dataset directory.")],
+) -> None:
+    """Run a matrix of scenarios (each on a fresh lab, fixed or stepped u) and store the
+    kernel's per-second ground truth and every flow's cwnd/RTT/retransmissions."""
+    from scidmz.lab.record import record_matrix
+    from scidmz.lab.topology import LabError
+
+    try:
+        index = record_matrix(matrix, out, progress=typer.echo)
+    except LabError as error:
+        _fail(str(error))
+        return
+    failed = [name for name, case in index["cases"].items() if case["status"] != "ok"]
+    typer.echo(f"recorded {len(index['cases']) - len(failed)} cases in {out}")
+    if failed:
+        _fail(f"failed: {', '.join(failed)} (see {out / 'index.json'})")

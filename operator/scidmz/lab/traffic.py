@@ -101,9 +101,13 @@ def record_truth(
     out: Path,
     interval_s: float = 1.0,
     on_row: Callable[[dict[str, float]], None] = lambda _: None,
+    on_tick: Callable[[float], None] = lambda _: None,
+    flows_csv: bool = False,
 ) -> Path:
     """Run the long flows for ``duration_s`` and write per-interval ground truth to
-    ``out/truth.csv``; returns its path. Rows come on monotonic deadlines."""
+    ``out/truth.csv`` (and every flow's cwnd, RTT, retransmissions to ``out/flows.csv``);
+    returns its path. Rows come on monotonic deadlines; ``on_tick(t_s)`` runs at 0 and after
+    every row (where ``lab record`` changes u)."""
     out.mkdir(parents=True, exist_ok=True)
     sampler = TruthSampler(
         lab.scenario.bottleneck.capacity_bps, lab.scenario.activity.packets_threshold
@@ -113,18 +117,37 @@ def record_truth(
     try:
         start = time.monotonic()
         sampler.sample(interval_s)
+        on_tick(0.0)
+        flow_handle = (out / "flows.csv").open("w", newline="") if flows_csv else None
+        flow_writer = (
+            csv.DictWriter(
+                flow_handle,
+                ["t_s", "class", "flow", "cwnd_segments", "rtt_s", "bytes_acked",
+                 "retransmitted_segments"],
+            )
+            if flow_handle
+            else None
+        )  # fmt: skip
+        if flow_writer is not None:
+            flow_writer.writeheader()
         with path.open("w", newline="") as handle:
             writer: csv.DictWriter[str] | None = None
             for tick in range(1, int(duration_s / interval_s) + 1):
                 time.sleep(max(0.0, start + tick * interval_s - time.monotonic()))
-                row = {"t_s": tick * interval_s} | sampler.sample(interval_s)
+                t_s = tick * interval_s
+                row = {"t_s": t_s} | sampler.sample(interval_s)
                 row |= delayline_stats(lab)
                 if writer is None:
                     writer = csv.DictWriter(handle, fieldnames=list(row))
                     writer.writeheader()
                 writer.writerow(row)
                 handle.flush()
+                if flow_writer is not None:
+                    flow_writer.writerows({"t_s": t_s} | flow for flow in sampler.flow_rows())
                 on_row(row)
+                on_tick(t_s)
+        if flow_handle is not None:
+            flow_handle.close()
         for client in clients:
             client.wait(timeout=15)
     finally:

@@ -176,6 +176,22 @@ class TruthSampler:
         self._qdiscs: dict[str, dict[str, float]] = {}
         self._links: dict[str, tuple[float, float]] = {}
 
+    def flow_rows(self) -> list[dict[str, float | str]]:
+        """Every flow of the last sample: class, local address, cwnd, srtt, retransmissions
+        (the modeller's per-flow view, written to flows.csv by ``lab record``)."""
+        return [
+            {
+                "class": prefix,
+                "flow": flow.local,
+                "cwnd_segments": float(flow.cwnd_segments),
+                "rtt_s": flow.rtt_s,
+                "bytes_acked": float(flow.bytes_acked),
+                "retransmitted_segments": float(flow.retransmitted_segments),
+            }
+            for prefix, flows in self._flows.items()
+            for flow in flows.values()
+        ]
+
     def sample(self, interval_s: float) -> dict[str, float]:
         row: dict[str, float] = {}
         for prefix, namespace, dtn in (

@@ -1,0 +1,47 @@
+"""``scidmz lab record``'s matrix: everything is checked before a lab is built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scidmz.lab.record import load_matrix
+from scidmz.lab.topology import LabError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_shipped_matrix_covers_the_issue(tmp_path: Path) -> None:
+    matrix, scenarios = load_matrix(REPO / "examples" / "lab" / "matrix.yaml")
+    pairs = {(s.dtn.congestion_control, s.campus.long_flows) for s in scenarios.values()}
+    assert pairs == {(cca, n) for cca in ("cubic", "bbr") for n in (10, 50, 100)}
+    assert all(s.bottleneck.capacity_bps == 300e6 for s in scenarios.values())
+    steps = next(c for c in matrix.cases if c.name == "cubic-10-steps").schedule()
+    assert steps == [(0.0, 300e6), (20.0, 150e6), (40.0, 60e6)]
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("{name: a, u: 1Mbps, u_steps: [[0s, 1Mbps]]}", "give u or u_steps"),
+        ("{name: a}", "give u or u_steps"),
+        ("{name: A_b, u: 1Mbps}", "folder name"),
+        ("{name: a, u: fast}", "invalid rate"),
+        ("{name: a, u_steps: [[10s, 1Mbps], [5s, 2Mbps]]}", "time order"),
+        ("{name: a, u: 1Mbps, scenario: {dtn: {streams: -1}}}", "case a"),
+        ("{name: a, u: 1Mbps, scenario: {dtn: {congestion_control: bbr2}}}", "bbr2"),
+    ],
+)
+def test_a_bad_case_is_refused_naming_it(tmp_path: Path, case: str, message: str) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(f"cases:\n  - {case}\n")
+    with pytest.raises(LabError, match=message):
+        load_matrix(path)
+
+
+def test_case_names_are_unique(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text("cases:\n  - {name: a, u: 1Mbps}\n  - {name: a, u: 2Mbps}\n")
+    with pytest.raises(LabError, match="unique"):
+        load_matrix(path)

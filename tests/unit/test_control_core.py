@@ -76,6 +76,28 @@ def test_back_calculation_discharges_windup():
     assert slow == -1 or slow > 10 * max(fast, 1)
 
 
+def test_a_large_kw_settles_on_the_boundary_instead_of_swinging():
+    """Saturated at max with a constant error: Euler's T·Kw·w with Kw·T = 2.9 overshoots
+    the boundary by 1.9× every step and u swung between the slew limits (the BBR limit
+    cycle); the exact step moves I toward the boundary without crossing it."""
+    gains = Gains(kp=0.84, ki=1.8, kw=2.9)
+    state = FilterState(applied_bps=1000 * MBPS)
+    applied = []
+    for _ in range(40):  # the DTN far above R* whatever u is (BBR without its cap)
+        state, out = step(state, 520 * MBPS, 413 * MBPS, 1.0, gains, LIMITS)
+        applied.append(out.u_bps)
+    assert applied[-20:] == [1000 * MBPS] * 20
+    assert abs(state.integral_bps) < 2000 * MBPS  # bounded, not wound up
+
+
+def test_small_kw_matches_the_euler_step():
+    gains = Gains(kp=0.0, ki=0.0, kw=0.01)
+    state = FilterState(applied_bps=1000 * MBPS)
+    state, out = step(state, 0.0, 1100 * MBPS, 1.0, gains, LIMITS)
+    assert out.windup_bps == pytest.approx(-100 * MBPS)
+    assert state.integral_bps == pytest.approx(0.01 * -100 * MBPS, rel=0.01)
+
+
 def test_bad_gains_and_limits_are_named():
     with pytest.raises(ControlConfigError, match="gain ki"):
         Gains(0.1, -1.0, 0.1)

@@ -6,8 +6,12 @@ model's output û(t)::
     ū(t) = û(t) + Kp·e(t) + I(t)                    the filter's unconstrained output
     u(t) = sat(ū(t))                                bounds [min, max] and slew ±Δu
     w(t) = u(t) − ū(t)                              the anti-windup signal (0 unless saturated)
-    I(t+T) = I(t) + T·(Ki·e(t) + Kw·w(t))           integral with back-calculation
+    I(t+T) = I(t) + T·Ki·e(t) + (1 − exp(−Kw·T))·w(t)   integral with back-calculation
 
+The back-calculation term is figure 5's dI/dt = Kw·w integrated exactly over the step
+(w decays as exp(−Kw·t) while saturated), not by Euler: Euler's T·Kw·w overshoots the
+boundary when Kw·T > 1 and oscillates for ever when Kw·T > 2 (a GA-tuned Kw = 2.9 at
+T = 1 s made u swing between two slew limits at constant R*). For Kw·T ≪ 1 the two agree.
 The paper leaves the saturator's "±Δu(t) interval" open; here ū is clamped to
 ``[min, max]`` and then to ``u(t−T) ± maxStep`` (shared/PAPER_NOTES.md). Sign: a DTN below
 target gives e < 0, so the filter lowers the campus rate u. Gains are ≥ 0 (eq. 2's
@@ -109,7 +113,11 @@ def step(
     u_bar = u_hat_bps + proportional + state.integral_bps
     u = limits.saturate(u_bar, state.applied_bps)
     windup = u - u_bar
-    integral = state.integral_bps + dt_s * (gains.ki * error_bps + gains.kw * windup)
+    integral = (
+        state.integral_bps
+        + dt_s * gains.ki * error_bps
+        - math.expm1(-gains.kw * dt_s) * windup  # (1 − exp(−Kw·dt))·w, exact for dI/dt = Kw·w
+    )
     output = FilterOutput(
         u_bps=u,
         u_bar_bps=u_bar,

@@ -27,6 +27,7 @@ from rich.table import Table
 from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
 from scidmz.api.units import format_duration, format_rate
 from scidmz.metrics.http import fetch_state
+from scidmz.plotting import finish_panels
 from scidmz.testenv.cluster import free_port
 
 COLUMNS = (
@@ -218,14 +219,8 @@ def write_report(rows: list[dict[str, Any]], out: Path, policy: str) -> list[Pat
         axes[2].plot(t, series("dtn_queuing_delay_s", 1e3), label="DTN queuing delay")
         axes[2].plot(t, series("campus_rtt_s", 1e3), label="campus RTT")
         axes[2].set_ylabel("ms")
-        axes[2].set_xlabel("seconds")
-        for axis in axes:
-            axis.legend(loc="upper right", fontsize=8)
-            axis.grid(alpha=0.3)
-        figure.suptitle(f"{policy}: scidmz demo (simulated campus, real loop)")
-        figure.tight_layout()
-        figure.savefig(out / "demo.png", dpi=100)
-        plt.close(figure)
+        title = f"{policy}: scidmz demo (simulated campus, real loop)"
+        finish_panels(figure, axes, title, out / "demo.png")
         written.append(out / "demo.png")
     last = rows[-10:]
     dtn = [r["dtn_rate_bps"] for r in last if isinstance(r.get("dtn_rate_bps"), float)]

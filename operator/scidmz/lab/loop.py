@@ -34,6 +34,7 @@ from scidmz.lab.runner import Lab
 from scidmz.lab.topology import LabError
 from scidmz.lab.traffic import record_truth
 from scidmz.metrics.http import fetch_state
+from scidmz.plotting import finish_panels
 from scidmz.testenv.cluster import free_port
 
 SAMPLE_COLUMNS = (
@@ -394,14 +395,8 @@ def write_report(
     axes[0].set_ylabel("Mb/s")
     axes[1].set_ylabel("Mb/s")
     axes[2].set_ylabel("ms")
-    axes[2].set_xlabel("seconds")
-    for axis in axes:
-        axis.legend(loc="upper right", fontsize=7)
-        axis.grid(alpha=0.3)
-    figure.suptitle(f"{summary['policy']} ({summary['strategy']}) on the lab's real TCP")
-    figure.tight_layout()
-    figure.savefig(out / "lab.png", dpi=100)
-    plt.close(figure)
+    title = f"{summary['policy']} ({summary['strategy']}) on the lab's real TCP"
+    finish_panels(figure, axes, title, out / "lab.png", legend_size=7)
     lines = [
         f"# scidmz lab run: {summary['policy']} ({summary['strategy']})",
         "",

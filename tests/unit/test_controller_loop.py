@@ -241,6 +241,40 @@ def test_the_dtn_cap_follows_the_opposite_error_and_both_fail_safe():
     assert controller.state()["dtnRateLimitBps"] == 600 * MBPS
 
 
+def test_with_the_dtn_capped_the_campus_rate_stays_at_or_above_b_minus_the_cap():
+    # a capped DTN that stays below target (a BBR DTN at its cap): lowering u cannot help,
+    # so u must stop at B − cap instead of starving campus, and must not wind up there
+    clock = Clock()
+    campus, dtn = DryRunActuator(), DryRunActuator()
+    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
+    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
+
+    async def feed(rates):
+        out = []
+        for dtn_mbps in rates:
+            clock.now += 1.0
+            out.append(await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps)))
+        return out
+
+    low = _run(feed([560] * 30))
+    assert all(d.dtn_cap_bps == 600 * MBPS for d in low)
+    assert min(d.u_bps for d in low) == pytest.approx(400 * MBPS)
+    assert low[-1].output is not None and low[-1].output.saturated
+    # back-calculation bounds the integral: Ki·|e|·T = (1 − exp(−Kw·T))·w at equilibrium
+    bound = 1.5 * 40 * MBPS / -math.expm1(-1.5)
+    assert low[-1].output.integral_bps > -1.05 * bound
+    # a DTN above target: u leaves the floor within a few samples
+    back = _run(feed([650] * 3))
+    assert back[-1].u_bps > 400 * MBPS
+
+
+def test_limits_with_floor():
+    limits = Limits(100.0, 1000.0, 50.0)
+    assert limits.with_floor(300.0) == Limits(300.0, 1000.0, 50.0)
+    assert limits.with_floor(50.0) is limits and limits.with_floor(math.nan) is limits
+    assert limits.with_floor(2000.0).min_bps == 1000.0
+
+
 def test_each_decision_records_the_injected_clocks_dt():
     clock = Clock()
     controller = Controller(SETTINGS, DryRunActuator(), clock=clock)

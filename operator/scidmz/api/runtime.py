@@ -34,7 +34,11 @@ PAPER_GAINS: dict[str, tuple[float, float, float]] = {
 # the two equal.
 TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
     "cubic": {"mlc": (0.0, 0.0, 0.0549), "pi": (0.3037, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
-    "bbr": {"mlc": (0.6104, 0.7027, 2.9194), "pi": (1.5285, 1.4758, 2.2591), "dtn": (0.0, 0.0, 0.0)},
+    "bbr": {
+        "mlc": (0.6104, 0.7027, 2.9194),
+        "pi": (1.5285, 1.4758, 2.2591),
+        "dtn": (0.0, 0.0, 0.0),
+    },
 }
 
 

@@ -63,6 +63,12 @@ class Limits:
         if not self.max_step_bps > 0:
             raise ControlConfigError(f"limits.maxStep must be > 0, got {self.max_step_bps}")
 
+    def with_floor(self, floor_bps: float) -> Limits:
+        """These limits with ``min`` raised to ``floor_bps`` (never above ``max``)."""
+        if not math.isfinite(floor_bps) or floor_bps <= self.min_bps:
+            return self
+        return Limits(min(floor_bps, self.max_bps), self.max_bps, self.max_step_bps)
+
     def saturate(self, value_bps: float, previous_bps: float | None) -> float:
         """Clamp to [min, max], then to ``previous ± max_step`` (no slew on the first)."""
         value = min(max(value_bps, self.min_bps), self.max_bps)

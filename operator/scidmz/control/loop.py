@@ -6,7 +6,8 @@ filter (figure 5), the saturator, the campus actuator. ``trivial`` applies B_max
 nothing else (§3.7). With a DTN actuator (``spec.actuator.dtn``) a second anti-windup
 filter caps the DTN's sending rate around R* on the opposite error (a DTN above target
 lowers its cap), which is what holds a BBR DTN that ignores campus shaping; ``trivial``
-then pins that cap at R*.
+then pins that cap at R*. With the cap applied, the campus rate never goes below
+B_max − cap: capacity the capped DTN cannot use would otherwise sit idle.
 
 Time is injected: ``dt`` of the integral is the difference of the ``clock`` between two
 samples (the monotonic clock in a process, the simulated clock in the benchmarks), and
@@ -213,13 +214,18 @@ class Controller:
                 dtn_cap = s.dtn.limits.saturate(target, None)
         else:
             u_hat = self._base_rate(y)
-            self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, s.limits)
-            u = output.u_bps
+            limits = s.limits
             if s.dtn is not None:
                 self.dtn_filter, dtn_output = step(
                     self.dtn_filter, -error, target, max(dt, 1e-3), s.dtn.gains, s.dtn.limits
                 )
                 dtn_cap = dtn_output.u_bps
+                # the DTN cannot send above its cap, so a campus rate below B − cap only
+                # leaves the link idle: the saturator's floor rises to it and the
+                # back-calculation keeps the integral from winding up against it
+                limits = limits.with_floor(s.setpoint.capacity_bps - dtn_cap)
+            self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, limits)
+            u = output.u_bps
         self.history.append(y)
         await self._apply(u, dtn_cap)
         decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)

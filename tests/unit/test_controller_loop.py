@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from scidmz.control.actuators import ActuatorError, DryRunActuator, tbf_parameters
-from scidmz.control.antiwindup import Gains, Limits
+from scidmz.control.antiwindup import FilterState, Gains, Limits, follow_setpoint
 from scidmz.control.features import FEATURE_NAMES, Setpoint
 from scidmz.control.loop import Controller, ControllerSettings, DtnControl
 from scidmz.control.model import (
@@ -263,16 +263,79 @@ def test_with_the_dtn_capped_the_campus_rate_stays_at_or_above_b_minus_the_cap()
     # back-calculation bounds the integral: Ki·|e|·T = (1 − exp(−Kw·T))·w at equilibrium
     bound = 1.5 * 40 * MBPS / -math.expm1(-1.5)
     assert low[-1].output.integral_bps > -1.05 * bound
-    # a DTN above target: u leaves the floor within a few samples
-    back = _run(feed([650] * 3))
-    assert back[-1].u_bps > 400 * MBPS
 
 
-def test_limits_with_floor():
+def test_a_dtn_at_its_cap_pins_the_campus_rate_to_b_minus_the_cap():
+    # at its cap the DTN takes exactly its share: a campus rate above B − cap would only
+    # fill the bottleneck's queue, whatever the filter asks for
+    clock = Clock()
+    campus, dtn = DryRunActuator(), DryRunActuator()
+    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
+    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
+
+    async def feed(rates):
+        out = []
+        for dtn_mbps in rates:
+            clock.now += 1.0
+            out.append(await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps)))
+        return out
+
+    at_cap = _run(feed([640] * 10))
+    assert [d.u_bps for d in at_cap] == [400 * MBPS] * 10
+    # below the cap (more than 2 % under it) the filter is free above the floor again
+    assert _run(feed([560] * 3))[-1].u_bps == pytest.approx(400 * MBPS)
+    assert _run(feed([580] * 2 + [700]))[-1].u_bps == pytest.approx(400 * MBPS)
+
+
+def test_a_new_target_moves_u_at_once_and_the_slew_bounds_only_the_filter():
+    clock = Clock()
+    campus, dtn = DryRunActuator(), DryRunActuator()
+    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
+    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
+
+    async def feed(dtn_mbps, target_mbps):
+        controller.settings = dataclasses.replace(
+            controller.settings,
+            setpoint=dataclasses.replace(settings.setpoint, target_rate_bps=target_mbps * MBPS),
+        )
+        clock.now += 1.0
+        return await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps))
+
+    for _ in range(3):
+        _run(feed(600, 600))
+    # R* 600 → 200 Mb/s: B − R* moves by 400 Mb/s, twice the 200 Mb/s slew, in one sample,
+    # and the DTN cap follows R* down at once too
+    moved = _run(feed(200, 200))
+    assert moved.u_bps == pytest.approx(800 * MBPS)
+    assert moved.dtn_cap_bps == pytest.approx(200 * MBPS)
+    # the filter's own moves stay within ±maxStep of the last u
+    free = Controller(SETTINGS, DryRunActuator(), clock=clock)
+    steps = []
+    for rate in [600, 600, 100, 100]:
+        clock.now += 1.0
+        steps.append(_run(free.on_sample(_sample(len(free.decisions) + 1, rate))))
+    # sample 3: Kp·e = −150 → 250; sample 4: ū = 400 − 150 − 750 (I) → 250 − 200 = 50
+    assert steps[2].u_bps == pytest.approx(250 * MBPS)
+    assert steps[3].u_bps == pytest.approx(50 * MBPS) and steps[3].output.saturated
+
+
+def test_follow_setpoint_keeps_the_centre_inside_the_limits():
+    limits = Limits(0.0, 1000.0, 100.0)
+    state = FilterState(integral_bps=5.0, applied_bps=400.0)
+    assert follow_setpoint(state, 300.0, limits) == FilterState(5.0, 700.0)
+    assert follow_setpoint(state, -900.0, limits).applied_bps == 0.0
+    assert follow_setpoint(state, 0.0, limits) is state
+    assert follow_setpoint(FilterState(), 300.0, limits) == FilterState()
+
+
+def test_limits_with_floor_and_ceiling():
     limits = Limits(100.0, 1000.0, 50.0)
     assert limits.with_floor(300.0) == Limits(300.0, 1000.0, 50.0)
     assert limits.with_floor(50.0) is limits and limits.with_floor(math.nan) is limits
     assert limits.with_floor(2000.0).min_bps == 1000.0
+    assert limits.with_ceiling(500.0) == Limits(100.0, 500.0, 50.0)
+    assert limits.with_ceiling(5000.0) is limits and limits.with_ceiling(math.inf) is limits
+    assert limits.with_ceiling(10.0).max_bps == 100.0
 
 
 def test_each_decision_records_the_injected_clocks_dt():

@@ -306,8 +306,9 @@ class Limits(ApiModel):
     )
     max_step: Rate | None = Field(
         default=None,
-        description="Largest change of u(t) per sample (slew limit, the saturator's ±Δu of "
-        "paper figure 5); default 20% of bottleneckCapacity.",
+        description="Largest change of u(t) per sample that the filter makes (slew limit, "
+        "the saturator's ±Δu of paper figure 5); a change of targetRate moves u(t) at once by "
+        "the same amount. Default 20% of bottleneckCapacity.",
     )
 
 

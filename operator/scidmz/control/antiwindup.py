@@ -13,7 +13,8 @@ The back-calculation term is figure 5's dI/dt = Kw·w integrated exactly over th
 boundary when Kw·T > 1 and oscillates for ever when Kw·T > 2 (a GA-tuned Kw = 2.9 at
 T = 1 s made u swing between two slew limits at constant R*). For Kw·T ≪ 1 the two agree.
 The paper leaves the saturator's "±Δu(t) interval" open; here ū is clamped to
-``[min, max]`` and then to ``u(t−T) ± maxStep`` (shared/PAPER_NOTES.md). Sign: a DTN below
+``[min, max]`` and then to ``u(t−T) ± maxStep`` (shared/PAPER_NOTES.md), where u(t−T)
+is first moved by any change of the feed-forward set point (``follow_setpoint``). Sign: a DTN below
 target gives e < 0, so the filter lowers the campus rate u. Gains are ≥ 0 (eq. 2's
 constraint); Kp is dimensionless, Ki and Kw are per second.
 """
@@ -69,6 +70,12 @@ class Limits:
             return self
         return Limits(min(floor_bps, self.max_bps), self.max_bps, self.max_step_bps)
 
+    def with_ceiling(self, ceiling_bps: float) -> Limits:
+        """These limits with ``max`` lowered to ``ceiling_bps`` (never below ``min``)."""
+        if not math.isfinite(ceiling_bps) or ceiling_bps >= self.max_bps:
+            return self
+        return Limits(self.min_bps, max(ceiling_bps, self.min_bps), self.max_step_bps)
+
     def saturate(self, value_bps: float, previous_bps: float | None) -> float:
         """Clamp to [min, max], then to ``previous ± max_step`` (no slew on the first)."""
         value = min(max(value_bps, self.min_bps), self.max_bps)
@@ -84,6 +91,20 @@ class FilterState:
     integral_bps: float = 0.0
     applied_bps: float | None = None
     """u(t−T), the last rate applied (None before the first sample)."""
+
+
+def follow_setpoint(state: FilterState, shift_bps: float, limits: Limits) -> FilterState:
+    """Move the slew window's centre, u(t−T), by a change of the feed-forward set point.
+
+    ±maxStep bounds what the filter itself does from one sample to the next; a new R* is
+    an operator's command, applied at once as the trivial token bucket applies it (with
+    the centre kept inside [min, max]). Without this a 500 Mb/s step of R* took the
+    filtered strategies three samples at a 0.2·B slew while the fixed split took one.
+    """
+    if state.applied_bps is None or shift_bps == 0.0 or not math.isfinite(shift_bps):
+        return state
+    moved = min(max(state.applied_bps + shift_bps, limits.min_bps), limits.max_bps)
+    return FilterState(integral_bps=state.integral_bps, applied_bps=moved)
 
 
 @dataclass(frozen=True)

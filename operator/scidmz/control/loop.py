@@ -7,7 +7,9 @@ nothing else (§3.7). With a DTN actuator (``spec.actuator.dtn``) a second anti-
 filter caps the DTN's sending rate around R* on the opposite error (a DTN above target
 lowers its cap), which is what holds a BBR DTN that ignores campus shaping; ``trivial``
 then pins that cap at R*. With the cap applied, the campus rate never goes below
-B_max − cap: capacity the capped DTN cannot use would otherwise sit idle.
+B_max − cap: capacity the capped DTN cannot use would otherwise sit idle; and while
+the DTN runs at its cap, never above it (that only fills the bottleneck's queue). A new
+R* moves both slew windows at once (``follow_setpoint``).
 
 Time is injected: ``dt`` of the integral is the difference of the ``clock`` between two
 samples (the monotonic clock in a process, the simulated clock in the benchmarks), and
@@ -32,7 +34,14 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from scidmz.control.actuators import Actuator, ActuatorError
-from scidmz.control.antiwindup import FilterOutput, FilterState, Gains, Limits, step
+from scidmz.control.antiwindup import (
+    FilterOutput,
+    FilterState,
+    Gains,
+    Limits,
+    follow_setpoint,
+    step,
+)
 from scidmz.control.features import (
     FALLBACK_STATE,
     BaseRtts,
@@ -52,6 +61,8 @@ from scidmz.telemetry.stream import from_message
 log = logging.getLogger(__name__)
 
 TRACKING_WINDOW = 120
+AT_CAP = 0.02
+"""A DTN within this fraction of its cap counts as held by it."""
 """t_N of eq. 3: the paper's MRAE window, in samples."""
 
 
@@ -170,6 +181,7 @@ class Controller:
         self.latest: telemetry_pb2.StateSample | None = None
         self.base_rtts = BaseRtts()
         self._last_step_s: float | None = None
+        self._last_target_bps: float | None = None
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
         m = self.metrics
         m.target.labels(*m.labels).set(settings.setpoint.target_rate_bps / 8)
@@ -215,7 +227,10 @@ class Controller:
         else:
             u_hat = self._base_rate(y)
             limits = s.limits
+            moved = 0.0 if self._last_target_bps is None else target - self._last_target_bps
+            self.filter = follow_setpoint(self.filter, -moved, limits)
             if s.dtn is not None:
+                self.dtn_filter = follow_setpoint(self.dtn_filter, moved, s.dtn.limits)
                 self.dtn_filter, dtn_output = step(
                     self.dtn_filter, -error, target, max(dt, 1e-3), s.dtn.gains, s.dtn.limits
                 )
@@ -223,10 +238,17 @@ class Controller:
                 # the DTN cannot send above its cap, so a campus rate below B − cap only
                 # leaves the link idle: the saturator's floor rises to it and the
                 # back-calculation keeps the integral from winding up against it
-                limits = limits.with_floor(s.setpoint.capacity_bps - dtn_cap)
+                complement = s.setpoint.capacity_bps - dtn_cap
+                limits = limits.with_floor(complement)
+                held = self.dtn_applied_bps
+                if held is not None and y.dtn_rate_bps >= (1 - AT_CAP) * held:
+                    # a DTN at its cap takes exactly its share: a campus rate above the
+                    # complement only fills the bottleneck's queue
+                    limits = limits.with_ceiling(complement)
             self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, limits)
             u = output.u_bps
         self.history.append(y)
+        self._last_target_bps = target
         await self._apply(u, dtn_cap)
         decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)
         self.decisions.append(decision)

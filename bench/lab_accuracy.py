@@ -1,7 +1,7 @@
 """The collector on real packets against the kernel's ground truth (issue 12).
 
     .venv/bin/python bench/lab_accuracy.py [--bottleneck 300Mbps] [--campus-flows 52]
-        [--dtn-streams 8] [--duration 60] [--write]
+        [--dtn-streams 8] [--duration 60] [--write [--report PATH]]
 
 Brings up the lab (needs root), runs `scidmz target --source lab` + collector + a controller
 whose actuator is dryRun (so u stays at B and the flows share the link on their own), and
@@ -71,6 +71,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-accuracy"))
     parser.add_argument("--no-offloads", action="store_true")
     parser.add_argument("--write", action="store_true")
+    parser.add_argument(
+        "--report", type=Path, default=RESULTS, help="where --write puts the table"
+    )
     args = parser.parse_args()
     runner.down()
     scenario = lab_scenario(
@@ -99,8 +102,8 @@ def main() -> int:
     report = render(summary, args)
     print(report)
     if args.write:
-        RESULTS.write_text(report)
-        print(f"wrote {RESULTS}")
+        args.report.write_text(report)
+        print(f"wrote {args.report}")
     return 0
 
 

@@ -241,22 +241,42 @@ def test_the_dtn_cap_follows_the_opposite_error_and_both_fail_safe():
     assert controller.state()["dtnRateLimitBps"] == 600 * MBPS
 
 
+FEED_FORWARD = Gains(0, 0, 0)
+
+
+class CappedLoop:
+    """A pi controller with a DTN cap (gains ``dtn_gains``), fed DTN rates one per second."""
+
+    def __init__(self, dtn_gains: Gains = FEED_FORWARD) -> None:
+        self.clock = Clock()
+        self.settings = dataclasses.replace(SETTINGS, dtn=DtnControl(dtn_gains, DTN.limits, None))
+        self.controller = Controller(
+            self.settings, DryRunActuator(), clock=self.clock, dtn_actuator=DryRunActuator()
+        )
+
+    def feed(self, rates_mbps, target_mbps: float = 600):
+        c = self.controller
+        c.settings = dataclasses.replace(
+            c.settings,
+            setpoint=dataclasses.replace(
+                self.settings.setpoint, target_rate_bps=target_mbps * MBPS
+            ),
+        )
+
+        async def main():
+            out = []
+            for rate in rates_mbps:
+                self.clock.now += 1.0
+                out.append(await c.on_sample(_sample(len(c.decisions) + 1, rate)))
+            return out
+
+        return _run(main())
+
+
 def test_with_the_dtn_capped_the_campus_rate_stays_at_or_above_b_minus_the_cap():
     # a capped DTN that stays below target (a BBR DTN at its cap): lowering u cannot help,
     # so u must stop at B − cap instead of starving campus, and must not wind up there
-    clock = Clock()
-    campus, dtn = DryRunActuator(), DryRunActuator()
-    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
-    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
-
-    async def feed(rates):
-        out = []
-        for dtn_mbps in rates:
-            clock.now += 1.0
-            out.append(await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps)))
-        return out
-
-    low = _run(feed([560] * 30))
+    low = CappedLoop().feed([560] * 30)
     assert all(d.dtn_cap_bps == 600 * MBPS for d in low)
     assert min(d.u_bps for d in low) == pytest.approx(400 * MBPS)
     assert low[-1].output is not None and low[-1].output.saturated
@@ -267,48 +287,28 @@ def test_with_the_dtn_capped_the_campus_rate_stays_at_or_above_b_minus_the_cap()
 
 def test_a_dtn_at_its_cap_pins_the_campus_rate_to_b_minus_the_cap():
     # at its cap the DTN takes exactly its share: a campus rate above B − cap would only
-    # fill the bottleneck's queue, whatever the filter asks for
-    clock = Clock()
-    campus, dtn = DryRunActuator(), DryRunActuator()
-    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
-    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
-
-    async def feed(rates):
-        out = []
-        for dtn_mbps in rates:
-            clock.now += 1.0
-            out.append(await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps)))
-        return out
-
-    at_cap = _run(feed([640] * 10))
+    # fill the bottleneck's queue, whatever the filter asks for (here Kp·e = +12 Mb/s)
+    at_cap = CappedLoop().feed([640] * 10)
     assert [d.u_bps for d in at_cap] == [400 * MBPS] * 10
-    # below the cap (more than 2 % under it) the filter is free above the floor again
-    assert _run(feed([560] * 3))[-1].u_bps == pytest.approx(400 * MBPS)
-    assert _run(feed([580] * 2 + [700]))[-1].u_bps == pytest.approx(400 * MBPS)
+    # a DTN well below a cap that the DTN filter raised (Kp 0.5: 560 → cap 620): u is the
+    # filter's, between the floor B − cap and B − R*
+    loop = CappedLoop(Gains(0.5, 0, 0))
+    below = loop.feed([560] * 3)  # the first two are the fixed split (eq. 1 needs y(t−2T))
+    assert below[2].dtn_cap_bps == pytest.approx(620 * MBPS)
+    assert below[2].u_bps == pytest.approx(388 * MBPS)  # 400 + 0.3·(−40), above 380
+    assert not below[2].output.saturated
 
 
 def test_a_new_target_moves_u_at_once_and_the_slew_bounds_only_the_filter():
-    clock = Clock()
-    campus, dtn = DryRunActuator(), DryRunActuator()
-    settings = dataclasses.replace(SETTINGS, dtn=DtnControl(Gains(0, 0, 0), DTN.limits, None))
-    controller = Controller(settings, campus, clock=clock, dtn_actuator=dtn)
-
-    async def feed(dtn_mbps, target_mbps):
-        controller.settings = dataclasses.replace(
-            controller.settings,
-            setpoint=dataclasses.replace(settings.setpoint, target_rate_bps=target_mbps * MBPS),
-        )
-        clock.now += 1.0
-        return await controller.on_sample(_sample(len(controller.decisions) + 1, dtn_mbps))
-
-    for _ in range(3):
-        _run(feed(600, 600))
+    loop = CappedLoop()
+    loop.feed([600] * 3)
     # R* 600 → 200 Mb/s: B − R* moves by 400 Mb/s, twice the 200 Mb/s slew, in one sample,
     # and the DTN cap follows R* down at once too
-    moved = _run(feed(200, 200))
+    (moved,) = loop.feed([200], target_mbps=200)
     assert moved.u_bps == pytest.approx(800 * MBPS)
     assert moved.dtn_cap_bps == pytest.approx(200 * MBPS)
     # the filter's own moves stay within ±maxStep of the last u
+    clock = Clock()
     free = Controller(SETTINGS, DryRunActuator(), clock=clock)
     steps = []
     for rate in [600, 600, 100, 100]:

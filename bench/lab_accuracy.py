@@ -71,9 +71,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-accuracy"))
     parser.add_argument("--no-offloads", action="store_true")
     parser.add_argument("--write", action="store_true")
-    parser.add_argument(
-        "--report", type=Path, default=RESULTS, help="where --write puts the table"
-    )
+    parser.add_argument("--report", type=Path, default=RESULTS, help="where --write puts the table")
     args = parser.parse_args()
     runner.down()
     scenario = lab_scenario(

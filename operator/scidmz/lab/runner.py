@@ -201,16 +201,38 @@ def read_state(state_dir: Path = STATE_DIR) -> Lab:
 def down(state_dir: Path = STATE_DIR) -> list[str]:
     """Kill every process in the lab's namespaces, delete them; returns what was removed."""
     removed = []
+    killed: set[int] = set()
     for namespace in existing_namespaces():
         for sig in (signal.SIGTERM, signal.SIGKILL):
             pids = netns_pids(namespace)
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
+                    killed.add(pid)
             deadline = time.monotonic() + 2.0
             while netns_pids(namespace) and time.monotonic() < deadline:
                 time.sleep(0.05)
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True, check=False)
         removed.append(namespace)
+    _reap(killed)
     (state_dir / "state.json").unlink(missing_ok=True)
     return removed
+
+
+def _reap(pids: set[int], timeout_s: float = 2.0) -> None:
+    """Collect the exit status of the killed processes this process started (``lab up``
+    and ``lab run`` in one process, as the tests do): a dead child stays a zombie
+    until its parent waits for it. Others' children are not ours to wait for."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(pids)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pending.discard(pid)  # not our child, or already collected
+                continue
+            if done:
+                pending.discard(pid)
+        if pending:
+            time.sleep(0.02)

@@ -16,7 +16,11 @@ def test_the_shipped_matrix_covers_the_issue(tmp_path: Path) -> None:
     matrix, scenarios = load_matrix(REPO / "examples" / "lab" / "matrix.yaml")
     pairs = {(s.dtn.congestion_control, s.campus.long_flows) for s in scenarios.values()}
     assert pairs == {(cca, n) for cca in ("cubic", "bbr") for n in (10, 50, 100)}
-    assert all(s.bottleneck.capacity_bps == 300e6 for s in scenarios.values())
+    rates = {name: s.bottleneck.capacity_bps for name, s in scenarios.items()}
+    assert {n for n, rate in rates.items() if rate == 1e9} == {
+        f"{cca}-100-{kind}-1g" for cca in ("cubic", "bbr") for kind in ("fixed", "steps")
+    }
+    assert all(rate == 300e6 for n, rate in rates.items() if not n.endswith("-1g"))
     steps = next(c for c in matrix.cases if c.name == "cubic-10-steps").schedule()
     assert steps == [(0.0, 300e6), (20.0, 150e6), (40.0, 60e6)]
 

@@ -1,0 +1,231 @@
+"""The simulator against real Linux TCP: every case of a `scidmz lab record` dataset (issue 13).
+
+    scidmz lab record --matrix examples/lab/matrix.yaml --out lab-dataset     # root, ~20 min
+    .venv/bin/python bench/netsim_vs_lab.py --dataset lab-dataset [--seeds 3] [--write]
+
+Each case's `case.json` holds the scenario and the campus rate schedule u(t) the lab ran;
+the simulator runs the same scenario and schedule (seeds 1..N, mean) and both are cut into
+10 s windows, the first left out (iperf3 starts its flows over the first second or two).
+Per window: DTN and campus rate (lab: bytes acknowledged per second from TCP_INFO, i.e.
+goodput; netsim: bytes leaving the bottleneck, which the twin counts as payload at B: it has
+no header overhead, so on a full link its rates read 1514/1448 = 4.6 % above the lab's),
+utilisation, mean queuing delay (lab: the bottleneck's
+backlog / B sampled each second; netsim: mean backlog / B), and losses per class over the
+case (lab: retransmitted segments; netsim: dropped bytes / MSS at the bottleneck, and the
+campus shaper's for the campus).
+
+Targets (issue 13): rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
+window; losses per class within a factor of 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scidmz.netsim import layout
+from scidmz.netsim.scenario import parse_scenario
+from scidmz.netsim.simulator import Simulator
+
+RESULTS = Path(__file__).parent / "results" / "netsim_vs_lab.md"
+WINDOW_S = 10.0
+RATE_TOLERANCE = (0.10, 5e6)
+DELAY_TOLERANCE_S = 0.003
+LOSS_FACTOR = 1.5
+
+
+@dataclass(frozen=True)
+class Window:
+    dtn_bps: float
+    campus_bps: float
+    utilisation: float
+    queuing_delay_s: float
+
+
+@dataclass(frozen=True)
+class Run:
+    windows: list[Window]
+    dtn_losses: float
+    campus_losses: float
+
+
+def lab_run(case_dir: Path, capacity_bps: float, duration_s: float) -> Run:
+    with (case_dir / "truth.csv").open() as handle:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    windows = []
+    for start in np.arange(WINDOW_S, duration_s - 1e-9, WINDOW_S):
+        inside = [r for r in rows if start < r["t_s"] <= start + WINDOW_S]
+        if not inside:
+            continue
+        dtn = float(np.nanmean([r["dtn_rate_bps"] for r in inside]))
+        campus = float(np.nanmean([r["campus_rate_bps"] for r in inside]))
+        delay = float(np.nanmean([r["queuing_delay_s"] for r in inside]))
+        windows.append(Window(dtn, campus, (dtn + campus) / capacity_bps, delay))
+    measured = [r for r in rows if r["t_s"] > WINDOW_S]
+    return Run(
+        windows,
+        float(np.nansum([r["dtn_retransmitted_segments"] for r in measured])),
+        float(np.nansum([r["campus_retransmitted_segments"] for r in measured])),
+    )
+
+
+def sim_run(case: dict[str, object], seed: int) -> Run:
+    raw = dict(case["scenario"])  # type: ignore[call-overload]
+    raw["seed"] = seed
+    scenario = parse_scenario(raw, f"case {case['name']}")
+    sim = Simulator(scenario)
+    schedule = [(float(t), float(u)) for t, u in case["u_schedule"]]  # type: ignore[attr-defined]
+    duration = float(case["duration_s"])  # type: ignore[arg-type]
+    step = scenario.step_s
+    total = round(duration / step)
+    out = np.zeros((layout.N_OUT, total))
+    changes = [(round(t / step), u) for t, u in schedule] + [(total, math.nan)]
+    for (at, rate), (until, _) in itertools.pairwise(changes):
+        sim.set_campus_rate_limit(rate)
+        out[:, at:until] = sim.advance(until - at)
+    capacity = scenario.bottleneck.capacity_bps
+    per = round(WINDOW_S / step)
+    windows = []
+    for first in range(per, total - per + 1, per):
+        block = out[:, first : first + per]
+        dtn = block[layout.OUT_DEP_DTN].sum() * 8 / WINDOW_S
+        campus = block[layout.OUT_DEP_CAMPUS].sum() * 8 / WINDOW_S
+        delay = float(block[layout.OUT_QUEUE].mean()) * 8 / capacity
+        windows.append(Window(dtn, campus, (dtn + campus) / capacity, delay))
+    measured = out[:, per:]
+    mss = scenario.mss_bytes
+    return Run(
+        windows,
+        float(measured[layout.OUT_DROP_DTN].sum()) / mss,
+        float(measured[layout.OUT_DROP_CAMPUS].sum() + measured[layout.OUT_DROP_SHAPER].sum())
+        / mss,
+    )
+
+
+def mean_run(runs: list[Run]) -> Run:
+    count = min(len(r.windows) for r in runs)
+    windows = [
+        Window(
+            *(
+                float(np.mean([getattr(r.windows[k], f) for r in runs]))
+                for f in ("dtn_bps", "campus_bps", "utilisation", "queuing_delay_s")
+            )
+        )
+        for k in range(count)
+    ]
+    return Run(
+        windows,
+        float(np.mean([r.dtn_losses for r in runs])),
+        float(np.mean([r.campus_losses for r in runs])),
+    )
+
+
+def rate_ok(sim: float, lab: float) -> bool:
+    relative, absolute = RATE_TOLERANCE
+    return abs(sim - lab) <= max(relative * abs(lab), absolute)
+
+
+def loss_ok(sim: float, lab: float) -> bool:
+    if lab == 0 or sim == 0:
+        return lab == sim
+    return 1 / LOSS_FACTOR <= sim / lab <= LOSS_FACTOR
+
+
+def ratio(sim: float, lab: float) -> str:
+    return f"{sim / lab:.2f}×" if lab > 0 else ("—" if sim == 0 else "∞")
+
+
+def compare(dataset: Path, seeds: int) -> tuple[list[str], dict[str, int]]:
+    index = json.loads((dataset / "index.json").read_text())
+    lines: list[str] = []
+    counts = {"windows": 0, "dtn": 0, "campus": 0, "delay": 0, "cases": 0, "losses": 0}
+    for name, entry in index["cases"].items():
+        case_dir = dataset / name
+        if entry.get("status") != "ok" or not (case_dir / "truth.csv").exists():
+            lines.append(f"\n### {name}: not recorded ({entry.get('error', 'no truth.csv')})\n")
+            continue
+        case = json.loads((case_dir / "case.json").read_text())
+        capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
+        lab = lab_run(case_dir, capacity, float(case["duration_s"]))
+        sim = mean_run([sim_run(case, seed) for seed in range(1, seeds + 1)])
+        print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
+        lines += [
+            f"\n### {name}\n",
+            "| window | DTN lab / sim Mb/s | campus lab / sim Mb/s | ρ lab / sim "
+            "| QD lab / sim ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for k, (real, model) in enumerate(zip(lab.windows, sim.windows, strict=False)):
+            dtn_ok = rate_ok(model.dtn_bps, real.dtn_bps)
+            campus_ok = rate_ok(model.campus_bps, real.campus_bps)
+            delay_ok = abs(model.queuing_delay_s - real.queuing_delay_s) <= DELAY_TOLERANCE_S
+            counts["windows"] += 1
+            counts["dtn"] += dtn_ok
+            counts["campus"] += campus_ok
+            counts["delay"] += delay_ok
+            start = (k + 1) * WINDOW_S
+            lines.append(
+                f"| {start:.0f}–{start + WINDOW_S:.0f} s | {real.dtn_bps / 1e6:.1f} / "
+                f"{model.dtn_bps / 1e6:.1f}{'' if dtn_ok else ' ✗'} | "
+                f"{real.campus_bps / 1e6:.1f} / {model.campus_bps / 1e6:.1f}"
+                f"{'' if campus_ok else ' ✗'} | {real.utilisation:.1%} / {model.utilisation:.1%} "
+                f"| {real.queuing_delay_s * 1e3:.1f} / {model.queuing_delay_s * 1e3:.1f}"
+                f"{'' if delay_ok else ' ✗'} |"
+            )
+        losses = loss_ok(sim.dtn_losses, lab.dtn_losses) and loss_ok(
+            sim.campus_losses, lab.campus_losses
+        )
+        counts["cases"] += 1
+        counts["losses"] += losses
+        lines.append(
+            f"\nLosses after {WINDOW_S:.0f} s (segments): DTN lab {lab.dtn_losses:.0f}, sim "
+            f"{sim.dtn_losses:.0f} ({ratio(sim.dtn_losses, lab.dtn_losses)}); campus lab "
+            f"{lab.campus_losses:.0f}, sim {sim.campus_losses:.0f} "
+            f"({ratio(sim.campus_losses, lab.campus_losses)}){'' if losses else ' ✗'}\n"
+        )
+    return lines, counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, default=Path("lab-dataset"))
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    if not (args.dataset / "index.json").exists():
+        print(f"{args.dataset}: no index.json; record one with `scidmz lab record`")
+        return 2
+    body, counts = compare(args.dataset, args.seeds)
+    n = counts["windows"]
+    summary = [
+        "# netsim against real Linux TCP (the lab's recorded matrix)",
+        "",
+        f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}`: every "
+        f"case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the mean of "
+        f"seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
+        "",
+        "| target | met |",
+        "|---|---:|",
+        f"| DTN rate within 10 % or 5 Mb/s, per window | {counts['dtn']} / {n} |",
+        f"| campus rate within 10 % or 5 Mb/s, per window | {counts['campus']} / {n} |",
+        f"| mean queuing delay within 3 ms, per window | {counts['delay']} / {n} |",
+        f"| losses per class within ×1.5, per case | {counts['losses']} / {counts['cases']} |",
+    ]
+    report = "\n".join(summary + body) + "\n"
+    print(report)
+    if args.write:
+        RESULTS.write_text(report)
+        print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

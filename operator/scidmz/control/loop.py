@@ -61,9 +61,9 @@ from scidmz.telemetry.stream import from_message
 log = logging.getLogger(__name__)
 
 TRACKING_WINDOW = 120
+"""t_N of eq. 3: the paper's MRAE window, in samples."""
 AT_CAP = 0.02
 """A DTN within this fraction of its cap counts as held by it."""
-"""t_N of eq. 3: the paper's MRAE window, in samples."""
 
 
 @dataclass(frozen=True)

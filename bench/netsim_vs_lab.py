@@ -22,17 +22,17 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from scidmz.netsim import layout
 from scidmz.netsim.scenario import parse_scenario
+from scidmz.netsim.schedule import RateSchedule, RateStep
 from scidmz.netsim.simulator import Simulator
 
 RESULTS = Path(__file__).parent / "results" / "netsim_vs_lab.md"
@@ -57,9 +57,12 @@ class Run:
     campus_losses: float
 
 
-def lab_run(case_dir: Path, capacity_bps: float, duration_s: float) -> Run:
-    with (case_dir / "truth.csv").open() as handle:
-        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+Row = dict[str, float]
+"""One second: t_s, dtn_rate_bps, campus_rate_bps, queuing_delay_s and losses per class."""
+
+
+def windows_of(rows: list[Row], capacity_bps: float, duration_s: float) -> Run:
+    """The 10 s windows after the first, and the losses over them, of per-second rows."""
     windows = []
     for start in np.arange(WINDOW_S, duration_s - 1e-9, WINDOW_S):
         inside = [r for r in rows if start < r["t_s"] <= start + WINDOW_S]
@@ -72,42 +75,47 @@ def lab_run(case_dir: Path, capacity_bps: float, duration_s: float) -> Run:
     measured = [r for r in rows if r["t_s"] > WINDOW_S]
     return Run(
         windows,
-        float(np.nansum([r["dtn_retransmitted_segments"] for r in measured])),
-        float(np.nansum([r["campus_retransmitted_segments"] for r in measured])),
+        float(np.nansum([r["dtn_losses"] for r in measured])),
+        float(np.nansum([r["campus_losses"] for r in measured])),
     )
 
 
-def sim_run(case: dict[str, object], seed: int) -> Run:
-    raw = dict(case["scenario"])  # type: ignore[call-overload]
-    raw["seed"] = seed
-    scenario = parse_scenario(raw, f"case {case['name']}")
+def lab_rows(case_dir: Path) -> list[Row]:
+    with (case_dir / "truth.csv").open() as handle:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    for row in rows:
+        row["dtn_losses"] = row["dtn_retransmitted_segments"]
+        row["campus_losses"] = row["campus_retransmitted_segments"]
+    return rows
+
+
+def sim_rows(case: dict[str, Any], seed: int) -> list[Row]:
+    """The case's scenario and u schedule through the simulator's own per-sample path."""
+    scenario = parse_scenario(dict(case["scenario"], seed=seed), f"case {case['name']}")
+    schedule = RateSchedule(
+        steps=[RateStep(at=float(t), rate=float(u)) for t, u in case["u_schedule"]]
+    )
     sim = Simulator(scenario)
-    schedule = [(float(t), float(u)) for t, u in case["u_schedule"]]  # type: ignore[attr-defined]
-    duration = float(case["duration_s"])  # type: ignore[arg-type]
-    step = scenario.step_s
-    total = round(duration / step)
-    out = np.zeros((layout.N_OUT, total))
-    changes = [(round(t / step), u) for t, u in schedule] + [(total, math.nan)]
-    for (at, rate), (until, _) in itertools.pairwise(changes):
-        sim.set_campus_rate_limit(rate)
-        out[:, at:until] = sim.advance(until - at)
-    capacity = scenario.bottleneck.capacity_bps
-    per = round(WINDOW_S / step)
-    windows = []
-    for first in range(per, total - per + 1, per):
-        block = out[:, first : first + per]
-        dtn = block[layout.OUT_DEP_DTN].sum() * 8 / WINDOW_S
-        campus = block[layout.OUT_DEP_CAMPUS].sum() * 8 / WINDOW_S
-        delay = float(block[layout.OUT_QUEUE].mean()) * 8 / capacity
-        windows.append(Window(dtn, campus, (dtn + campus) / capacity, delay))
-    measured = out[:, per:]
-    mss = scenario.mss_bytes
-    return Run(
-        windows,
-        float(measured[layout.OUT_DROP_DTN].sum()) / mss,
-        float(measured[layout.OUT_DROP_CAMPUS].sum() + measured[layout.OUT_DROP_SHAPER].sum())
-        / mss,
+    capacity, mss, period = (
+        scenario.bottleneck.capacity_bps,
+        scenario.mss_bytes,
+        scenario.sample_time_s,
     )
+    rows = []
+    for _ in range(math.ceil(float(case["duration_s"]) / period - 1e-9)):
+        start = sim.now
+        sample = sim.run_sample(schedule.changes(start, start + period))
+        rows.append(
+            {
+                "t_s": sample.time_s,
+                "dtn_rate_bps": sample.dtn_rate_bps,
+                "campus_rate_bps": sample.campus_rate_bps,
+                "queuing_delay_s": sample.queue_bytes * 8 / capacity,
+                "dtn_losses": sample.dtn_dropped_bytes / mss,
+                "campus_losses": (sample.campus_dropped_bytes + sample.shaper_dropped_bytes) / mss,
+            }
+        )
+    return rows
 
 
 def mean_run(runs: list[Run]) -> Run:
@@ -154,8 +162,11 @@ def compare(dataset: Path, seeds: int) -> tuple[list[str], dict[str, int]]:
             continue
         case = json.loads((case_dir / "case.json").read_text())
         capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-        lab = lab_run(case_dir, capacity, float(case["duration_s"]))
-        sim = mean_run([sim_run(case, seed) for seed in range(1, seeds + 1)])
+        duration = float(case["duration_s"])
+        lab = windows_of(lab_rows(case_dir), capacity, duration)
+        sim = mean_run(
+            [windows_of(sim_rows(case, seed), capacity, duration) for seed in range(1, seeds + 1)]
+        )
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [
             f"\n### {name}\n",

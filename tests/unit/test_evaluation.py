@@ -51,7 +51,7 @@ def test_decisions_use_simulated_time_for_the_integral():
 
 
 def test_sim_collector_follows_the_collectors_algorithms():
-    scenario = Scenario.model_validate({"dtn": {"transfer_bytes": "1GB"}, "seed": 3})
+    scenario = Scenario.model_validate({"dtn": {"transfer_bytes": "500MB"}, "seed": 3})
     collector = SimCollector(scenario)
     first = collector.measure()
     # algorithm 3: counter deltas at the tap, which sees the offered load (drops included)
@@ -65,7 +65,7 @@ def test_sim_collector_follows_the_collectors_algorithms():
     assert y.dtn_rtt_s > scenario.dtn.base_rtt_s and y.campus_rtt_s > scenario.campus.base_rtt_s
     more = [collector.measure() for _ in range(60)]
     finished = sum(len(s.dtn_done_s) for s in samples + more)
-    assert finished == 8  # the 1 GB transfer ends ...
+    assert finished == 8  # the 500 MB transfer ends ...
     assert more[-1].measured.active_flows == 100  # ... and its FIN digests leave the set
     assert math.isnan(more[-1].measured.dtn_rate_bps) or more[-1].measured.dtn_rate_bps == 0
 
@@ -78,8 +78,10 @@ def test_the_dtn_cap_holds_a_bbr_dtn_that_campus_shaping_cannot():
     )
     free = np.mean([s.sample.measured.dtn_rate_bps for s in trivial.run([500e6] * 30)[10:]])
     held = np.mean([s.sample.measured.dtn_rate_bps for s in capped.run([500e6] * 30)[10:]])
-    assert free > 800e6  # BBR v1 takes the link whatever the campus is allowed
-    assert held == pytest.approx(500e6, rel=0.03)
+    # BBR v1 takes the link whatever the campus is allowed (goodput: 95.6 % of B at most)
+    assert free > 0.8 * 1e9 * scenario.payload_fraction
+    # the cap counts frames, the tap payload; probe-rtt costs BBR ~3 % of a 20 s window
+    assert held == pytest.approx(500e6 * scenario.payload_fraction, rel=0.05)
 
 
 def test_episodes_produce_the_metrics():

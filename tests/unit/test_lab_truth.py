@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from scidmz.control.tbf import tbf_size
 from scidmz.lab import topology
 from scidmz.lab.topology import LabError
 from scidmz.lab.truth import TcpFlow, class_truth, parse_ss, qdisc_stats
@@ -85,6 +86,30 @@ def test_the_bottleneck_queue_is_the_scenarios_buffer() -> None:
     dtn_cap = next(c for c in commands if c[:3] == ["tc", "-n", topology.DTN])
     assert dtn_cap[dtn_cap.index("rate") + 1] == "100000000bit"
     assert topology.delay_routes(scenario) == ["10.71.3.0/24=100000", "10.71.1.0/24=10000"]
+
+
+def test_the_lab_shapes_as_the_actuator_does_and_tunes_the_dtn_like_a_dtn() -> None:
+    scenario = Scenario.model_validate(
+        {"shaper": {"initial_rate_bps": "150Mbps"}, "dtn": {"rate_limit_bps": "100Mbps"}}
+    )
+    commands = topology.build_commands(scenario)
+    shaper = next(c for c in commands if c[:3] == ["tc", "-n", topology.SHAPER])
+    size = tbf_size(150e6)
+    assert shaper[shaper.index("burst") + 1] == str(size.burst_bytes)
+    assert shaper[shaper.index("limit") + 1] == str(size.limit_bytes)
+    cap = next(c for c in commands if c[:3] == ["tc", "-n", topology.DTN])
+    assert cap[cap.index("burst") + 1] == str(tbf_size(100e6).burst_bytes)
+    # a 4 MB send buffer would cap each DTN stream near 1.8 MB in flight at 1 Gb/s
+    sysctls = [c[-1] for c in commands if c[:2] == ["ip", "netns"] and "sysctl" in c]
+    assert f"net.ipv4.tcp_wmem={topology.DTN_SOCKET_BUFFER}" in sysctls
+    assert f"net.ipv4.tcp_rmem={topology.DTN_SOCKET_BUFFER}" in sysctls
+    assert int(topology.DTN_SOCKET_BUFFER.split()[-1]) >= 64 * 2**20
+    assert f"net.ipv4.tcp_min_tso_segs={topology.LAB_MIN_TSO_SEGMENTS}" in sysctls
+
+
+def test_the_recorded_scenario_says_how_the_lab_sent() -> None:
+    assert topology.as_built(Scenario()).min_tso_segments == topology.LAB_MIN_TSO_SEGMENTS
+    assert topology.as_built(Scenario(), offloads=False).min_tso_segments == 1
 
 
 def test_every_namespace_is_created_before_it_is_used() -> None:

@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 
+from scidmz.control.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.run import jain_index
 from scidmz.netsim.scenario import parse_scenario
@@ -30,8 +31,8 @@ def test_physical_laws_hold_step_by_step():
         }
     )
     sim = Simulator(scenario)
-    capacity_step = scenario.bottleneck.capacity_bps / 8 * scenario.step_s
-    buffer_bytes = scenario.bottleneck.buffer_size_bytes
+    capacity_step = scenario.bottleneck.capacity_bps / 8 * scenario.step_s * sim.payload_fraction
+    buffer_bytes = scenario.bottleneck.buffer_size_bytes * sim.payload_fraction
     delivered = 0.0
     for rate in (1e9, 300e6, 0.0, 700e6, 1e9):
         sim.set_campus_rate_limit(rate)
@@ -40,8 +41,9 @@ def test_physical_laws_hold_step_by_step():
         assert departures.max() <= capacity_step * (1 + 1e-9)
         assert out[layout.OUT_QUEUE].max() <= buffer_bytes * (1 + 1e-9)
         assert out[layout.OUT_SHAPER_QUEUE].max() <= 200e3 * (1 + 1e-9)
-        # the shaper never releases more than its tokens allow
-        assert out[layout.OUT_SHAPED].sum() <= rate / 8 * 3.0 + scenario.shaper.burst_bytes + 1
+        # the shaper never releases more than its tokens allow (frames -> payload)
+        tokens = (rate / 8 * 3.0 + tbf_size(rate).burst_bytes) * sim.payload_fraction
+        assert out[layout.OUT_SHAPED].sum() <= tokens + 1
         delivered += float(departures.sum())
         balance = sim.conservation()
         assert abs(balance["residual_bytes"]) < 1e-6 * balance["sent_bytes"]
@@ -73,16 +75,19 @@ def test_equal_rtt_flows_share_fairly(cc):
     assert shares.sum() > 95
 
 
-def test_short_rtt_cubic_beats_long_rtt_cubic():
-    # 10 flows at 10 ms against 10 at 100 ms: the short-RTT flows must get clearly more
-    # (theory for Cubic: ~RTT^-3/4 per flow; we require at least 1.5x).
+def test_short_rtt_cubic_beats_long_rtt_cubic_but_not_by_the_rtt_ratio():
+    # 10 flows at 10 ms against 10 at 100 ms in a 100 ms buffer: the short-RTT flows get
+    # more per flow (measured 1.3x), but nowhere near the RTT ratio (~2x with the queue) or
+    # Cubic's fluid theory (~RTT^-3/4): ns-3 gives the classes about the same, and real Linux
+    # in the lab gives its 100 ms DTN streams more per flow than 10 ms campus flows
+    # (bench/results/netsim_vs_lab.md, cubic-10-steps).
     sim = Simulator(
         parse_scenario({**SMALL_LINK, "campus": {"long_flows": 10}, "dtn": {"streams": 10}})
     )
     _run(sim, 60)
     short = _per_flow_mbps(sim, sim.layout.long_columns, 60).mean()
     long = _per_flow_mbps(sim, sim.layout.dtn_columns, 60).mean()
-    assert short > 1.5 * long
+    assert 1.1 * long < short < 2.0 * long
 
 
 def test_bbr_takes_most_of_a_deep_buffer_against_cubic():
@@ -97,22 +102,24 @@ def test_bbr_takes_most_of_a_deep_buffer_against_cubic():
 def test_a_saturated_link_is_more_than_95_percent_utilised(cc):
     sim = Simulator(parse_scenario({"campus": {"congestion_control": cc}}))
     samples = _run(sim, 20)[5:]
-    assert min(s.utilisation for s in samples) > 0.95
+    # utilisation counts payload; a full link carries mss / (mss + headers) of it
+    assert min(s.utilisation for s in samples) > 0.95 * sim.payload_fraction
 
 
 @pytest.mark.parametrize("cc", ["cubic", "bbr2"])
 def test_lowering_u_raises_the_dtn_rate_within_a_few_rtts(cc):
     sim = Simulator(parse_scenario({"dtn": {"congestion_control": cc}}))
-    _run(sim, 30)
+    # 24 s: between two of BBR's probe-rtt episodes (every ~10.5 s), which would hide the step
+    _run(sim, 24)
     before = sim.advance(1000)[layout.OUT_DEP_DTN].sum() * 8  # bit/s over the last second
     sim.set_campus_rate_limit(200e6)
     # Half a second is a few DTN RTTs (100 ms + the queue draining away). The DTN must be
-    # faster already: measured +76 % for Cubic (its RTT falls as the queue drains) and +11 %
-    # for BBRv2-like, which was at 690 of the 800 Mb/s now free.
+    # faster already: measured x1.7 for Cubic (its RTT falls as the queue drains) and x1.5
+    # for BBRv2-like, whose loss cap (inflight_hi) grows back by 1, 2, 4... segments a round.
     after = sim.advance(500)[layout.OUT_DEP_DTN].sum() * 8 / 0.5
     assert after > 1.05 * before
     shaped = sim.advance(1000)[layout.OUT_SHAPED].sum()  # what the token bucket let through
-    assert shaped <= 200e6 / 8 + 64e3
+    assert shaped <= (200e6 / 8 + tbf_size(200e6).burst_bytes) * sim.payload_fraction
 
 
 def test_a_finite_dtn_transfer_completes_and_stops_at_the_tap():

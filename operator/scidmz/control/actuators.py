@@ -14,19 +14,10 @@ from typing import Any, Protocol
 
 import grpc
 
+from scidmz.control.tbf import TBF_MAX_RATE_BPS, TBF_MIN_RATE_BPS, tbf_size
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)
-
-TBF_MIN_RATE_BPS = 8_000.0
-"""tbf cannot express 0: u = 0 is applied as 8 kbit/s (a few packets a second)."""
-TBF_MAX_RATE_BPS = 8.0 * (2**32 - 1)
-"""tbf's 32-bit rate field in bytes/s, as pyroute2 writes it (~34 Gbit/s)."""
-TBF_BURST_S = 0.005
-"""Bucket depth as time at the rate: above one timer tick (4 ms at HZ = 250)."""
-TBF_MIN_BURST_BYTES = 15_000
-TBF_QUEUE_S = 0.010
-"""The tbf queue limit as time at the rate (the simulator's shaper default: 10 ms)."""
 
 
 class ActuatorError(Exception):
@@ -120,10 +111,12 @@ class ShaperActuator(_GrpcActuator):
 def tbf_parameters(rate_bps: float) -> dict[str, object]:
     """pyroute2 ``tc('replace', 'tbf', ...)`` arguments for a rate: burst and queue limit
     sized from it."""
-    rate = min(max(rate_bps, TBF_MIN_RATE_BPS), TBF_MAX_RATE_BPS)
-    burst = max(int(rate / 8 * TBF_BURST_S), TBF_MIN_BURST_BYTES)
-    limit = int(rate / 8 * TBF_QUEUE_S) + burst
-    return {"rate": f"{int(rate)}bit", "burst": burst, "limit": limit}
+    size = tbf_size(rate_bps)
+    return {
+        "rate": f"{int(size.rate_bps)}bit",
+        "burst": size.burst_bytes,
+        "limit": size.limit_bytes,
+    }
 
 
 class TcActuator:

@@ -21,7 +21,8 @@ META_FEATURES = "scidmz.features"
 META_UNITS = "scidmz.units"
 META_TARGET = "scidmz.target"
 TARGET_BINDING_RATE = "binding-rate"
-"""min(u(t), y2(t) / 0.98): see ``learn.inverse_model``."""
+"""min(u(t), y2(t) / s), s the campus rate the tap reads per unit of u where the shaper
+binds (0.98 × payload / frame): see ``learn.inverse_model``."""
 
 _UNIT_SUFFIXES = (("_bps", "bit/s"), ("_s", "s"), ("active_flows", "flows"))
 

@@ -155,7 +155,7 @@ def record_case(
                 "name": case.name,
                 "duration_s": duration_s,
                 "u_schedule": schedule,
-                "scenario": scenario.model_dump(mode="json"),
+                "scenario": topology.as_built(scenario).model_dump(mode="json"),
             },
             indent=2,
         )

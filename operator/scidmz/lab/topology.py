@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scidmz.control.tbf import tbf_size
 from scidmz.netsim.scenario import Scenario
 
 PREFIX = "sdl-"
@@ -74,6 +75,20 @@ ROUTES = (
     (RECV, CAMPUS_NET, "10.71.5.2"),
     (RECV, DTN_NET, "10.71.5.2"),
 )
+
+
+DTN_SOCKET_BUFFER = "4096 131072 268435456"
+"""tcp_wmem / tcp_rmem (min, default, max) of the DTN's and the receivers' namespaces."""
+LAB_MIN_TSO_SEGMENTS = 16
+"""net.ipv4.tcp_min_tso_segs in the senders' namespaces when offloads are on: GSO bursts big
+enough for 1 Gb/s on one core."""
+
+
+def as_built(scenario: Scenario, offloads: bool = True) -> Scenario:
+    """The scenario as the lab runs it: with offloads the senders' smallest TSO burst is
+    ``LAB_MIN_TSO_SEGMENTS``; without, every segment is its own packet. The simulator needs
+    this to drop what the lab's queues drop (whole GSO bursts)."""
+    return scenario.model_copy(update={"min_tso_segments": LAB_MIN_TSO_SEGMENTS if offloads else 1})
 
 
 class LabError(RuntimeError):
@@ -227,11 +242,24 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
         )
     for ns, destination, via in ROUTES:
         commands.append(["ip", "-n", ns, "route", "add", destination, "via", via])
+    # A DTN is a tuned host (ESnet fasterdata): with the kernel's 4 MB send buffer, each
+    # stream at 1 Gb/s and ~170 ms stalls at ~1.8 MB in flight, and the host, not the
+    # network, would set the DTN's share.
+    for ns, key in ((DTN, "net.ipv4.tcp_wmem"), (RECV, "net.ipv4.tcp_rmem")):
+        commands.append(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={DTN_SOCKET_BUFFER}"])
     if offloads:
         # With GSO on, senders keep super-packets big enough for 1 Gb/s on one core.
         for ns in (CAMPUS, DTN):
             commands.append(
-                ["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_min_tso_segs=16"]
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    ns,
+                    "sysctl",
+                    "-qw",
+                    f"net.ipv4.tcp_min_tso_segs={LAB_MIN_TSO_SEGMENTS}",
+                ]
             )
     bottleneck = scenario.bottleneck
     commands.append(
@@ -265,7 +293,11 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             "dev",
             "s1",
             "root",
-            *tbf_args(initial_u, shaper.burst_bytes, shaper.queue_bytes),
+            *tbf_args(
+                initial_u,
+                shaper.burst_bytes or tbf_size(initial_u).burst_bytes,
+                shaper.queue_bytes or tbf_size(initial_u).limit_bytes,
+            ),
         ]
     )
     if scenario.dtn.rate_limit_bps is not None:
@@ -279,7 +311,11 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
                 "dev",
                 "d0",
                 "root",
-                *tbf_args(scenario.dtn.rate_limit_bps, shaper.burst_bytes, shaper.queue_bytes),
+                *tbf_args(
+                    scenario.dtn.rate_limit_bps,
+                    tbf_size(scenario.dtn.rate_limit_bps).burst_bytes,
+                    tbf_size(scenario.dtn.rate_limit_bps).limit_bytes,
+                ),
             ]
         )
     return commands

@@ -12,7 +12,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +81,8 @@ def train(settings: TrainSettings, progress: Progress | None = None) -> TrainRep
         telemetry=settings.telemetry, dtn_cap_excitation=settings.dtn_cap_excitation,
     )  # fmt: skip
     x, u = training_table(data)
-    fit_settings = settings.fit
+    # the tap counts payload, u lets frames through: y2 / u where the shaper binds
+    fit_settings = replace(settings.fit, binding_share=BINDING_SHARE * scenario.payload_fraction)
     epochs = fit_settings.max_epochs
     folds = cross_validate(
         x, u, data.max_rate_bps, settings.folds, fit_settings,
@@ -117,6 +118,11 @@ def command(settings: TrainSettings) -> str:
             if settings.dtn_cap_excitation
             else " --no-dtn-cap-excitation"
         )
+        + (
+            f" --max-epochs {settings.fit.max_epochs}"
+            if settings.fit.max_epochs != FitSettings().max_epochs
+            else ""
+        )
     )
 
 
@@ -131,6 +137,8 @@ def model_card(
     import sklearn
 
     f = settings.fit
+    frame = scenario.mss_bytes + scenario.header_bytes
+    share = BINDING_SHARE * scenario.payload_fraction
     inputs = "\n".join(
         f"| {i} | `{name}` | {unit} |"
         for i, (name, unit) in enumerate(zip(FEATURE_NAMES, feature_units(), strict=True))
@@ -184,7 +192,8 @@ Reproduce: `{command(settings)}` ({report.seconds / 60:.1f} min on this machine)
 ## What it predicts, and why
 Where the campus wants less than u(t), the shaper does not bind and every u above the
 campus demand gives the same y(t): u is not identifiable there. So the target is the
-**binding rate** min(u(t), y2(t) / {BINDING_SHARE:g}): u itself where the shaper binds, and
+**binding rate** min(u(t), y2(t) / s), s = {BINDING_SHARE:g} × {scenario.mss_bytes}/{frame}
+= {share:.3f} (y2 counts payload, u lets frames through): u itself where the shaper binds, and
 elsewhere the least rate limit consistent with the state (the campus rate it carried). A
 controller asks exactly that — which limit makes the campus carry y_d's campus rate.
 Trained on the raw u instead, a squared loss pulls the binding rows toward the

@@ -8,24 +8,31 @@ Sources and simplifications:
 
 * **Reno** — RFC 5681: slow start (cwnd += acked), congestion avoidance (cwnd += 1 per window),
   halving on loss; one reduction per round trip (NewReno-style recovery, RFC 6582).
-* **Cubic** — RFC 9438: C = 0.4, β = 0.7, fast convergence (§4.7), the Reno-friendly region
-  with α = 3(1−β)/(1+β) until W_est reaches the previous W_max, then 1 (§4.3), the target
-  W_cubic(t + RTT) clamped to [cwnd, 1.5·cwnd] (§4.4). No HyStart: slow start ends at the first
-  loss, as with ``tcp_cubic hystart=0``.
+* **Cubic** — RFC 9438 as Linux ``tcp_cubic.c`` implements it: C = 0.4, β = 0.7, fast
+  convergence (§4.7), the Reno-friendly region with α = 3(1−β)/(1+β) throughout (RFC 9438
+  §4.3 raises α to 1 once W_est passes W_max; Linux does not, and with it the 10 ms class
+  took more from 100 ms flows than on real TCP), the target W_cubic(t + RTT) clamped to
+  [cwnd, 1.5·cwnd] (§4.4) with the path's minimum RTT for RTT, as Linux's ``delay_min``. No
+  HyStart: slow start ends at the first loss, as with ``tcp_cubic hystart=0``.
 * **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
   startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
   a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
   10 s old); bandwidth max-filtered over 10 rounds, RTT min-filtered over 10 s; cwnd =
-  2·BDP + 3 segments. Simplified: one delivery-rate sample per round (bytes acknowledged in the
-  round / its duration) instead of one per ACK; loss does not reduce cwnd (v1 ignores it apart
-  from recovery's packet conservation, which is not modelled).
+  2·BDP + 3 segments. Delivery-rate samples over the trailing round every 1/8 round, where
+  Linux takes one per ACK. Not modelled: ACK aggregation (``extra_acked``) and loss
+  recovery's packet conservation, which, tried against the lab, took BBR's share further
+  from real BBR's (bench/results/netsim_vs_lab.md).
 * **BBRv2-like** — BBR v1 plus the v2 loss response: a round that loses more than 2 % of its
   data caps inflight at ``inflight_hi = 0.7 · cwnd`` (and ends startup); while probing up
   without excess loss the cap grows by 1, 2, 4, … segments per round; the probe-down gain is
   0.9 rather than 0.75. It is *not* Google's BBRv2 (no bw_lo, no ECN, no 2–3 s probe timer).
 
-Loss is detected one smoothed RTT after the drop (dupacks/SACK); retransmission timeouts are
-not modelled.
+Loss (``kernel``): drop-tail queues drop whole TSO/GSO bursts (Linux ``tcp_tso_autosize``:
+~1 ms at the pacing rate, at least ``tcp_min_tso_segs``), so a congested flow loses a train of
+segments for one window reduction. A loss is detected one smoothed RTT after the drop
+(SACK/RACK), with any drops of the flow in between. A loss with nothing sent after it has no
+SACK to reveal it and waits for the tail-loss probe, one more SRTT (RFC 8985 §7).
+Retransmission timeouts (the probe itself lost) are not modelled.
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ from scidmz.netsim.layout import (
     PROBE_RTT,
     PROBE_RTT_DONE,
     PROBE_UP_SEGS,
+    RATE_Q,
+    RATE_Q0,
+    RATE_T0,
     RECOVERY_UNTIL,
     RENO,
     ROUND_ACKED,
@@ -96,6 +106,8 @@ BBR2_LOSS_THRESHOLD = 0.02
 BBR2_BETA = 0.7
 BBR2_PROBE_DOWN_GAIN = 0.9
 BBR_PROBE_DOWN_GAIN = 0.75
+RATE_PARTS = 8
+"""BBR's sliding delivery-rate window: a sample every 1/RATE_PARTS of a round."""
 
 
 @compiled
@@ -145,13 +157,12 @@ def grow_windows(
         elapsed = now - flow_f[EPOCH_T, i]
         k = flow_f[CUBIC_K, i]
         w_max = flow_f[W_MAX, i]
-        offset = elapsed + flow_f[SRTT, i] - k
+        offset = elapsed + flow_f[BASE_RTT, i] - k
         target = CUBIC_C * offset * offset * offset + w_max
         target = min(max(target, cwnd), 1.5 * cwnd)
         cubic = cwnd + (target - cwnd) * per_cwnd
         w_est = flow_f[W_EST, i]
-        alpha = CUBIC_ALPHA if w_est < w_max else 1.0
-        new_w_est = w_est + alpha * per_cwnd
+        new_w_est = w_est + CUBIC_ALPHA * per_cwnd
         now_offset = elapsed - k
         w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
         cubic = max(cubic, new_w_est) if w_cubic < new_w_est else cubic
@@ -166,7 +177,7 @@ def grow_windows(
 def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     """Multiplicative decrease, once per round trip (RFC 5681 §3.2, RFC 9438 §4.6–4.7)."""
     cc = flow_i[CC, i]
-    if cc >= BBR:  # BBR sets its window in bbr_step
+    if cc >= BBR:  # BBR v1 sets its window in bbr_step; see the module docstring
         return
     if now < flow_f[RECOVERY_UNTIL, i]:
         return
@@ -207,14 +218,17 @@ def bbr_step(
 ) -> float:
     """Advance BBR's model and state machine by one step; returns the pacing rate (bytes/s)."""
     v2 = flow_i[CC, i] == BBR2
+    # Expiry is judged before this sample refreshes the filter (Linux bbr_update_min_rtt):
+    # an expired min_rtt both takes the sample and sends the flow to probe-rtt.
+    expired = flow_f[MIN_RTT, i] < np.inf and now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S
     if rtt_sample > 0.0 and (
-        rtt_sample <= flow_f[MIN_RTT, i]
-        or (now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S and flow_i[MODE, i] != PROBE_RTT)
+        rtt_sample <= flow_f[MIN_RTT, i] or (expired and flow_i[MODE, i] != PROBE_RTT)
     ):
         flow_f[MIN_RTT, i] = rtt_sample
         flow_f[MIN_RTT_AT, i] = now
     flow_f[ROUND_ACKED, i] += acked
     round_length = max(flow_f[SRTT, i], flow_f[BASE_RTT, i] * 0.5)
+    _slide_rate(flow_f, flow_i, bw_filter, i, now, acked, round_length)
     if flow_f[ROUND_ACKED, i] > 0.0 and now - flow_f[ROUND_T, i] >= round_length:
         _end_round(flow_f, flow_i, bw_filter, i, now, mss, v2)
 
@@ -230,11 +244,7 @@ def bbr_step(
     if mode == PROBE_BW and now - flow_f[CYCLE_T, i] > min_rtt:
         flow_i[CYCLE_IDX, i] = (flow_i[CYCLE_IDX, i] + 1) % BBR_CYCLE_LEN
         flow_f[CYCLE_T, i] = now
-    if (
-        mode != PROBE_RTT
-        and min_rtt < np.inf
-        and now - flow_f[MIN_RTT_AT, i] > BBR_MIN_RTT_WINDOW_S
-    ):
+    if mode != PROBE_RTT and expired:
         mode = PROBE_RTT
         flow_f[PRIOR_CWND, i] = flow_f[CWND, i]
         flow_f[PROBE_RTT_DONE, i] = now + BBR_PROBE_RTT_S + min_rtt
@@ -279,6 +289,40 @@ def bbr_step(
 
 
 @compiled
+def _slide_rate(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    bw_filter: FloatRows,
+    i: int,
+    now: float,
+    acked: float,
+    round_length: float,
+) -> None:
+    """A delivery-rate sample over the last round, taken every 1/RATE_PARTS of a round, into
+    the bandwidth max filter. Linux takes one per ACK, each over the round trip behind it
+    (``tcp_rate_gen``): the max filter then holds the peaks of a fluctuating share, which
+    one sample per disjoint round averages away (in the lab each stream's estimate sat at
+    107–145 Mb/s while it delivered ~104)."""
+    q = flow_i[RATE_Q, i]
+    flow_f[RATE_Q0 + q, i] += acked
+    if now - flow_f[RATE_T0 + q, i] < round_length / RATE_PARTS:
+        return
+    oldest = (q + 1) % RATE_PARTS
+    elapsed = now - flow_f[RATE_T0 + oldest, i]
+    if flow_f[RATE_T0 + oldest, i] > 0.0 and elapsed > 0.0:
+        total = 0.0
+        for k in range(RATE_PARTS):
+            total += flow_f[RATE_Q0 + k, i]
+        sample = total / elapsed
+        slot = flow_i[ROUND_COUNT, i] % BBR_BW_ROUNDS
+        bw_filter[i, slot] = max(bw_filter[i, slot], sample)
+        flow_f[BTL_BW, i] = max(flow_f[BTL_BW, i], sample)
+    flow_i[RATE_Q, i] = oldest
+    flow_f[RATE_Q0 + oldest, i] = 0.0
+    flow_f[RATE_T0 + oldest, i] = now
+
+
+@compiled
 def _first_phase(flow_i: IntRows, i: int) -> int:
     # Linux starts probe-bw at a random phase other than the probe-down one; a hash of the
     # flow's serial keeps runs deterministic.
@@ -299,12 +343,13 @@ def _end_round(
     elapsed = now - flow_f[ROUND_T, i]
     sample = flow_f[ROUND_ACKED, i] / elapsed
     slot = flow_i[ROUND_COUNT, i] % BBR_BW_ROUNDS
-    bw_filter[i, slot] = sample
-    flow_i[ROUND_COUNT, i] += 1
+    bw_filter[i, slot] = max(bw_filter[i, slot], sample)
     best = 0.0
     for k in range(BBR_BW_ROUNDS):
         best = max(best, bw_filter[i, k])
     flow_f[BTL_BW, i] = best
+    flow_i[ROUND_COUNT, i] += 1
+    bw_filter[i, flow_i[ROUND_COUNT, i] % BBR_BW_ROUNDS] = 0.0
     if v2:
         lost = flow_f[ROUND_LOST, i]
         total = lost + flow_f[ROUND_ACKED, i]

@@ -8,17 +8,23 @@ One step of length dt (≤ 1 ms), in this order:
    acknowledged in a step left the bottleneck in the same step: their RTT sample is base RTT +
    that step's mean queuing delay for the class (+ the shaper's delay for the campus). Losses
    whose detection time has come are declared: they leave inflight, return to the send
-   backlog (retransmission) and trigger the window reduction. A flow whose bytes are all
-   acknowledged completes (FCT event).
+   backlog (retransmission) and trigger the window reduction; a loss with nothing sent after
+   it waits one more SRTT for the tail-loss probe. A flow whose bytes are all acknowledged
+   completes (FCT event).
 2. **Arrivals** of short flows (paper table 6) take a free column.
 3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
-   also respect their pacing rate. With a DTN cap (the DTN actuator), the DTN streams
-   share a token bucket at that rate; what does not fit waits at the host (``_cap_dtn``).
+   also respect their pacing rate; a window-limited sender holds back a burst too small to
+   be worth sending, as Linux's TSO deferral does. With a DTN cap (the DTN actuator), the DTN
+   streams share a token bucket at that rate; what does not fit waits at the host
+   (``_cap_dtn``).
 4. **Campus shaper** (S1-eth1): a drop-tail queue in front of a token bucket with rate u(t)
    and depth ``burst``; up to ``tokens + u·dt`` bytes leave per step.
 5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
-   tap, is admitted up to the buffer (drop-tail; a shortfall is taken from every flow in
-   proportion to its arrivals) and served FIFO at capacity B.
+   tap, is admitted up to the buffer (drop-tail: whole bursts of flows drawn in proportion
+   to their arrivals are dropped until the rest fits) and served FIFO at capacity B.
+
+The link, the shaper and the DTN cap count frames (MSS + ``header_bytes``); the kernel counts
+payload, so their rates and sizes arrive here scaled by ``P_PAYLOAD``.
 6. **Departures** are scheduled for acknowledgement one base RTT later; their sojourn is the
    queuing-delay sample of the P4 register (paper algorithm 5).
 7. **Tap activity rule** (paper algorithm 7): a flow becomes active once C_TH packets arrive
@@ -109,8 +115,10 @@ from scidmz.netsim.layout import (
     P_DTN_BURST,
     P_IDLE,
     P_IW,
+    P_MIN_TSO,
     P_MSS,
     P_N_CAMPUS,
+    P_PAYLOAD,
     P_POOL_END,
     P_POOL_START,
     P_SHAPER_LIMIT,
@@ -148,6 +156,7 @@ from scidmz.netsim.layout import (
     START_T,
     STARTUP,
     STEP,
+    TAIL_PROBED,
     TAP_ACTIVE,
     TAP_BYTES_CAMPUS,
     TAP_BYTES_DTN,
@@ -168,6 +177,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _DONE_TOLERANCE_BYTES = 1e-3
+_GSO_MAX_BYTES = 65_536.0 - 1448.0  # GSO_LEGACY_MAX_SIZE less headroom, as whole segments
 SCRATCH_ROWS = 9
 
 
@@ -268,6 +278,20 @@ def _uniform(glob_i: IntArray) -> float:
 
 
 @compiled
+def _burst_bytes(flow_f: FloatArray, flow_i: IntArray, i: int, mss: float, min_tso: float) -> float:
+    """The TSO/GSO burst flow ``i`` sends now (Linux ``tcp_tso_autosize``): ~1 ms at its
+    pacing rate (BBR's; 1.2 cwnd / SRTT for the others), at least the minimum TSO burst (BBR:
+    2 segments), at most 64 kB; a window-limited sender's bursts are about a third of its
+    window, the room ACKs open before it sends (``tcp_tso_should_defer``)."""
+    if flow_i[CC, i] >= BBR:
+        return float(min(max(flow_f[BTL_BW, i] * 0.001, 2.0 * mss), _GSO_MAX_BYTES))
+    cwnd_bytes = flow_f[CWND, i] * mss
+    srtt = max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+    goal = min(max(1.2 * cwnd_bytes / srtt * 0.001, min_tso), _GSO_MAX_BYTES)
+    return float(max(min(goal, cwnd_bytes / 3.0), mss))
+
+
+@compiled
 def _tail_drop(
     flow_f: FloatArray,
     flow_i: IntArray,
@@ -278,14 +302,17 @@ def _tail_drop(
     total: float,
     excess: float,
     mss: float,
+    min_tso: float,
     now: float,
 ) -> tuple[float, float]:
-    """Drop ``excess`` bytes of this step's arrivals, one packet at a time.
+    """Drop ``excess`` bytes of this step's arrivals, one TSO/GSO burst at a time.
 
-    Each dropped packet belongs to a flow drawn with probability proportional to its arrivals
-    (a packet of that flow met the full buffer), so the expected loss is proportional to
-    arrivals while a flow that lost no packet sees no congestion signal — the
-    desynchronisation a per-byte split would erase. Returns (campus, DTN) bytes dropped.
+    Each drop hits a flow drawn with probability proportional to its arrivals (a packet of
+    that flow met the full buffer) and takes one of its bursts (``_burst_bytes``): a burst
+    reaches the queue as one super-packet, and a drop-tail queue (a bfifo, a tbf's queue)
+    drops it whole. So losses come in trains that hit few flows, each losing several
+    segments for one window reduction — real drop-tail's loss pattern, which a per-byte or
+    per-packet split spreads over every flow. Returns (campus, DTN) bytes dropped.
     """
     running_sum = 0.0
     for c in range(columns):
@@ -307,7 +334,7 @@ def _tail_drop(
                 low = middle + 1
             else:
                 high = middle
-        taken = min(mss, remaining, arriving[low])
+        taken = min(_burst_bytes(flow_f, flow_i, low, mss, min_tso), arriving[low])
         if taken <= 0.0:
             continue
         arriving[low] -= taken
@@ -465,7 +492,7 @@ def _cap_dtn(
     not fit waits in the host (TCP small queues push back: nothing is dropped), and a
     stream held back is not window-limited, so its window does not grow (Linux
     ``tcp_is_cwnd_limited``, RFC 7661)."""
-    tokens = glob_f[DTN_TOKENS] + glob_f[DTN_RATE_LIMIT] * dt
+    tokens = glob_f[DTN_TOKENS] + glob_f[DTN_RATE_LIMIT] * params[P_PAYLOAD] * dt
     wanted = 0.0
     for i in range(first, end):
         wanted += send[i]
@@ -573,6 +600,8 @@ def advance(
     c_th = params[P_C_TH]
     t_th = params[P_T_TH]
     idle = params[P_IDLE]
+    payload = params[P_PAYLOAD]
+    min_tso = params[P_MIN_TSO] * mss
     event_room = events.shape[1] - 3 * n_flows - 8
     send = scratch[0]
     arrive = scratch[1]
@@ -628,7 +657,19 @@ def advance(
             pacing[i] = np.inf
             if flow_i[RUNNING, i] == 0:
                 continue
+            if (
+                flow_f[LOST_PENDING, i] > 0.0
+                and now >= flow_f[LOSS_AT, i]
+                and flow_i[TAIL_PROBED, i] == 0
+                and flow_f[INFLIGHT, i] - flow_f[LOST_PENDING, i] < mss
+            ):
+                # Nothing sent after the loss is in flight: no SACK arrives to show it, and
+                # the sender learns of it only from its tail-loss probe, two SRTTs after its
+                # last send (RACK-TLP, RFC 8985 §7.2): one more SRTT of silence.
+                flow_i[TAIL_PROBED, i] = 1
+                flow_f[LOSS_AT, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
             if flow_f[LOST_PENDING, i] > 0.0 and now >= flow_f[LOSS_AT, i]:
+                flow_i[TAIL_PROBED, i] = 0
                 lost = flow_f[LOST_PENDING, i]
                 flow_f[LOST_PENDING, i] = 0.0
                 flow_f[INFLIGHT, i] -= lost
@@ -649,8 +690,9 @@ def advance(
                     flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss
                 )
 
-        for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing)
-            window = flow_f[CWND, i] * mss - flow_f[INFLIGHT, i]
+        for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing, TSO)
+            cwnd_bytes = flow_f[CWND, i] * mss
+            window = cwnd_bytes - flow_f[INFLIGHT, i]
             amount = min(window, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
             rate = pacing[i]
             paced = rate < np.inf
@@ -659,9 +701,14 @@ def advance(
             credit = min(budget - max(amount, 0.0), rate * dt)
             flow_f[PACING_CREDIT, i] = credit if paced else 0.0
             amount = amount if flow_i[RUNNING, i] == 1 and amount > 0.0 else 0.0
-            send[i] = amount
             # the window was what held it back (not the NIC / application or pacing)
-            flow_f[CWND_LIMITED, i] = 1.0 if amount >= window - 1e-9 else 0.0
+            window_limited = amount >= window - 1e-9
+            flow_f[CWND_LIMITED, i] = 1.0 if window_limited else 0.0
+            # A window-limited sender holds back a burst smaller than both the minimum TSO
+            # burst and a third of its window (Linux tcp_tso_should_defer); BBR paces.
+            small = amount < min(min_tso, cwnd_bytes * (1.0 / 3.0))
+            more = flow_f[REMAINING, i] > amount + 1e-9
+            send[i] = 0.0 if small and window_limited and more and not paced else amount
         if glob_f[DTN_RATE_LIMIT] < np.inf and n_flows > n_campus:
             _cap_dtn(flow_f, glob_f, params, send, n_campus, n_flows, dt)
         for i in range(n_flows):  # 2e. send
@@ -676,7 +723,7 @@ def advance(
             offered += send[i]
 
         # 3. campus shaper: drop-tail queue + token bucket at u(t)
-        tokens = glob_f[TOKENS] + glob_f[CAMPUS_RATE_LIMIT] * dt
+        tokens = glob_f[TOKENS] + glob_f[CAMPUS_RATE_LIMIT] * payload * dt
         shaper_drops = 0.0
         shaper_w_sum = 0.0
         if glob_f[SHAPER_QUEUE] <= 0.0 and offered <= tokens:
@@ -691,7 +738,7 @@ def advance(
             if offered > space:
                 shaper_drops, _ = _tail_drop(
                     flow_f, flow_i, glob_i, send, cumulative, n_campus, offered,
-                    offered - max(space, 0.0), mss, now,
+                    offered - max(space, 0.0), mss, min_tso, now,
                 )  # fmt: skip
                 offered -= shaper_drops
             fifo_push(sh_slots, sh_step, sh_total, sh_cursor, send, offered, n_campus, step)
@@ -735,7 +782,7 @@ def advance(
         if arriving > space:
             drop_campus, drop_dtn = _tail_drop(
                 flow_f, flow_i, glob_i, arrive, cumulative, n_flows, arriving,
-                arriving - max(space, 0.0), mss, now,
+                arriving - max(space, 0.0), mss, min_tso, now,
             )  # fmt: skip
             arriving -= drop_dtn + drop_campus
         glob_f[BOTTLENECK_DROPPED] += drop_dtn + drop_campus

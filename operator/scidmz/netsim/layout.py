@@ -48,7 +48,9 @@ SAMPLE_ACKED = 35  # bytes acknowledged since the last reset (per-sample through
 SAMPLE_RTT_W = 36  # sum of RTT x bytes since the last reset (per-sample mean RTT)
 PACING_CREDIT = 37  # unused pacing budget carried into the next step, bytes
 CWND_LIMITED = 38  # 1 when the window limited the last send; 0: NIC/app, pacing or DTN cap did
-N_FLOW_F = 39
+RATE_Q0 = 39  # BBR: bytes acknowledged in each 1/8 of the last round (8 rows) ...
+RATE_T0 = 47  # ... and when each began (8 rows): a sliding one-round delivery rate
+N_FLOW_F = 55
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -63,7 +65,9 @@ ROUND_COUNT = 8  # BBR rounds so far
 TAP_ACTIVE = 9  # the tap's activity rule counts this flow as active
 SERIAL = 10  # unique id of the flow occupying this column (columns of short flows are reused)
 KIND = 11  # LONG, SHORT, DTN_STREAM
-N_FLOW_I = 12
+TAIL_PROBED = 12  # 1 once a pending loss with nothing after it has waited for the tail probe
+RATE_Q = 13  # BBR: the part (0-7) of the sliding delivery-rate window being filled
+N_FLOW_I = 14
 
 CAMPUS = 0
 DTN = 1
@@ -180,4 +184,6 @@ P_SHORT_RTT = 14
 P_SHORT_LINE = 15  # bytes per step
 P_SHORTS_ON = 16
 P_DTN_BURST = 17  # the DTN cap's bucket depth, bytes
-N_PARAMS = 18
+P_PAYLOAD = 18  # payload / frame bytes of a full segment: rates in frames -> payload bytes
+P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
+N_PARAMS = 20

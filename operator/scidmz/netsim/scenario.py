@@ -131,11 +131,17 @@ class Shaper(_Model):
     initial_rate_bps: RateBps | None = Field(
         default=None, ge=0, description="u(0); default: the bottleneck capacity (no shaping)."
     )
-    burst_bytes: Bytes = Field(default=64e3, gt=0, description="Bucket depth.")
-    queue_bytes: Bytes = Field(
-        default=1.25e6,
+    burst_bytes: Bytes | None = Field(
+        default=None,
         gt=0,
-        description="Drop-tail queue in front of the bucket (tbf `limit`); 10 ms at 1 Gb/s.",
+        description="Bucket depth; default: as the tc actuator sizes it at each u "
+        "(5 ms at u, at least 15 kB).",
+    )
+    queue_bytes: Bytes | None = Field(
+        default=None,
+        gt=0,
+        description="The tbf `limit` (bytes queued or in the bucket); default: as the tc "
+        "actuator sizes it at each u (10 ms at u + the bucket).",
     )
 
 
@@ -180,8 +186,29 @@ class Scenario(_Model):
     step_s: Seconds = Field(default=0.001, gt=0, le=0.001, description="Time step, at most 1 ms.")
     sample_time_s: Seconds = Field(default=1.0, gt=0, description="T")
     mss_bytes: int = Field(default=1448, ge=100, le=9000)
+    header_bytes: int = Field(
+        default=66,
+        ge=0,
+        le=200,
+        description="Frame bytes per segment beyond its payload (Ethernet 14 + IPv4 20 + TCP 20 "
+        "+ timestamps 12): the bottleneck, the shaper and the DTN cap count frames, the rates "
+        "the twin reports count payload (goodput), as TCP_INFO does.",
+    )
+    min_tso_segments: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Linux net.ipv4.tcp_min_tso_segs: a loss-based sender's smallest TSO/GSO "
+        "burst, which a full drop-tail queue drops as a whole (the lab sets 16).",
+    )
     initial_window_segments: int = Field(default=10, ge=1, le=1000, description="IW (RFC 6928).")
     seed: int = Field(default=1, ge=0)
+
+    @property
+    def payload_fraction(self) -> float:
+        """Payload per byte of frame for a full segment (1448 / 1514 by default): what a
+        rate counted in frames (B, u, a DTN cap) carries as goodput."""
+        return self.mss_bytes / (self.mss_bytes + self.header_bytes)
 
     @model_validator(mode="after")
     def _sample_is_whole_steps(self) -> Scenario:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from scidmz.control.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.kernel import SCRATCH_ROWS, advance, init_flow
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
@@ -28,10 +29,6 @@ _MAX_QUEUE_SLOTS = 200_000
 _SHAPER_SLOTS = 4096
 _RANDOM_BLOCK = 4096
 _BW_FILTER_ROUNDS = 10
-DTN_CAP_BURST_S = 0.005
-DTN_CAP_MIN_BURST_BYTES = 15_000
-"""The DTN cap's bucket depth, as the tc actuator sizes a tbf (``control.actuators``:
-``TBF_BURST_S``, ``TBF_MIN_BURST_BYTES``; a test keeps them equal)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +71,11 @@ class Simulator:
             n_dtn=scenario.dtn.streams,
         )
         n = self.layout.n_flows
-        capacity = scenario.bottleneck.capacity_bps / 8.0
-        buffer_bytes = scenario.bottleneck.buffer_size_bytes
+        # The link, the shaper and the DTN cap count frames; the kernel counts payload, so
+        # every rate and byte size in frames is scaled by payload / frame once, here.
+        self.payload_fraction = scenario.payload_fraction
+        capacity = scenario.bottleneck.capacity_bps / 8.0 * self.payload_fraction
+        buffer_bytes = scenario.bottleneck.buffer_size_bytes * self.payload_fraction
         queue_slots = math.ceil(buffer_bytes / (capacity * dt)) + 4
         if queue_slots > _MAX_QUEUE_SLOTS:
             raise ScenarioError(
@@ -115,7 +115,7 @@ class Simulator:
         self.set_campus_rate_limit(
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
         )
-        self.glob_f[layout.TOKENS] = scenario.shaper.burst_bytes
+        self.glob_f[layout.TOKENS] = self.params[layout.P_BURST]
         self.set_dtn_rate_limit(scenario.dtn.rate_limit_bps)
         if shorts.enabled:
             self._refill_random()
@@ -129,8 +129,12 @@ class Simulator:
         params[layout.P_DT] = self.dt
         params[layout.P_CAPACITY] = capacity
         params[layout.P_BUFFER] = buffer_bytes
-        params[layout.P_BURST] = s.shaper.burst_bytes
-        params[layout.P_SHAPER_LIMIT] = s.shaper.queue_bytes
+        if s.shaper.burst_bytes is not None:
+            params[layout.P_BURST] = s.shaper.burst_bytes * self.payload_fraction
+        if s.shaper.queue_bytes is not None:
+            params[layout.P_SHAPER_LIMIT] = s.shaper.queue_bytes * self.payload_fraction
+        params[layout.P_PAYLOAD] = self.payload_fraction
+        params[layout.P_MIN_TSO] = s.min_tso_segments
         params[layout.P_MSS] = s.mss_bytes
         params[layout.P_IW] = s.initial_window_segments
         params[layout.P_C_TH] = s.activity.packets_threshold
@@ -147,7 +151,7 @@ class Simulator:
 
     def _line_bytes(self, line_rate_bps: float | None) -> float:
         rate = self.scenario.bottleneck.capacity_bps if line_rate_bps is None else line_rate_bps
-        return rate / 8.0 * self.dt
+        return rate / 8.0 * self.payload_fraction * self.dt
 
     def _init_flows(self) -> None:
         s = self.scenario
@@ -199,6 +203,16 @@ class Simulator:
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ValueError(f"campus rate limit must be a finite rate >= 0, got {rate_bps!r}")
         self.glob_f[layout.CAMPUS_RATE_LIMIT] = rate_bps / 8.0
+        # The tc actuator resizes the tbf's bucket and queue with its rate; so does the twin,
+        # unless the scenario fixes them.
+        shaper = self.scenario.shaper
+        size = tbf_size(rate_bps)
+        if shaper.burst_bytes is None:
+            self.params[layout.P_BURST] = size.burst_bytes * self.payload_fraction
+            # tc's change refills the bucket to its new depth (Linux tbf_change)
+            self.glob_f[layout.TOKENS] = self.params[layout.P_BURST]
+        if shaper.queue_bytes is None:
+            self.params[layout.P_SHAPER_LIMIT] = size.limit_bytes * self.payload_fraction
 
     def set_dtn_rate_limit(self, rate_bps: float | None) -> None:
         """The DTN actuator's hook: cap the DTN's aggregate sending rate (``None`` lifts
@@ -209,7 +223,7 @@ class Simulator:
             return
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ValueError(f"DTN rate limit must be a finite rate >= 0, got {rate_bps!r}")
-        burst = max(rate_bps / 8.0 * DTN_CAP_BURST_S, DTN_CAP_MIN_BURST_BYTES)
+        burst = tbf_size(rate_bps).burst_bytes * self.payload_fraction
         if not math.isfinite(self.glob_f[layout.DTN_RATE_LIMIT]):
             self.glob_f[layout.DTN_TOKENS] = burst
         self.glob_f[layout.DTN_RATE_LIMIT] = rate_bps / 8.0

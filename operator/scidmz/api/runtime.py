@@ -33,7 +33,11 @@ PAPER_GAINS: dict[str, tuple[float, float, float]] = {
 # models/<cca>/gains.yaml holds them with their fitness and search settings; a test keeps
 # the two equal.
 TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
-    "cubic": {"mlc": (0.0, 0.0, 0.0549), "pi": (0.3037, 0.0, 0.0), "dtn": (0.0, 0.0, 0.0)},
+    "cubic": {
+        "mlc": (1.3605, 0.4021, 1.2093),
+        "pi": (0.8221, 0.0213, 0.4036),
+        "dtn": (1.5285, 1.499, 1.5542),
+    },
     "bbr": {
         "mlc": (0.6104, 0.7027, 2.9194),
         "pi": (1.5285, 1.4758, 2.2591),

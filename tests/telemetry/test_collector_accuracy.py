@@ -24,7 +24,10 @@ from scidmz.netsim.scenario import Scenario
 from scidmz.telemetry.sampling import EstimatorSettings
 from tests.telemetry.harness import compare, running_collector, running_target, settings, wait_for
 
-WARM_UP_SAMPLES = 10
+WARM_UP_SAMPLES = 12
+"""Past the BBR DTN's first probe-rtt (~10.5 s; the next is ~21 s): for the second its
+streams hold 4 segments each, the bytes-weighted truth and the tap's per-flow samples weigh
+those few packets differently (10 ms apart, measured), and that is not steady state."""
 CHECKED_SAMPLES = 8
 
 

@@ -25,7 +25,7 @@ TBF_QUEUE_S = 0.010
 @dataclass(frozen=True)
 class TbfSize:
     """A tbf's rate as tc can hold it, its bucket depth and its ``limit`` (bytes of frames
-    queued or in the bucket)."""
+    that may queue waiting for tokens)."""
 
     rate_bps: float
     burst_bytes: int

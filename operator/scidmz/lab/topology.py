@@ -283,6 +283,7 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
     initial_u = (
         shaper.initial_rate_bps if shaper.initial_rate_bps is not None else bottleneck.capacity_bps
     )
+    shaper_size = tbf_size(initial_u)
     commands.append(
         [
             "tc",
@@ -295,12 +296,13 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             "root",
             *tbf_args(
                 initial_u,
-                shaper.burst_bytes or tbf_size(initial_u).burst_bytes,
-                shaper.queue_bytes or tbf_size(initial_u).limit_bytes,
+                shaper.burst_bytes or shaper_size.burst_bytes,
+                shaper.queue_bytes or shaper_size.limit_bytes,
             ),
         ]
     )
     if scenario.dtn.rate_limit_bps is not None:
+        cap_size = tbf_size(scenario.dtn.rate_limit_bps)
         commands.append(
             [
                 "tc",
@@ -311,11 +313,7 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
                 "dev",
                 "d0",
                 "root",
-                *tbf_args(
-                    scenario.dtn.rate_limit_bps,
-                    tbf_size(scenario.dtn.rate_limit_bps).burst_bytes,
-                    tbf_size(scenario.dtn.rate_limit_bps).limit_bytes,
-                ),
+                *tbf_args(scenario.dtn.rate_limit_bps, cap_size.burst_bytes, cap_size.limit_bytes),
             ]
         )
     return commands

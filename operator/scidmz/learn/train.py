@@ -81,8 +81,7 @@ def train(settings: TrainSettings, progress: Progress | None = None) -> TrainRep
         telemetry=settings.telemetry, dtn_cap_excitation=settings.dtn_cap_excitation,
     )  # fmt: skip
     x, u = training_table(data)
-    # the tap counts payload, u lets frames through: y2 / u where the shaper binds
-    fit_settings = replace(settings.fit, binding_share=BINDING_SHARE * scenario.payload_fraction)
+    fit_settings = replace(settings.fit, binding_share=_binding_share(scenario))
     epochs = fit_settings.max_epochs
     folds = cross_validate(
         x, u, data.max_rate_bps, settings.folds, fit_settings,
@@ -105,6 +104,11 @@ def train(settings: TrainSettings, progress: Progress | None = None) -> TrainRep
     )
     (out / "card.md").write_text(model_card(settings, scenario, data.max_rate_bps, u, result))
     return result
+
+
+def _binding_share(scenario: Scenario) -> float:
+    """y2 / u where the shaper binds: the tap counts payload, u lets frames through."""
+    return BINDING_SHARE * scenario.payload_fraction
 
 
 def command(settings: TrainSettings) -> str:
@@ -138,7 +142,7 @@ def model_card(
 
     f = settings.fit
     frame = scenario.mss_bytes + scenario.header_bytes
-    share = BINDING_SHARE * scenario.payload_fraction
+    share = _binding_share(scenario)
     inputs = "\n".join(
         f"| {i} | `{name}` | {unit} |"
         for i, (name, unit) in enumerate(zip(FEATURE_NAMES, feature_units(), strict=True))

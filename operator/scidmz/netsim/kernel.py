@@ -22,13 +22,13 @@ One step of length dt (≤ 1 ms), in this order:
 5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
    tap, is admitted up to the buffer (drop-tail: whole bursts of flows drawn in proportion
    to their arrivals are dropped until the rest fits) and served FIFO at capacity B.
-
-The link, the shaper and the DTN cap count frames (MSS + ``header_bytes``); the kernel counts
-payload, so their rates and sizes arrive here scaled by ``P_PAYLOAD``.
 6. **Departures** are scheduled for acknowledgement one base RTT later; their sojourn is the
    queuing-delay sample of the P4 register (paper algorithm 5).
 7. **Tap activity rule** (paper algorithm 7): a flow becomes active once C_TH packets arrive
    with gaps under T_TH; FIN (completion) or ``idle`` seconds without packets remove it.
+
+The link, the shaper and the DTN cap count frames (MSS + ``header_bytes``); the kernel counts
+payload, so their rates and sizes arrive here scaled by ``P_PAYLOAD``.
 
 The loop returns early (fewer steps done) when the event buffer could overflow or the
 short-flow random numbers run out; the Python side drains or refills and calls again.

@@ -140,8 +140,8 @@ class Shaper(_Model):
     queue_bytes: Bytes | None = Field(
         default=None,
         gt=0,
-        description="The tbf `limit` (bytes queued or in the bucket); default: as the tc "
-        "actuator sizes it at each u (10 ms at u + the bucket).",
+        description="The tbf `limit` (bytes that may queue waiting for tokens); default: as "
+        "the tc actuator sizes it at each u (10 ms at u + the bucket).",
     )
 
 

@@ -1,14 +1,16 @@
 # One image for every scidmz entry point: operator, collector, controller, target, sim, train.
 # Stage 1 builds the wheel; stage 2 installs only the wheel, the models and the P4 programs,
-# and runs as a non-root user.
-FROM python:3.11.14-slim-bookworm AS build
+# and runs as a non-root user. BASE_IMAGE: any Debian-based image with Python 3.11 and pip on
+# PATH (the tests build one with debootstrap where the official image cannot be pulled).
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 RUN pip install --no-cache-dir pip==26.3 \
     && pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
-FROM python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title="scidmz" \
       org.opencontainers.image.description="Science DMZ rate control: operator, P4 telemetry collector, MLC controller" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: sysdeps demo test lint unit crds protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
+.PHONY: sysdeps demo test lint unit image crds chart-docs protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
 
+## The image without a Docker daemon: buildah on a debootstrap'ed base (root; as the tests do).
+image: $(STAMP) sysdeps
+	$(BIN)/python -m scidmz.testenv.image
+
 ## Regenerate the gRPC/protobuf modules of operator/scidmz/proto/*.proto (checked in).
 protos: $(STAMP)
 	$(BIN)/python -m grpc_tools.protoc -I operator --python_out=operator --grpc_python_out=operator \
@@ -55,6 +59,11 @@ dashboards: $(STAMP)
 
 crds: $(STAMP)
 	$(BIN)/scidmz crd --out crds/scidmz.io_dtntransferpolicies.yaml
+	cp crds/*.yaml charts/scidmz/crds/
+
+## Regenerate the values table of charts/scidmz/README.md from values.yaml's comments.
+chart-docs: $(STAMP)
+	$(BIN)/python hack/chart_readme.py
 
 bench-operator: $(STAMP) testenv
 	$(BIN)/python bench/operator_scale.py

@@ -4,10 +4,12 @@ install / upgrade / uninstall on the local control plane (kwok runs the operator
 from __future__ import annotations
 
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
+import yaml
 
 from scidmz.metrics.dashboards import DASHBOARDS, render
 from tests.k8s.conftest import REPO, wait_for
@@ -157,3 +159,49 @@ def test_monitoring_objects_render_only_when_enabled(plane):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert pod_monitor["podMetricsEndpoints"][0]["port"] == "metrics"
     assert ports["metrics"] == int(env["SCIDMZ_METRICS_PORT"]) == 9100
+
+
+def test_the_chart_readme_documents_every_value():
+    """charts/scidmz/README.md's table is what values.yaml's `# --` comments generate, and
+    every value has one (hack/chart_readme.py, `make chart-docs`)."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "chart_readme.py"), "--check"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    readme = (CHART / "README.md").read_text()
+    assert "| `podDisruptionBudget.maxUnavailable` |" in readme
+
+
+def test_names_labels_and_disruption_budget(plane):
+    """prometheus-community conventions: nameOverride/fullnameOverride, commonLabels on every
+    object (never in selectors), a PodDisruptionBudget for the two replicas."""
+    out = _helm(
+        plane, "template", "r1", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "fullnameOverride=dmz", "--set", "commonLabels.team=netops",
+    ).stdout  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(out) if o]
+    assert next(o for o in objects if o["kind"] == "Deployment")["metadata"]["name"] == "dmz"
+    for obj in objects:
+        assert obj["metadata"]["labels"]["team"] == "netops", obj["kind"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert "team" not in deployment["spec"]["selector"]["matchLabels"]
+    assert deployment["spec"]["template"]["metadata"]["labels"]["team"] == "netops"
+    budget = next(o for o in objects if o["kind"] == "PodDisruptionBudget")
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert (
+        budget["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    )
+    single = _helm(
+        plane, "template", "r1", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "operator.replicas=1", "--set", "nameOverride=dmz",
+    ).stdout  # fmt: skip
+    kinds = [o["kind"] for o in yaml.safe_load_all(single) if o]
+    assert "PodDisruptionBudget" not in kinds  # one replica: a budget would block drains
+    names = {o["metadata"]["name"] for o in yaml.safe_load_all(single) if o}
+    assert "r1-dmz" in names
+    refused = _helm(
+        plane, "template", "r1", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "podDisruptionBudget.maxUnavailable=half", check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "maxUnavailable" in refused.stderr

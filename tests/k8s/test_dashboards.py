@@ -44,6 +44,20 @@ def _target_health(port: int) -> list[tuple[str, str, str]]:
     return [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets]
 
 
+def promtool_problems(exposition: str) -> str:
+    """What ``promtool check metrics`` (Prometheus's own exposition linter) reports."""
+    result = subprocess.run(
+        ["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    return "" if result.returncode == 0 else (result.stdout + result.stderr).strip()
+
+
+def test_promtool_flags_a_planted_naming_error():
+    bad = "# HELP scidmz_x_bytes counted\n# TYPE scidmz_x_bytes counter\nscidmz_x_bytes 1\n"
+    assert "_total" in promtool_problems(bad)
+
+
 def _concrete(promql: str) -> str:
     return promql.replace("$namespace", ".*").replace("$policy", ".*")
 
@@ -102,6 +116,12 @@ def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, 
             wait_for(warm, 60, "scrapes with a rate to compute", interval=1.0)
         except AssertionError as error:
             raise AssertionError(f"{error}; targets: {_target_health(prom)}") from None
+        lint = {}
+        for job, port in (("collector", collector_http), ("controller", controller_http),
+                          ("operator", operator.process.metrics_port)):  # fmt: skip
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                lint[job] = promtool_problems(r.read().decode())
+        assert not any(lint.values()), f"promtool check metrics: {lint}"
         missing = []
         for name, build in DASHBOARDS.items():
             for promql in queries(build()):

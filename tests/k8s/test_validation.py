@@ -7,6 +7,8 @@ import copy
 
 import pytest
 
+from tests.api_rules import IDS, PLACED, full_spec, violating
+
 
 def _set(spec, dotted, value):
     node = spec
@@ -171,6 +173,25 @@ def test_api_server_rejects(kube, example_policy, field, value, fragments):
     for fragment in fragments:
         assert fragment in result.stderr, result.stderr
     assert kube.get("dtp", "invalid") is None
+
+
+def test_the_policy_using_every_block_is_accepted(kube, example_policy):
+    policy = {**copy.deepcopy(example_policy), "metadata": {"name": "full"}}
+    policy["spec"] = full_spec(example_policy)
+    result = kube.apply(policy, check=False)
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("placed", PLACED, ids=IDS)
+def test_the_api_server_rejects_every_rule_the_operator_enforces(kube, example_policy, placed):
+    """The same table (scidmz.api.rules) made the CEL and the operator's checks; here the
+    server itself must refuse each violation, so no policy it accepts is refused later."""
+    policy = {**copy.deepcopy(example_policy), "metadata": {"name": "violating"}}
+    policy["spec"] = violating(full_spec(example_policy), placed)
+    result = kube.apply(policy, check=False)
+    assert result.returncode != 0, f"accepted: {result.stdout}"
+    assert placed.rule.message in result.stderr, result.stderr
+    assert kube.get("dtp", "violating") is None
 
 
 def test_valid_edge_values_are_accepted(kube, example_policy):

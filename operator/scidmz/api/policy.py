@@ -2,27 +2,23 @@
 
 These pydantic models are the API's single source: ``crds/`` is generated from them
 (:mod:`scidmz.api.crd`), the operator parses live objects with them, and every
-``description`` here is what ``kubectl explain dtp.spec...`` prints. Cross-field rules
-live in ``x-kubernetes-validations`` (CEL) so the API server rejects bad input before
-the operator sees it; the same rules are re-checked here for objects read from files.
+``description`` here is what ``kubectl explain dtp.spec...`` prints. Every rule beyond
+the schema's types, bounds and patterns is a :class:`scidmz.api.rules.Rule` (``RULES`` of a
+model, ``Checked`` on a field): its CEL goes into ``x-kubernetes-validations``, so the API
+server rejects bad input before the operator sees it, and its Python twin is the check
+this module runs on objects read from the API or from files.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    model_validator,
-)
+from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_camel
-from pydantic.config import JsonDict
 
+from scidmz.api.rules import Checked, Rule, RuledModel
 from scidmz.api.units import (
     DURATION_PATTERN,
     RATE_MAX_LENGTH,
@@ -47,14 +43,20 @@ Strategy = Literal["mlc", "pi", "trivial"]
 ActuatorType = Literal["tc", "sim", "dryRun"]
 
 
-def _cidr(text: str) -> str:
+def _is_cidr(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return "/" in text
+
+
+def _network_address(text: str) -> bool:
     try:
         ipaddress.ip_network(text, strict=True)
-    except ValueError as error:
-        raise ValueError(f"invalid CIDR prefix {text!r}: {error}") from None
-    if "/" not in text:
-        raise ValueError(f"invalid CIDR prefix {text!r}: a prefix length is required")
-    return text
+    except ValueError:
+        return not _is_cidr(text)  # not a prefix at all: the other rule reports it
+    return True
 
 
 PREFIX_OVERLAP_MESSAGE = (
@@ -73,88 +75,106 @@ def prefixes_conflict(dtn_prefix: str, campus_prefix: str) -> bool:
 
 
 _HOST_PORT_PATTERN = r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+_PORT_OF = "int(self.substring(self.lastIndexOf(':') + 1))"
+_BRACKETED = "self.substring(1, self.lastIndexOf(']'))"
 
 
-def _host_port(text: str) -> str:
-    if re.match(_HOST_PORT_PATTERN, text) is None:
-        raise ValueError(
-            f"invalid switch address {text!r}: expected host:port, with IPv6 in brackets"
-        )
-    host, _, port = text.rpartition(":")
-    if not 0 < int(port) <= 65535:
-        raise ValueError(f"invalid switch address {text!r}: port must be 1-65535")
-    if host.startswith("["):
-        try:
-            ipaddress.IPv6Address(host[1:-1])
-        except ValueError:
-            raise ValueError(f"invalid switch address {text!r}: bad IPv6 literal") from None
-    return text
+def _port_in_range(text: str) -> bool:
+    return 0 < int(text.rpartition(":")[2]) <= 65535
 
 
-def _sample_time(text: str) -> str:
-    seconds = parse_duration(text)
-    if not MIN_SAMPLE_TIME_S <= seconds <= MAX_SAMPLE_TIME_S:
-        raise ValueError(f"sampleTime {text!r} must be between 100ms and 60s")
-    return text
+def _bracketed_ipv6(text: str) -> bool:
+    if not text.startswith("["):
+        return True
+    try:
+        ipaddress.IPv6Address(text[1 : text.rindex("]")])
+    except ValueError:
+        return False
+    return True
 
 
-Rate = Annotated[
-    str,
-    Field(
-        pattern=RATE_PATTERN,
-        max_length=RATE_MAX_LENGTH,
-    ),
-]
+def _duration_rule(low: str, high: str, low_open: bool = False) -> Rule:
+    """``low <= d <= high`` (``low < d`` when ``low_open``) for a Duration string."""
+    low_s, high_s = parse_duration(low), parse_duration(high)
+
+    def within(text: str) -> bool:
+        seconds = parse_duration(text)
+        return (low_s < seconds if low_open else low_s <= seconds) and seconds <= high_s
+
+    return Rule(
+        cel=f"duration(self) {'>' if low_open else '>='} duration('{low}') && "
+        f"duration(self) <= duration('{high}')",
+        check=within,
+        message=f"must be above {low} and at most {high}"
+        if low_open
+        else f"must be between {low} and {high}",
+        violation=low if low_open else "0s",
+    )
+
+
+def _rate_or(keyword: str, example: str) -> Rule:
+    return Rule(
+        cel=f"self == '{keyword}' || self.matches('{RATE_PATTERN}')",
+        check=lambda text: text == keyword or re.match(RATE_PATTERN, text) is not None,
+        message=f"must be '{keyword}' or a rate with a unit, e.g. {example}",
+        violation="fast",
+    )
+
+
+Rate = Annotated[str, Field(pattern=RATE_PATTERN, max_length=RATE_MAX_LENGTH)]
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=RATE_MAX_LENGTH)]
+SampleTime = Annotated[Duration, Checked(_duration_rule("100ms", "60s"))]
+TelemetryDuration = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_open=True))]
+DigestHold = Annotated[Duration, Checked(_duration_rule("1ms", "30s"))]
+StaleAfter = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_open=True))]
+DesiredRtt = Annotated[Duration, Checked(_duration_rule("0s", "60s", low_open=True))]
 CidrPrefix = Annotated[
     str,
-    Field(
-        max_length=64,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "isCIDR(self)",
-                    "message": "must be an IPv4 or IPv6 CIDR prefix, e.g. "
-                    "203.0.113.10/32 or 2001:db8::/64",
-                },
-                {
-                    "rule": "!isCIDR(self) || cidr(self) == cidr(self).masked()",
-                    "message": "has host bits set: give the network address, e.g. "
-                    "203.0.113.0/24 rather than 203.0.113.7/24",
-                },
-            ]
-        },
+    Field(max_length=64),
+    Checked(
+        Rule(
+            cel="isCIDR(self)",
+            check=_is_cidr,
+            message="must be an IPv4 or IPv6 CIDR prefix, e.g. 203.0.113.10/32 or 2001:db8::/64",
+            violation="203.0.113.300/32",
+        ),
+        Rule(
+            cel="!isCIDR(self) || cidr(self) == cidr(self).masked()",
+            check=_network_address,
+            message="has host bits set: give the network address, e.g. 203.0.113.0/24 "
+            "rather than 203.0.113.7/24",
+            violation="203.0.113.7/24",
+        ),
     ),
-    AfterValidator(_cidr),
 ]
 HostPort = Annotated[
     str,
-    Field(
-        pattern=_HOST_PORT_PATTERN,
-        max_length=255,
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "int(self.substring(self.lastIndexOf(':') + 1)) <= 65535 && "
-                    "int(self.substring(self.lastIndexOf(':') + 1)) > 0",
-                    "message": "port must be between 1 and 65535",
-                },
-                {
-                    "rule": "!self.startsWith('[') || "
-                    "(isIP(self.substring(1, self.lastIndexOf(']'))) && "
-                    "ip(self.substring(1, self.lastIndexOf(']'))).family() == 6)",
-                    "message": "the bracketed host must be an IPv6 address, "
-                    "e.g. [2001:db8::1]:9559",
-                },
-            ]
-        },
+    Field(pattern=_HOST_PORT_PATTERN, max_length=255),
+    Checked(
+        Rule(
+            cel=f"{_PORT_OF} <= 65535 && {_PORT_OF} > 0",
+            check=_port_in_range,
+            message="port must be between 1 and 65535",
+            violation="switch-1:70000",
+        ),
+        Rule(
+            cel=f"!self.startsWith('[') || (isIP({_BRACKETED}) && ip({_BRACKETED}).family() == 6)",
+            check=_bracketed_ipv6,
+            message="the bracketed host must be an IPv6 address, e.g. [2001:db8::1]:9559",
+            violation="[10.0.0.1]:9559",
+        ),
     ),
-    AfterValidator(_host_port),
 ]
 Port = Annotated[int, Field(ge=0, le=511)]
+FailsafeRate = Annotated[
+    str, Field(max_length=RATE_MAX_LENGTH), Checked(_rate_or("trivial", "400Mbps"))
+]
+DtnFailsafeRate = Annotated[
+    str, Field(max_length=RATE_MAX_LENGTH), Checked(_rate_or("target", "600Mbps"))
+]
 
 
-class ApiModel(BaseModel):
+class ApiModel(RuledModel):
     """Base: camelCase on the wire, unknown fields rejected, immutable once parsed."""
 
     model_config = ConfigDict(
@@ -195,6 +215,16 @@ class SwitchPorts(ApiModel):
     dtn: Port = Field(default=2, description="Port tapping the Science DMZ (DTN) side.")
     bottleneck: Port = Field(
         default=3, description="Port tapping the bottleneck link (router egress)."
+    )
+
+    RULES = (
+        Rule(
+            cel="self.campus != self.dtn && self.campus != self.bottleneck && "
+            "self.dtn != self.bottleneck",
+            check=lambda p: len({p.campus, p.dtn, p.bottleneck}) == 3,
+            message="switch.ports campus, dtn and bottleneck must be distinct",
+            violation={"dtn": 1, "campus": 1},
+        ),
     )
 
 
@@ -281,13 +311,6 @@ class SwitchSpec(ApiModel):
         default=None, description="TLS settings; plaintext gRPC when omitted."
     )
 
-    @model_validator(mode="after")
-    def _distinct_ports(self) -> SwitchSpec:
-        ports = (self.ports.campus, self.ports.dtn, self.ports.bottleneck)
-        if len(set(ports)) != len(ports):
-            raise ValueError("switch.ports: campus, dtn and bottleneck must be distinct")
-        return self
-
 
 class Gains(ApiModel):
     """Anti-windup PI gains (paper figure 5); tuned by GA per congestion control."""
@@ -311,6 +334,16 @@ class Limits(ApiModel):
         "the same amount. Default 20% of bottleneckCapacity.",
     )
 
+    RULES = (
+        Rule(
+            cel=f"!has(self.max) || {cel_rate_bps('self.max')} > 0.0",
+            check=lambda limits: limits.max is None or parse_rate(limits.max) > 0,
+            message="controller.limits.max must be greater than 0",
+            violation={"max": "0Mbps"},
+            field_path=".max",
+        ),
+    )
+
 
 class DesiredState(ApiModel):
     """Parts of the desired state y_d(t) (paper table 3) that are not derived."""
@@ -322,10 +355,10 @@ class DesiredState(ApiModel):
         "and zero queuing delay, a state the inverse model never saw.",
     )
 
-    dtn_rtt: Duration | None = Field(
+    dtn_rtt: DesiredRtt | None = Field(
         default=None, description="Desired DTN RTT; default: the measured base RTT."
     )
-    campus_rtt: Duration | None = Field(
+    campus_rtt: DesiredRtt | None = Field(
         default=None, description="Desired campus RTT; default: the measured base RTT."
     )
 
@@ -392,29 +425,24 @@ class DtnActuatorSpec(ApiModel):
         description="Gains of the DTN cap's anti-windup filter (feed-forward R*, error "
         "R* - R_DTN); default: the shipped tuned gains for dtn.congestionControl.",
     )
-    failsafe_rate: str = Field(
+    failsafe_rate: DtnFailsafeRate = Field(
         default="target",
-        max_length=RATE_MAX_LENGTH,
         description="The cap applied when telemetry goes stale or the controller stops: "
         "'target' (R*) or a rate such as 600Mbps. The shaper agent also applies it on its own "
         "when the controller goes quiet.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"self == 'target' || self.matches('{RATE_PATTERN}')",
-                    "message": "must be 'target' or a rate with a unit, e.g. 600Mbps",
-                }
-            ]
-        },
     )
 
-    @model_validator(mode="after")
-    def _checked(self) -> DtnActuatorSpec:
-        if self.type == "tc" and self.tc is None:
-            raise ValueError("actuator.dtn.tc is required when actuator.dtn.type is tc")
-        if self.failsafe_rate != "target":
-            parse_rate(self.failsafe_rate)
-        return self
+    RULES = (
+        Rule(
+            cel="self.type != 'tc' || has(self.tc)",
+            check=lambda dtn: dtn.type != "tc" or dtn.tc is not None,
+            message="actuator.dtn.tc (nodeName, interface) is required when actuator.dtn.type "
+            "is tc",
+            violation={"type": "tc", "tc": None},
+            field_path=".tc",
+            reason="FieldValueRequired",
+        ),
+    )
 
 
 class ActuatorSpec(ApiModel):
@@ -434,38 +462,30 @@ class ActuatorSpec(ApiModel):
         "its cap). Needed to hold a BBR DTN, which ignores campus shaping.",
     )
 
-    @model_validator(mode="after")
-    def _tc_needs_settings(self) -> ActuatorSpec:
-        if self.type == "tc" and self.tc is None:
-            raise ValueError("actuator.tc is required when actuator.type is tc")
-        return self
+    RULES = (
+        Rule(
+            cel="!has(self.type) || self.type != 'tc' || has(self.tc)",
+            check=lambda actuator: actuator.type != "tc" or actuator.tc is not None,
+            message="actuator.tc (nodeName, interface) is required when actuator.type is tc",
+            violation={"type": "tc", "tc": None},
+            field_path=".tc",
+            reason="FieldValueRequired",
+        ),
+    )
 
 
 class FailsafeSpec(ApiModel):
     """What to do when telemetry goes stale, and on shutdown."""
 
-    stale_after: Duration = Field(
-        default="3s", description="Apply the fail-safe rate when no sample arrives for this long."
+    stale_after: StaleAfter | None = Field(
+        default=None,
+        description="Apply the fail-safe rate when no sample arrives for this long: at least "
+        "sampleTime, at most 60m; default 3 sample times.",
     )
-    rate: str = Field(
+    rate: FailsafeRate = Field(
         default="trivial",
-        max_length=RATE_MAX_LENGTH,
         description="Fail-safe campus rate: 'trivial' (B_max - R*) or a rate such as 400Mbps.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"self == 'trivial' || self.matches('{RATE_PATTERN}')",
-                    "message": "must be 'trivial' or a rate with a unit, e.g. 400Mbps",
-                }
-            ]
-        },
     )
-
-    @model_validator(mode="after")
-    def _rate_grammar(self) -> FailsafeSpec:
-        if self.rate != "trivial":
-            parse_rate(self.rate)
-        return self
 
 
 class TelemetrySpec(ApiModel):
@@ -479,7 +499,7 @@ class TelemetrySpec(ApiModel):
         "(1-alpha)*mean of the per-flow RTTs, once per sample time. The paper leaves it open; "
         "0.875 is TCP's SRTT weight, also used by P4BS. 0 takes each sample's mean as is.",
     )
-    flow_timeout: Duration = Field(
+    flow_timeout: TelemetryDuration = Field(
         default="2s",
         description="A campus flow without an RTT sample for this long leaves the RTT vector "
         "(algorithm 4).",
@@ -491,146 +511,164 @@ class TelemetrySpec(ApiModel):
         description="C_TH: packets a flow must send, each within activeFlowWindow of the "
         "previous, before it counts as active (algorithm 7).",
     )
-    active_flow_window: Duration = Field(
+    active_flow_window: TelemetryDuration = Field(
         default="100ms", description="T_TH of the active-flow rule (algorithm 7)."
     )
-    idle_timeout: Duration = Field(
+    idle_timeout: TelemetryDuration = Field(
         default="2s", description="An active flow silent this long is reported stopped."
     )
-    rtt_horizon: Duration = Field(
+    rtt_horizon: TelemetryDuration = Field(
         default="1s",
         description="A data packet's timestamp slot expires after this long: later ACKs "
         "give no RTT sample.",
     )
-    digest_hold: Duration = Field(
+    digest_hold: DigestHold = Field(
         default="10ms",
         description="How long the switch may hold RTT digests to batch them (P4Runtime "
         "max_timeout_ns), 1ms to half of sampleTime. Longer holds cost the collector less CPU "
         "with many flows (bench/results/collector_scale*.md) and make per-flow RTTs older.",
     )
 
-    @model_validator(mode="after")
-    def _positive_durations(self) -> TelemetrySpec:
-        for name in ("flow_timeout", "active_flow_window", "idle_timeout", "rtt_horizon"):
-            seconds = parse_duration(getattr(self, name))
-            if not 0 < seconds <= 3600:
-                raise ValueError(f"telemetry.{to_camel(name)} must be between 0 and 1h")
-        if not 0.001 <= parse_duration(self.digest_hold) <= 30:
-            raise ValueError("telemetry.digestHold must be between 1ms and 30s")
-        return self
+
+def _bps(rate: str | None) -> float:
+    return parse_rate(rate) if rate is not None else 0.0
 
 
-def _spec_rules() -> list[dict[str, str]]:
-    target = cel_rate_bps("self.targetRate")
-    capacity = cel_rate_bps("self.bottleneckCapacity")
-    limits = "self.controller.limits"
-    lmin = cel_rate_bps(f"{limits}.min")
-    lmax = cel_rate_bps(f"{limits}.max")
-    step = cel_rate_bps(f"{limits}.maxStep")
-    failsafe = cel_rate_bps("self.failsafe.rate")
-    dtn_failsafe = cel_rate_bps("self.actuator.dtn.failsafeRate")
-    has_limits = "has(self.controller) && has(self.controller.limits)"
-    return [
-        {
-            "rule": f"{target} > 0.0",
-            "message": "targetRate must be greater than 0",
-            "fieldPath": ".targetRate",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"{capacity} > 0.0",
-            "message": "bottleneckCapacity must be greater than 0",
-            "fieldPath": ".bottleneckCapacity",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"{target} < {capacity}",
-            "message": "targetRate must be below bottleneckCapacity",
-            "fieldPath": ".targetRate",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"!({has_limits} && has({limits}.min)) || {lmin} <= {capacity}",
-            "message": "controller.limits.min must not exceed bottleneckCapacity",
-            "fieldPath": ".controller.limits.min",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"!({has_limits} && has({limits}.max)) || {lmax} <= {capacity}",
-            "message": "controller.limits.max must not exceed bottleneckCapacity",
-            "fieldPath": ".controller.limits.max",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"!({has_limits} && has({limits}.max) && has({limits}.min)) || "
-            f"{lmin} <= {lmax}",
-            "message": "controller.limits.min must not exceed controller.limits.max",
-            "fieldPath": ".controller.limits.min",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": f"!({has_limits} && has({limits}.maxStep)) || "
-            f"({step} > 0.0 && {step} <= {capacity})",
-            "message": "controller.limits.maxStep must be greater than 0 and at most "
-            "bottleneckCapacity",
-            "fieldPath": ".controller.limits.maxStep",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!has(self.failsafe) || !has(self.failsafe.rate) || "
-            f"self.failsafe.rate == 'trivial' || {failsafe} <= {capacity}",
-            "message": "failsafe.rate must not exceed bottleneckCapacity",
-            "fieldPath": ".failsafe.rate",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!has(self.actuator) || !has(self.actuator.type) || "
-            "self.actuator.type != 'tc' || has(self.actuator.tc)",
-            "message": "actuator.tc (nodeName, interface) is required when actuator.type is tc",
-            "fieldPath": ".actuator.tc",
-            "reason": "FieldValueRequired",
-        },
-        {
-            "rule": "!has(self.actuator) || !has(self.actuator.dtn) || "
-            "self.actuator.dtn.type != 'tc' || has(self.actuator.dtn.tc)",
-            "message": "actuator.dtn.tc (nodeName, interface) is required when "
-            "actuator.dtn.type is tc",
-            "fieldPath": ".actuator.dtn.tc",
-            "reason": "FieldValueRequired",
-        },
-        {
-            "rule": "!has(self.actuator) || !has(self.actuator.dtn) || "
-            "!has(self.actuator.dtn.failsafeRate) || self.actuator.dtn.failsafeRate == 'target' "
-            f"|| {dtn_failsafe} <= {capacity}",
-            "message": "actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
-            "fieldPath": ".actuator.dtn.failsafeRate",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!has(self.switch.ports) || "
-            "(self.switch.ports.campus != self.switch.ports.dtn && "
-            "self.switch.ports.campus != self.switch.ports.bottleneck && "
-            "self.switch.ports.dtn != self.switch.ports.bottleneck)",
-            "message": "switch.ports campus, dtn and bottleneck must be distinct",
-            "fieldPath": ".switch.ports",
-            "reason": "FieldValueInvalid",
-        },
-        {
-            "rule": "!isCIDR(self.dtn.receiverPrefix) || !isCIDR(self.campus.remotePrefix) || "
-            "!cidr(self.dtn.receiverPrefix).containsCIDR(cidr(self.campus.remotePrefix))",
-            "message": PREFIX_OVERLAP_MESSAGE,
-            "fieldPath": ".dtn.receiverPrefix",
-            "reason": "FieldValueInvalid",
-        },
-    ]
+def _has_limits(field: str) -> str:
+    return (
+        "has(self.controller) && has(self.controller.limits) && "
+        f"has(self.controller.limits.{field})"
+    )
+
+
+_TARGET = cel_rate_bps("self.targetRate")
+_CAPACITY = cel_rate_bps("self.bottleneckCapacity")
+_LIMITS = "self.controller.limits"
+
+SPEC_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"{_TARGET} > 0.0",
+        check=lambda spec: parse_rate(spec.target_rate) > 0,
+        message="targetRate must be greater than 0",
+        violation={"targetRate": "0Mbps"},
+        field_path=".targetRate",
+    ),
+    Rule(
+        cel=f"{_CAPACITY} > 0.0",
+        check=lambda spec: parse_rate(spec.bottleneck_capacity) > 0,
+        message="bottleneckCapacity must be greater than 0",
+        violation={"bottleneckCapacity": "0bps"},
+        field_path=".bottleneckCapacity",
+    ),
+    Rule(
+        cel=f"{_TARGET} < {_CAPACITY}",
+        check=lambda spec: parse_rate(spec.target_rate) < parse_rate(spec.bottleneck_capacity),
+        message="targetRate must be below bottleneckCapacity",
+        violation={"targetRate": "1Gbps"},
+        field_path=".targetRate",
+    ),
+    Rule(
+        cel=f"!({_has_limits('min')}) || {cel_rate_bps(f'{_LIMITS}.min')} <= {_CAPACITY}",
+        check=lambda spec: _bps(spec.controller.limits.min) <= parse_rate(spec.bottleneck_capacity),
+        message="controller.limits.min must not exceed bottleneckCapacity",
+        violation={"controller.limits.min": "2Gbps", "controller.limits.max": None},
+        field_path=".controller.limits.min",
+    ),
+    Rule(
+        cel=f"!({_has_limits('max')}) || {cel_rate_bps(f'{_LIMITS}.max')} <= {_CAPACITY}",
+        check=lambda spec: _bps(spec.controller.limits.max) <= parse_rate(spec.bottleneck_capacity),
+        message="controller.limits.max must not exceed bottleneckCapacity",
+        violation={"controller.limits.max": "2Gbps"},
+        field_path=".controller.limits.max",
+    ),
+    Rule(
+        cel=f"!({_has_limits('max')} && has({_LIMITS}.min)) || "
+        f"{cel_rate_bps(f'{_LIMITS}.min')} <= {cel_rate_bps(f'{_LIMITS}.max')}",
+        check=lambda spec: (
+            spec.controller.limits.max is None
+            or _bps(spec.controller.limits.min) <= _bps(spec.controller.limits.max)
+        ),
+        message="controller.limits.min must not exceed controller.limits.max",
+        violation={"controller.limits.min": "800Mbps", "controller.limits.max": "200Mbps"},
+        field_path=".controller.limits.min",
+    ),
+    Rule(
+        cel=f"!({_has_limits('maxStep')}) || ({cel_rate_bps(f'{_LIMITS}.maxStep')} > 0.0 && "
+        f"{cel_rate_bps(f'{_LIMITS}.maxStep')} <= {_CAPACITY})",
+        check=lambda spec: (
+            spec.controller.limits.max_step is None
+            or 0
+            < parse_rate(spec.controller.limits.max_step)
+            <= parse_rate(spec.bottleneck_capacity)
+        ),
+        message="controller.limits.maxStep must be greater than 0 and at most bottleneckCapacity",
+        violation={"controller.limits.maxStep": "0bps"},
+        field_path=".controller.limits.maxStep",
+    ),
+    Rule(
+        cel="!has(self.failsafe) || !has(self.failsafe.rate) || "
+        f"self.failsafe.rate == 'trivial' || {cel_rate_bps('self.failsafe.rate')} <= {_CAPACITY}",
+        check=lambda spec: (
+            spec.failsafe.rate == "trivial"
+            or parse_rate(spec.failsafe.rate) <= parse_rate(spec.bottleneck_capacity)
+        ),
+        message="failsafe.rate must not exceed bottleneckCapacity",
+        violation={"failsafe.rate": "2Gbps"},
+        field_path=".failsafe.rate",
+    ),
+    Rule(
+        cel="!has(self.failsafe) || !has(self.failsafe.staleAfter) || "
+        "duration(self.failsafe.staleAfter) >= duration(self.sampleTime)",
+        check=lambda spec: (
+            spec.failsafe.stale_after is None
+            or parse_duration(spec.failsafe.stale_after) >= parse_duration(spec.sample_time)
+        ),
+        message="failsafe.staleAfter must be at least sampleTime",
+        violation={"failsafe.staleAfter": "500ms", "sampleTime": "1s"},
+        field_path=".failsafe.staleAfter",
+    ),
+    Rule(
+        cel="!has(self.actuator) || !has(self.actuator.dtn) || "
+        "!has(self.actuator.dtn.failsafeRate) || self.actuator.dtn.failsafeRate == 'target' "
+        f"|| {cel_rate_bps('self.actuator.dtn.failsafeRate')} <= {_CAPACITY}",
+        check=lambda spec: (
+            spec.actuator.dtn is None
+            or spec.actuator.dtn.failsafe_rate == "target"
+            or parse_rate(spec.actuator.dtn.failsafe_rate) <= parse_rate(spec.bottleneck_capacity)
+        ),
+        message="actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
+        violation={"actuator.dtn.failsafeRate": "2Gbps"},
+        field_path=".actuator.dtn.failsafeRate",
+    ),
+    Rule(
+        cel="!isCIDR(self.dtn.receiverPrefix) || !isCIDR(self.campus.remotePrefix) || "
+        "!cidr(self.dtn.receiverPrefix).containsCIDR(cidr(self.campus.remotePrefix))",
+        check=lambda spec: (
+            not prefixes_conflict(spec.dtn.receiver_prefix, spec.campus.remote_prefix)
+        ),
+        message=PREFIX_OVERLAP_MESSAGE,
+        violation={"dtn.receiverPrefix": "203.0.113.0/24", "campus.remotePrefix": "203.0.113.0/25"},
+        field_path=".dtn.receiverPrefix",
+    ),
+    Rule(
+        cel="!has(self.telemetry) || !has(self.telemetry.digestHold) || "
+        "duration(self.telemetry.digestHold) + duration(self.telemetry.digestHold) <= "
+        "duration(self.sampleTime)",
+        check=lambda spec: (
+            2 * parse_duration(spec.telemetry.digest_hold) <= parse_duration(spec.sample_time)
+        ),
+        message="telemetry.digestHold must be at most half of sampleTime",
+        violation={"telemetry.digestHold": "900ms", "sampleTime": "1s"},
+        field_path=".telemetry.digestHold",
+    ),
+)
+"""The spec's cross-field rules (at ``spec``; CEL paths are relative to it)."""
 
 
 class DTNTransferPolicySpec(ApiModel):
     """Desired behaviour: keep the DTN at targetRate on a link of bottleneckCapacity."""
 
-    model_config = ConfigDict(
-        json_schema_extra=cast(JsonDict, {"x-kubernetes-validations": _spec_rules()}),
-    )
+    RULES = SPEC_RULES
 
     target_rate: Rate = Field(
         description="R*_DTN, the DTN rate to hold, with a unit: bps, kbps, Mbps, Gbps or Tbps "
@@ -639,18 +677,9 @@ class DTNTransferPolicySpec(ApiModel):
     bottleneck_capacity: Rate = Field(
         description="B_max, the capacity of the shared bottleneck link (e.g. 1Gbps).",
     )
-    sample_time: Duration = Field(
+    sample_time: SampleTime = Field(
         default="1s",
         description="T, the control and telemetry sample time, 100ms to 60s (paper: 1s).",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "duration(self) >= duration('100ms') && "
-                    "duration(self) <= duration('60s')",
-                    "message": "must be between 100ms and 60s",
-                }
-            ]
-        },
     )
     dtn: DtnSpec = Field(description="The Science DMZ transfer node.")
     campus: CampusSpec = Field(description="The campus traffic sharing the bottleneck.")
@@ -672,43 +701,6 @@ class DTNTransferPolicySpec(ApiModel):
         default=False,
         description="Scale the collector and controller to zero, keeping their configuration.",
     )
-
-    @model_validator(mode="after")
-    def _cross_field(self) -> DTNTransferPolicySpec:
-        _sample_time(self.sample_time)
-        target = parse_rate(self.target_rate)
-        capacity = parse_rate(self.bottleneck_capacity)
-        if target <= 0:
-            raise ValueError("targetRate must be greater than 0")
-        if target >= capacity:
-            raise ValueError("targetRate must be below bottleneckCapacity")
-        limits = self.controller.limits
-        low = parse_rate(limits.min)
-        high = parse_rate(limits.max) if limits.max is not None else capacity
-        if high > capacity:
-            raise ValueError("controller.limits.max must not exceed bottleneckCapacity")
-        if low > high:
-            raise ValueError("controller.limits.min must not exceed controller.limits.max")
-        if limits.max_step is not None:
-            step = parse_rate(limits.max_step)
-            if not 0 < step <= capacity:
-                raise ValueError(
-                    "controller.limits.maxStep must be greater than 0 and at most "
-                    "bottleneckCapacity"
-                )
-        if self.failsafe.rate != "trivial" and parse_rate(self.failsafe.rate) > capacity:
-            raise ValueError("failsafe.rate must not exceed bottleneckCapacity")
-        dtn = self.actuator.dtn
-        dtn_failsafe = (
-            parse_rate(dtn.failsafe_rate) if dtn and dtn.failsafe_rate != "target" else 0.0
-        )
-        if dtn_failsafe > capacity:
-            raise ValueError("actuator.dtn.failsafeRate must not exceed bottleneckCapacity")
-        if prefixes_conflict(self.dtn.receiver_prefix, self.campus.remote_prefix):
-            raise ValueError(PREFIX_OVERLAP_MESSAGE)
-        if 2 * parse_duration(self.telemetry.digest_hold) > parse_duration(self.sample_time):
-            raise ValueError("telemetry.digestHold must be at most half of sampleTime")
-        return self
 
 
 class Condition(ApiModel):

@@ -20,6 +20,8 @@ from scidmz.api.units import parse_duration, parse_rate
 
 CONFIG_KEY = "config.yaml"
 DEFAULT_MAX_STEP_FRACTION = 0.2
+DEFAULT_STALE_SAMPLES = 3
+"""failsafe.staleAfter when the policy gives none: this many sample times."""
 
 # Paper table 4: GA-tuned anti-windup PI gains (Kp, Ki, Kw) per DTN congestion control,
 # for the paper's testbed.
@@ -227,7 +229,12 @@ def resolve_runtime_config(
             dtn=_dtn_actuator(spec, target, tuned["dtn"], dtn_shaper_address),
         ),
         failsafe=FailsafeConfig(
-            stale_after_s=parse_duration(spec.failsafe.stale_after), rate_bps=failsafe_rate
+            stale_after_s=(
+                parse_duration(spec.failsafe.stale_after)
+                if spec.failsafe.stale_after is not None
+                else DEFAULT_STALE_SAMPLES * parse_duration(spec.sample_time)
+            ),
+            rate_bps=failsafe_rate,
         ),
         telemetry=TelemetryConfig(
             rtt_smoothing=spec.telemetry.rtt_smoothing,

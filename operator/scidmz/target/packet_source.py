@@ -33,8 +33,8 @@ from ipaddress import IPv4Address
 from pathlib import Path
 
 import numpy as np
-from numba import njit
 
+from scidmz.netsim.compiled import compiled
 from scidmz.netsim.records import BoolArray, IntArray
 from scidmz.target.observation import ActivityRule, FlowChange, Observation, RttMatch, Traffic
 from scidmz.telemetry.pipeline import STOP_FIN, STOP_IDLE
@@ -94,12 +94,12 @@ def flow_hash(key: int) -> int:
     return ((key * 0x9E3779B97F4A7C15) >> 32 & 0xFFFFFFFF) or 1
 
 
-@njit(cache=True)
+@compiled
 def _seq_before(a: int, b: int) -> bool:
     return ((a - b) & 0xFFFFFFFF) >= 0x80000000
 
 
-@njit(cache=True)
+@compiled
 def _flows_step(
     flow: IntArray, is_ack: BoolArray, ts: IntArray, seq: IntArray, end: IntArray,
     ack: IntArray, fin: BoolArray, segments: IntArray,

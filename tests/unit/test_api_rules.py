@@ -1,0 +1,155 @@
+"""One table of rules drives both the CRD's CEL and the operator's checks (issue 14)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
+
+from scidmz.api.crd import build_crd
+from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
+from scidmz.api.rules import RuledModel, walk_rules
+from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
+from tests.api_rules import IDS, PLACED, full_spec, violating
+
+
+def test_the_full_spec_breaks_no_rule(example_policy):
+    parse_spec(full_spec(example_policy))
+
+
+def test_every_model_has_rules_somewhere():
+    # the walk reaches nested, optional and Annotated-in-Union fields
+    paths = {p.path for p in PLACED}
+    expected = ("", "switch.ports", "actuator.dtn", "actuator.sim.address",
+                "failsafe.staleAfter", "telemetry.digestHold", "controller.limits")  # fmt: skip
+    assert set(expected) <= paths
+
+
+@pytest.mark.parametrize("placed", PLACED, ids=IDS)
+def test_the_operator_refuses_each_violation_with_the_rules_message(example_policy, placed):
+    with pytest.raises(ValidationError) as caught:
+        parse_spec(violating(full_spec(example_policy), placed))
+    assert placed.rule.message in str(caught.value)
+
+
+def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    for key in filter(None, path.split(".")):
+        schema = schema["properties"][key]
+    return schema
+
+
+@pytest.mark.parametrize("placed", PLACED, ids=IDS)
+def test_the_crd_carries_each_rule_where_it_applies(placed):
+    crd = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    node = _schema_at(crd["properties"]["spec"], placed.path)
+    assert placed.rule.validation() in node["x-kubernetes-validations"]
+
+
+def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
+    seen.add(model)
+    for info in model.model_fields.values():
+        for arg in _flatten(info.annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel) and arg not in seen:
+                _models(arg, seen)
+    return seen
+
+
+def _flatten(annotation: Any) -> list[Any]:
+    from typing import get_args
+
+    return [annotation, *(a for arg in get_args(annotation) for a in _flatten(arg))]
+
+
+def test_no_check_lives_outside_the_rules():
+    """A validator written straight in pydantic would be a rule the API server does not
+    know: every model check is RuledModel's, every field check a ``Checked``."""
+    models = _models(DTNTransferPolicySpec, set())
+    assert len(models) > 10
+    for model in models:
+        assert issubclass(model, RuledModel), model
+        decorators = model.__pydantic_decorators__
+        assert set(decorators.model_validators) <= {"_check_rules"}, model
+        assert not decorators.field_validators, model
+        for name, info in model.model_fields.items():
+            for item in info.metadata:
+                kind = type(item).__name__
+                assert "Validator" not in kind, f"{model.__name__}.{name}: {kind}"
+
+
+def test_rules_are_not_checked_twice_or_lost():
+    messages = [(p.path, p.rule.message) for p in walk_rules(DTNTransferPolicySpec)]
+    assert len(messages) == len(set(messages))
+
+
+# ---- accepted means usable ---------------------------------------------------------------
+
+
+def _numbers(node: Any) -> list[float]:
+    if isinstance(node, dict):
+        return [n for v in node.values() for n in _numbers(v)]
+    return [float(node)] if isinstance(node, int | float) else []
+
+
+def load_runtime_config_text(text: str) -> RuntimeConfig:
+    return RuntimeConfig.model_validate(yaml.safe_load(text))
+
+
+_NUMBERS = st.one_of(
+    st.integers(0, 10**7).map(str),
+    st.decimals(0, 10**4, places=3, allow_nan=False, allow_infinity=False).map(str),
+)
+RATES = st.builds(lambda n, u: n + u, _NUMBERS, st.sampled_from(["bps", "kbps", "Mbps", "Gbps"]))
+DURATIONS = st.builds(lambda n, u: n + u, _NUMBERS, st.sampled_from(["us", "ms", "s", "m"]))
+CHANGES = st.fixed_dictionaries(
+    {},
+    optional={
+        "targetRate": RATES,
+        "bottleneckCapacity": RATES,
+        "sampleTime": DURATIONS,
+        "controller.limits.min": RATES,
+        "controller.limits.max": RATES,
+        "controller.limits.maxStep": RATES,
+        "controller.desiredState.dtnRtt": DURATIONS,
+        "failsafe.staleAfter": DURATIONS,
+        "failsafe.rate": st.one_of(st.just("trivial"), RATES),
+        "actuator.dtn.failsafeRate": st.one_of(st.just("target"), RATES),
+        "telemetry.digestHold": DURATIONS,
+        "telemetry.flowTimeout": DURATIONS,
+    },
+)
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(changes=CHANGES)
+def test_every_spec_the_rules_accept_renders_a_usable_runtime_config(example_policy, changes):
+    """No policy passes the rules (hence the API server) and is then refused or turned into
+    a config the collector or controller cannot use."""
+    spec = full_spec(example_policy)
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = spec
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    try:
+        parsed = parse_spec(spec)
+    except ValidationError:
+        assume(False)  # hypothesis fails the test if too few generated specs pass
+        return
+    config = resolve_runtime_config("p", "ns", 1, parsed, "collector:9600")
+    assert all(math.isfinite(v) for v in _numbers(config.model_dump()))
+    assert load_runtime_config_text(dump_runtime_config(config)) == config
+    c = config.controller
+    assert 0 <= c.min_rate_bps <= c.max_rate_bps <= config.bottleneck_capacity_bps
+    assert 0 < config.target_rate_bps < config.bottleneck_capacity_bps
+    assert config.failsafe.stale_after_s >= config.sample_time_s
+    assert 2 * config.telemetry.digest_hold_s <= config.sample_time_s

@@ -58,7 +58,7 @@ class SyntheticSource:
         return
 
     def advance(self, elapsed_s: float):
-        from scidmz.target.observation import FlowChange, Observation, RttMatch, Traffic
+        from scidmz.switch.observation import FlowChange, Observation, RttMatch, Traffic
 
         changes = ()
         if not self._started:
@@ -86,8 +86,8 @@ class SyntheticSource:
 
 
 def serve_target(port: int, flows: int, rtt_rate: float, flood: int) -> None:
-    from scidmz.target.runner import Target
-    from scidmz.telemetry.pipeline import build_p4info
+    from scidmz.contract.pipeline import build_p4info
+    from scidmz.switch.runner import Target
 
     async def main() -> None:
         target = Target(build_p4info(), SyntheticSource(flows, rtt_rate, flood))  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scidmz.contract.codec import state_message
 from scidmz.control.actuators import DryRunActuator
 from scidmz.control.antiwindup import Gains, Limits
 from scidmz.control.features import Setpoint
@@ -27,7 +28,6 @@ from scidmz.control.settings import default_models_dir
 from scidmz.learn.gains import load_gains
 from scidmz.learn.identification import identify
 from scidmz.netsim.scenario import Scenario
-from scidmz.telemetry.stream import state_message
 
 RESULTS = Path(__file__).parent / "results" / "control_latency.md"
 

@@ -15,8 +15,8 @@ from scidmz.lab.cli import lab_app
 if TYPE_CHECKING:
     import grpc
 
-    from scidmz.target.netsim_source import NetsimSource
-    from scidmz.target.packet_source import PacketTapSource
+    from scidmz.switch.netsim_source import NetsimSource
+    from scidmz.switch.packet_source import PacketTapSource
 
 app = typer.Typer(
     help="scidmz: keep Science DMZ transfers at their target rate on a shared campus link.",
@@ -321,7 +321,7 @@ def p4info(
     """Render the P4Info of the p4/ programs from the pipeline contract (text format)."""
     from google.protobuf import text_format
 
-    from scidmz.telemetry.pipeline import build_p4info
+    from scidmz.contract.pipeline import build_p4info
 
     if arch not in ("v1model", "tna"):
         _fail(f"--arch must be v1model or tna, not {arch!r}")
@@ -356,7 +356,7 @@ def _target_credentials(
     if cert is None or key is None:
         _fail("--tls-cert and --tls-key go together")
     assert cert is not None and key is not None
-    from scidmz.target.server import server_credentials
+    from scidmz.switch.server import server_credentials
     from scidmz.telemetry.tls import looks_like_pem
 
     try:
@@ -431,12 +431,12 @@ def target(
     import asyncio
     import signal
 
+    from scidmz.contract.pipeline import build_p4info
     from scidmz.lab.topology import LabError
     from scidmz.netsim.scenario import ScenarioError
-    from scidmz.target.observation import PacketSource
-    from scidmz.target.packet_source import PacketTapSource
-    from scidmz.target.runner import Target
-    from scidmz.telemetry.pipeline import build_p4info
+    from scidmz.switch.observation import PacketSource
+    from scidmz.switch.packet_source import PacketTapSource
+    from scidmz.switch.runner import Target
 
     if source not in ("sim", "packets", "lab"):
         _fail(f"--source must be sim, packets or lab, not {source!r}")
@@ -495,7 +495,7 @@ def _netsim_source(
     import ipaddress
 
     from scidmz.netsim.scenario import Scenario, load_scenario
-    from scidmz.target.netsim_source import NetsimSource, Wiring
+    from scidmz.switch.netsim_source import NetsimSource, Wiring
 
     wiring = Wiring(
         campus_port=wired["campus"],
@@ -515,7 +515,7 @@ def _packet_tap(
     import tempfile
 
     from scidmz.lab import native, runner, topology
-    from scidmz.target.packet_source import PacketTapSource, TapWiring
+    from scidmz.switch.packet_source import PacketTapSource, TapWiring
 
     if source == "lab":
         runner.read_state()  # a clear error when no lab is up

@@ -179,7 +179,7 @@ def watch(
             row = {
                 "t_s": round(elapsed, 2),
                 "target_rate_bps": target_rate_bps,
-                "campus_rate_limit_bps": state.get("campusRateLimitBps"),
+                "campus_rate_limit_bps": state.get("campus_rate_limit_bps"),
                 "mrae": (state.get("tracking") or {}).get("mrae"),
                 **{k: sample.get(k) for k in COLUMNS if k in sample},
             }

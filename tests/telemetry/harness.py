@@ -12,12 +12,12 @@ from dataclasses import dataclass, replace
 
 import grpc
 
+from scidmz.contract.pipeline import build_p4info
 from scidmz.netsim.scenario import Scenario
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.target.netsim_source import NetsimSource, TruthPoint, Wiring
-from scidmz.target.runner import Target
+from scidmz.switch.netsim_source import NetsimSource, TruthPoint, Wiring
+from scidmz.switch.runner import Target
 from scidmz.telemetry.collector import Collector, CollectorSettings
-from scidmz.telemetry.pipeline import build_p4info
 from scidmz.telemetry.program import Plan
 from scidmz.telemetry.sampling import EstimatorSettings
 from scidmz.testenv.cluster import free_port

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 from finsy.proto import p4i
 
+from scidmz.contract.pipeline import build_p4info
 from scidmz.telemetry.collector import Collector, CollectorError
-from scidmz.telemetry.pipeline import build_p4info
 from scidmz.testenv.cluster import free_port
 from tests.telemetry.harness import (
     PLAN,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from scidmz.api.runtime import ConfigError
-from scidmz.target.server import server_credentials
+from scidmz.switch.server import server_credentials
 from scidmz.telemetry.collector import Collector
 from scidmz.telemetry.tls import load_channel_tls
 from scidmz.testenv.certs import SwitchTlsPaths, generate_switch_tls

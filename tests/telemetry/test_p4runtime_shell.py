@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from scidmz.telemetry.pipeline import build_p4info
+from scidmz.contract.pipeline import build_p4info
 from scidmz.testenv.cluster import free_port
 
 HERE = Path(__file__).resolve().parent

@@ -8,8 +8,8 @@ import grpc
 import pytest
 from finsy.proto import p4r, p4r_grpc
 
-from scidmz.target.digests import DEFAULT_MAX_OUTSTANDING
-from scidmz.telemetry import pipeline as contract
+from scidmz.contract import pipeline as contract
+from scidmz.switch.digests import DEFAULT_MAX_OUTSTANDING
 from scidmz.telemetry.program import Ids, desired_entries
 from scidmz.telemetry.session import P4RuntimeError, SwitchSession
 from tests.telemetry.harness import PLAN, running_target, wait_for
@@ -261,8 +261,8 @@ class _BrokenSource:
 
 
 def test_a_failing_source_is_reported_not_hidden():
-    from scidmz.target.runner import Target
-    from scidmz.telemetry.pipeline import build_p4info
+    from scidmz.contract.pipeline import build_p4info
+    from scidmz.switch.runner import Target
     from scidmz.testenv.cluster import free_port
 
     async def main():

@@ -5,9 +5,9 @@ import math
 import pytest
 from finsy.proto import p4r
 
-from scidmz.telemetry import pipeline as contract
+from scidmz.contract import pipeline as contract
+from scidmz.contract.pipeline import build_p4info
 from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttSample
-from scidmz.telemetry.pipeline import build_p4info
 from scidmz.telemetry.program import (
     Ids,
     Plan,

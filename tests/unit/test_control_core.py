@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from scidmz.contract.state import StateVector
 from scidmz.control.antiwindup import ControlConfigError, FilterState, Gains, Limits, step
 from scidmz.control.features import (
     FALLBACK_STATE,
@@ -16,7 +17,6 @@ from scidmz.control.features import (
     fill_missing,
 )
 from scidmz.control.quality import iae, mrae
-from scidmz.telemetry.state import StateVector
 
 MBPS = 1e6
 LIMITS = Limits(min_bps=0.0, max_bps=1000 * MBPS, max_step_bps=200 * MBPS)

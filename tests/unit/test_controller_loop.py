@@ -24,6 +24,7 @@ from scidmz.control.model import (
     ModelError,
     feature_units,
 )
+from scidmz.metrics import names
 from scidmz.proto import telemetry_pb2
 
 MBPS = 1e6
@@ -90,11 +91,12 @@ def test_stale_samples_are_skipped_and_the_watchdog_fails_safe():
         clock.now += 1.5
         assert await controller.check_staleness()
         assert controller.failsafe_active and actuator.applied[-1] == 400 * MBPS
-        m = controller.metrics
-        assert m.failsafe.labels("p", "ns")._value.get() == 1
+        labels = {"policy": "p", "namespace": "ns"}
+        failsafe = controller.registry.get_sample_value
+        assert failsafe(names.FAILSAFE_ACTIVE, labels) == 1
         await controller.on_sample(_sample(3, 600))
         assert not controller.failsafe_active
-        assert m.failsafe.labels("p", "ns")._value.get() == 0
+        assert failsafe(names.FAILSAFE_ACTIVE, labels) == 0
 
     _run(main())
 
@@ -124,8 +126,8 @@ def test_actuator_errors_are_counted_and_retried_not_fatal():
     assert controller.metrics.actuator_errors.labels("p", "ns")._value.get() == 2
     assert len(actuator.applied) == 2
     state = controller.state()
-    assert state["state"]["dtn_rate_bps"] == 600 * MBPS
-    assert state["tracking"] == {"mrae": 0.0, "window": 4}
+    assert state.state is not None and state.state.dtn_rate_bps == 600 * MBPS
+    assert state.tracking.model_dump() == {"mrae": 0.0, "window": 4}
 
 
 def test_trivial_strategy_is_the_fixed_token_bucket():
@@ -238,7 +240,7 @@ def test_the_dtn_cap_follows_the_opposite_error_and_both_fail_safe():
     # stale: the fail-safe on both (campus B − R* as configured, DTN cap R*)
     assert campus.applied[-1] == 400 * MBPS and dtn.applied[-1] == 600 * MBPS
     assert controller.failsafe_active
-    assert controller.state()["dtnRateLimitBps"] == 600 * MBPS
+    assert controller.state().dtn_rate_limit_bps == 600 * MBPS
 
 
 FEED_FORWARD = Gains(0, 0, 0)

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from scidmz.contract.codec import state_message
 from scidmz.control.loop import Controller
 from scidmz.learn.closed_loop import ClockMismatchError, SimLoop, bench_settings
 from scidmz.learn.evaluation import Arm, Episode, mean_interval, steady, tracking, transfer
@@ -15,7 +16,6 @@ from scidmz.learn.gains import Triple, TunedGains
 from scidmz.learn.identification import SimCollector
 from scidmz.learn.report import markdown, targets
 from scidmz.netsim.scenario import Scenario
-from scidmz.telemetry.stream import state_message
 
 ZERO = Triple(kp=0, ki=0, kw=0)
 P_ONLY = Triple(kp=0.5, ki=0.2, kw=1.0)

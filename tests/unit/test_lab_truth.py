@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from scidmz.control.tbf import tbf_size
+from scidmz.contract.tbf import tbf_size
 from scidmz.lab import topology
 from scidmz.lab.topology import LabError
 from scidmz.lab.truth import TcpFlow, class_truth, parse_ss, qdisc_stats

@@ -2,21 +2,25 @@
 
 import math
 
+from scidmz.api.runtime import ControllerState
 from scidmz.k8s.live_state import live_status
+
+BASE = {"policy": "ns/p", "strategy": "mlc", "failsafe_active": False}
 
 
 def test_state_and_tracking_in_api_units():
     live = live_status(
-        {
-            "campusRateLimitBps": 4.018e8,
+        ControllerState.model_validate({
+            **BASE,
+            "campus_rate_limit_bps": 4.018e8,
             "state": {
                 "dtn_rate_bps": 5.982e8, "campus_rate_bps": 3.9e8, "dtn_rtt_s": 0.1013,
                 "campus_rtt_s": 0.0112, "dtn_queuing_delay_s": 0.0013,
                 "campus_queuing_delay_s": None, "active_flows": 108.0,
-                "sampledAt": "2026-11-22T07:00:00Z",
+                "sampled_at": "2026-11-22T07:00:00Z", "sequence": 7,
             },
             "tracking": {"mrae": 0.04213, "window": 120},
-        },
+        }),
         sample_time_s=1.0,
     )  # fmt: skip
     assert live["state"] == {
@@ -33,5 +37,7 @@ def test_state_and_tracking_in_api_units():
 
 
 def test_nothing_measured_yet_writes_nothing():
-    assert live_status({"tracking": {"mrae": None, "window": 0}}, 1.0) == {}
-    assert live_status({"state": {"dtn_rate_bps": math.nan}}, 1.0) == {}
+    idle = {**BASE, "tracking": {"mrae": None, "window": 0}}
+    assert live_status(ControllerState.model_validate(idle), 1.0) == {}
+    unmeasured = {**BASE, "state": {"dtn_rate_bps": math.nan, "sampled_at": "x", "sequence": 1}}
+    assert live_status(ControllerState.model_validate(unmeasured), 1.0) == {}

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from scidmz.control.tbf import tbf_size
+from scidmz.contract.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.run import jain_index
 from scidmz.netsim.scenario import parse_scenario

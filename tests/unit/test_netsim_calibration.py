@@ -4,8 +4,8 @@ loss trains of whole GSO bursts, the tail-loss probe and BBR's probe-rtt."""
 import numpy as np
 import pytest
 
+from scidmz.contract.tbf import tbf_size
 from scidmz.control.actuators import tbf_parameters
-from scidmz.control.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.congestion import _slide_rate, grow_windows
 from scidmz.netsim.kernel import _tail_drop

@@ -6,7 +6,7 @@ import pytest
 from finsy.proto import p4i
 from google.protobuf import text_format
 
-from scidmz.telemetry.pipeline import (
+from scidmz.contract.pipeline import (
     ACTIONS,
     COUNTERS,
     DIGESTS,

@@ -8,8 +8,9 @@ from ipaddress import IPv4Address
 import numpy as np
 import pytest
 
-from scidmz.target.observation import ActivityRule
-from scidmz.target.packet_source import (
+from scidmz.contract.pipeline import STOP_FIN, STOP_IDLE
+from scidmz.switch.observation import ActivityRule
+from scidmz.switch.packet_source import (
     RECORD,
     ROLE_ACKS_IN,
     ROLE_BOTTLENECK_OUT,
@@ -19,7 +20,6 @@ from scidmz.target.packet_source import (
     TapState,
     TapWiring,
 )
-from scidmz.telemetry.pipeline import STOP_FIN, STOP_IDLE
 
 MS = 1_000_000
 DTN_SENDER, DTN_RECEIVER = IPv4Address("10.71.3.1"), IPv4Address("10.71.4.10")

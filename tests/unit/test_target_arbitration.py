@@ -1,6 +1,6 @@
 """Mastership of the software P4Runtime target (P4Runtime spec §5)."""
 
-from scidmz.target.arbitration import Arbitration, Verdict, arbitrate, disconnect
+from scidmz.switch.arbitration import Arbitration, Verdict, arbitrate, disconnect
 
 
 def test_highest_election_id_is_primary_and_the_demoted_primary_is_told():

@@ -5,12 +5,12 @@ from ipaddress import ip_address
 import pytest
 from finsy.proto import p4r
 
-from scidmz.target.dataplane import Dataplane
-from scidmz.target.digests import DigestConfig
-from scidmz.target.entries import EntryKey, entry_key
-from scidmz.target.observation import FlowChange, Observation, RttMatch, Traffic
-from scidmz.telemetry import pipeline as contract
-from scidmz.telemetry.pipeline import build_p4info
+from scidmz.contract import pipeline as contract
+from scidmz.contract.p4runtime import EntryKey, entry_key
+from scidmz.contract.pipeline import build_p4info
+from scidmz.switch.dataplane import Dataplane
+from scidmz.switch.digests import DigestConfig
+from scidmz.switch.observation import FlowChange, Observation, RttMatch, Traffic
 from scidmz.telemetry.program import Ids, Plan, desired_entries
 
 PLAN = Plan(

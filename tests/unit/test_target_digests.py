@@ -1,6 +1,6 @@
 """Digest batching by the P4Runtime rule: max_timeout_ns, max_list_size, acks, bounds."""
 
-from scidmz.target.digests import DigestConfig, DigestQueue
+from scidmz.switch.digests import DigestConfig, DigestQueue
 
 MS = 1_000_000
 

@@ -5,8 +5,8 @@ import ipaddress
 import pytest
 from finsy.proto import p4r
 
-from scidmz.target.entries import PipelineIndex, UpdateError, apply_update
-from scidmz.telemetry.pipeline import build_p4info
+from scidmz.contract.pipeline import build_p4info
+from scidmz.switch.entries import PipelineIndex, UpdateError, apply_update
 
 INFO = build_p4info()
 INDEX = PipelineIndex.from_p4info(INFO)

@@ -7,8 +7,8 @@ import grpc
 import pytest
 from finsy.proto import p4r, p4r_grpc, rpc_code, rpc_status
 
-from scidmz.target.server import TargetService, serve
-from scidmz.telemetry.pipeline import build_p4info
+from scidmz.contract.pipeline import build_p4info
+from scidmz.switch.server import TargetService, serve
 from scidmz.testenv.cluster import free_port
 
 INFO = build_p4info()

@@ -5,6 +5,7 @@ from dataclasses import fields
 
 import pytest
 
+from scidmz.contract.state import STATE_VARIABLES, NetworkState
 from scidmz.telemetry.estimators import (
     CounterReading,
     FlowEvent,
@@ -15,7 +16,6 @@ from scidmz.telemetry.estimators import (
     update_active_flows,
     update_rtt,
 )
-from scidmz.telemetry.state import STATE_VARIABLES, NetworkState
 
 
 def test_state_order_is_the_models():

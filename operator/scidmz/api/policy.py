@@ -174,6 +174,18 @@ DtnFailsafeRate = Annotated[
 ]
 
 
+def _tc_settings_required(path: str) -> Rule:
+    """An actuator at ``path`` of type tc needs its ``tc`` settings (node, interface)."""
+    return Rule(
+        cel="!has(self.type) || self.type != 'tc' || has(self.tc)",
+        check=lambda actuator: actuator.type != "tc" or actuator.tc is not None,
+        message=f"{path}.tc (nodeName, interface) is required when {path}.type is tc",
+        violation={"type": "tc", "tc": None},
+        field_path=".tc",
+        reason="FieldValueRequired",
+    )
+
+
 class ApiModel(RuledModel):
     """Base: camelCase on the wire, unknown fields rejected, immutable once parsed."""
 
@@ -405,7 +417,16 @@ class SimActuator(ApiModel):
     )
 
 
-class DtnActuatorSpec(ApiModel):
+class _ActuatorSettings(ApiModel):
+    """The settings an actuator of each type takes (one of them is used)."""
+
+    tc: TcActuator | None = Field(
+        default=None, description="Required when type is tc: the node and its interface."
+    )
+    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
+
+
+class DtnActuatorSpec(_ActuatorSettings):
     """A cap on the DTN's sending rate: a second actuator for DTNs that ignore campus
     shaping (BBR). ESnet's DTN practice is pacing (fq maxrate, SO_MAX_PACING_RATE); where
     fq is not available, a tbf on the DTN host's egress does it, and that is what `tc`
@@ -416,10 +437,6 @@ class DtnActuatorSpec(ApiModel):
         "tc.nodeName, host networking, NET_ADMIN); sim: the embedded simulator's DTN; "
         "dryRun: compute and export only.",
     )
-    tc: TcActuator | None = Field(
-        default=None, description="Required when type is tc: the DTN host's node and interface."
-    )
-    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
     gains: Gains | None = Field(
         default=None,
         description="Gains of the DTN cap's anti-windup filter (feed-forward R*, error "
@@ -432,20 +449,10 @@ class DtnActuatorSpec(ApiModel):
         "when the controller goes quiet.",
     )
 
-    RULES = (
-        Rule(
-            cel="self.type != 'tc' || has(self.tc)",
-            check=lambda dtn: dtn.type != "tc" or dtn.tc is not None,
-            message="actuator.dtn.tc (nodeName, interface) is required when actuator.dtn.type "
-            "is tc",
-            violation={"type": "tc", "tc": None},
-            field_path=".tc",
-            reason="FieldValueRequired",
-        ),
-    )
+    RULES = (_tc_settings_required("actuator.dtn"),)
 
 
-class ActuatorSpec(ApiModel):
+class ActuatorSpec(_ActuatorSettings):
     """Where u(t) is applied."""
 
     type: ActuatorType = Field(
@@ -453,8 +460,6 @@ class ActuatorSpec(ApiModel):
         description="tc: a tbf qdisc on a node (needs NET_ADMIN and host networking); "
         "sim: the embedded simulator; dryRun: compute and export only.",
     )
-    tc: TcActuator | None = Field(default=None, description="Required when type is tc.")
-    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
     dtn: DtnActuatorSpec | None = Field(
         default=None,
         description="Optional second actuator capping the DTN's sending rate around R*; "
@@ -462,16 +467,7 @@ class ActuatorSpec(ApiModel):
         "its cap). Needed to hold a BBR DTN, which ignores campus shaping.",
     )
 
-    RULES = (
-        Rule(
-            cel="!has(self.type) || self.type != 'tc' || has(self.tc)",
-            check=lambda actuator: actuator.type != "tc" or actuator.tc is not None,
-            message="actuator.tc (nodeName, interface) is required when actuator.type is tc",
-            violation={"type": "tc", "tc": None},
-            field_path=".tc",
-            reason="FieldValueRequired",
-        ),
-    )
+    RULES = (_tc_settings_required("actuator"),)
 
 
 class FailsafeSpec(ApiModel):
@@ -534,6 +530,10 @@ def _bps(rate: str | None) -> float:
     return parse_rate(rate) if rate is not None else 0.0
 
 
+_TARGET = cel_rate_bps("self.targetRate")
+_CAPACITY = cel_rate_bps("self.bottleneckCapacity")
+
+
 def _has_limits(field: str) -> str:
     return (
         "has(self.controller) && has(self.controller.limits) && "
@@ -541,25 +541,53 @@ def _has_limits(field: str) -> str:
     )
 
 
-_TARGET = cel_rate_bps("self.targetRate")
-_CAPACITY = cel_rate_bps("self.bottleneckCapacity")
+def _value_at(spec: Any, path: str) -> Any:
+    """The parsed value at a camelCase ``path`` of the spec (None when a part is absent)."""
+    node = spec
+    for part in path.split("."):
+        node = getattr(node, re.sub(r"(?<!^)(?=[A-Z])", "_", part).lower(), None)
+        if node is None:
+            return None
+    return node
+
+
+def _positive(field: str) -> Rule:
+    """The required rate ``field`` of the spec must be above 0."""
+    return Rule(
+        cel=f"{cel_rate_bps(f'self.{field}')} > 0.0",
+        check=lambda spec: parse_rate(_value_at(spec, field)) > 0,
+        message=f"{field} must be greater than 0",
+        violation={field: "0bps"},
+        field_path=f".{field}",
+    )
+
+
+def _within_capacity(path: str, keyword: str | None = None, violation: str = "2Gbps") -> Rule:
+    """``path`` (a rate, or ``keyword``) must not exceed bottleneckCapacity; absent passes."""
+    parts = path.split(".")
+    present = " && ".join(f"has(self.{'.'.join(parts[: k + 1])})" for k in range(len(parts)))
+    exempt = f" || self.{path} == '{keyword}'" if keyword else ""
+
+    def check(spec: Any) -> bool:
+        value = _value_at(spec, path)
+        if value is None or value == keyword:
+            return True
+        return parse_rate(value) <= parse_rate(spec.bottleneck_capacity)
+
+    return Rule(
+        cel=f"!({present}){exempt} || {cel_rate_bps(f'self.{path}')} <= {_CAPACITY}",
+        check=check,
+        message=f"{path} must not exceed bottleneckCapacity",
+        violation={path: violation},
+        field_path=f".{path}",
+    )
+
+
 _LIMITS = "self.controller.limits"
 
 SPEC_RULES: tuple[Rule, ...] = (
-    Rule(
-        cel=f"{_TARGET} > 0.0",
-        check=lambda spec: parse_rate(spec.target_rate) > 0,
-        message="targetRate must be greater than 0",
-        violation={"targetRate": "0Mbps"},
-        field_path=".targetRate",
-    ),
-    Rule(
-        cel=f"{_CAPACITY} > 0.0",
-        check=lambda spec: parse_rate(spec.bottleneck_capacity) > 0,
-        message="bottleneckCapacity must be greater than 0",
-        violation={"bottleneckCapacity": "0bps"},
-        field_path=".bottleneckCapacity",
-    ),
+    _positive("targetRate"),
+    _positive("bottleneckCapacity"),
     Rule(
         cel=f"{_TARGET} < {_CAPACITY}",
         check=lambda spec: parse_rate(spec.target_rate) < parse_rate(spec.bottleneck_capacity),
@@ -567,20 +595,8 @@ SPEC_RULES: tuple[Rule, ...] = (
         violation={"targetRate": "1Gbps"},
         field_path=".targetRate",
     ),
-    Rule(
-        cel=f"!({_has_limits('min')}) || {cel_rate_bps(f'{_LIMITS}.min')} <= {_CAPACITY}",
-        check=lambda spec: _bps(spec.controller.limits.min) <= parse_rate(spec.bottleneck_capacity),
-        message="controller.limits.min must not exceed bottleneckCapacity",
-        violation={"controller.limits.min": "2Gbps", "controller.limits.max": None},
-        field_path=".controller.limits.min",
-    ),
-    Rule(
-        cel=f"!({_has_limits('max')}) || {cel_rate_bps(f'{_LIMITS}.max')} <= {_CAPACITY}",
-        check=lambda spec: _bps(spec.controller.limits.max) <= parse_rate(spec.bottleneck_capacity),
-        message="controller.limits.max must not exceed bottleneckCapacity",
-        violation={"controller.limits.max": "2Gbps"},
-        field_path=".controller.limits.max",
-    ),
+    _within_capacity("controller.limits.min"),
+    _within_capacity("controller.limits.max"),
     Rule(
         cel=f"!({_has_limits('max')} && has({_LIMITS}.min)) || "
         f"{cel_rate_bps(f'{_LIMITS}.min')} <= {cel_rate_bps(f'{_LIMITS}.max')}",
@@ -605,17 +621,7 @@ SPEC_RULES: tuple[Rule, ...] = (
         violation={"controller.limits.maxStep": "0bps"},
         field_path=".controller.limits.maxStep",
     ),
-    Rule(
-        cel="!has(self.failsafe) || !has(self.failsafe.rate) || "
-        f"self.failsafe.rate == 'trivial' || {cel_rate_bps('self.failsafe.rate')} <= {_CAPACITY}",
-        check=lambda spec: (
-            spec.failsafe.rate == "trivial"
-            or parse_rate(spec.failsafe.rate) <= parse_rate(spec.bottleneck_capacity)
-        ),
-        message="failsafe.rate must not exceed bottleneckCapacity",
-        violation={"failsafe.rate": "2Gbps"},
-        field_path=".failsafe.rate",
-    ),
+    _within_capacity("failsafe.rate", keyword="trivial"),
     Rule(
         cel="!has(self.failsafe) || !has(self.failsafe.staleAfter) || "
         "duration(self.failsafe.staleAfter) >= duration(self.sampleTime)",
@@ -627,19 +633,7 @@ SPEC_RULES: tuple[Rule, ...] = (
         violation={"failsafe.staleAfter": "500ms", "sampleTime": "1s"},
         field_path=".failsafe.staleAfter",
     ),
-    Rule(
-        cel="!has(self.actuator) || !has(self.actuator.dtn) || "
-        "!has(self.actuator.dtn.failsafeRate) || self.actuator.dtn.failsafeRate == 'target' "
-        f"|| {cel_rate_bps('self.actuator.dtn.failsafeRate')} <= {_CAPACITY}",
-        check=lambda spec: (
-            spec.actuator.dtn is None
-            or spec.actuator.dtn.failsafe_rate == "target"
-            or parse_rate(spec.actuator.dtn.failsafe_rate) <= parse_rate(spec.bottleneck_capacity)
-        ),
-        message="actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
-        violation={"actuator.dtn.failsafeRate": "2Gbps"},
-        field_path=".actuator.dtn.failsafeRate",
-    ),
+    _within_capacity("actuator.dtn.failsafeRate", keyword="target"),
     Rule(
         cel="!isCIDR(self.dtn.receiverPrefix) || !isCIDR(self.campus.remotePrefix) || "
         "!cidr(self.dtn.receiverPrefix).containsCIDR(cidr(self.campus.remotePrefix))",

@@ -145,6 +145,45 @@ class RuntimeConfig(_Frozen):
     )
 
 
+class SampleReport(BaseModel):
+    """y(t) of the latest fresh sample (SI units; None where not measured)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
+
+    dtn_rate_bps: float | None = None
+    campus_rate_bps: float | None = None
+    dtn_rtt_s: float | None = None
+    campus_rtt_s: float | None = None
+    dtn_queuing_delay_s: float | None = None
+    campus_queuing_delay_s: float | None = None
+    active_flows: float | None = None
+    sampled_at: str = Field(description="When the collector measured it (RFC 3339).")
+    sequence: int = Field(ge=0)
+
+
+class TrackingReport(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
+
+    mrae: float | None = Field(default=None, description="Eq. 3 over the window.")
+    window: int = Field(default=0, ge=0, description="Samples in the window.")
+
+
+class ControllerState(BaseModel):
+    """The controller's ``/state`` (snake_case JSON, SI units like ``RuntimeConfig``): what
+    the operator copies into the policy's status, and the demo and the lab record."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
+
+    component: Literal["controller"] = "controller"
+    policy: str
+    strategy: Strategy
+    failsafe_active: bool
+    campus_rate_limit_bps: float | None = None
+    dtn_rate_limit_bps: float | None = None
+    tracking: TrackingReport = TrackingReport()
+    state: SampleReport | None = None
+
+
 class ConfigError(ValueError):
     """A runtime config file that cannot be used; the message names the problem."""
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from scidmz.control.tbf import TBF_MAX_RATE_BPS, TBF_MIN_RATE_BPS, tbf_size
+from scidmz.contract.tbf import TBF_MAX_RATE_BPS, TBF_MIN_RATE_BPS, tbf_size
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -52,10 +52,13 @@ class DryRunActuator:
 
 
 class _GrpcActuator:
-    """One unary rate call on a gRPC channel; a failed call is an ``ActuatorError``."""
+    """One unary rate call (``method`` of ``stub_class``, taking a ``message`` with
+    ``rate_bps``) on a gRPC channel; a failed call is an ``ActuatorError``."""
 
     name = "grpc"
     stub_class: Any = None
+    method = ""
+    message: Any = telemetry_pb2.RateLimit
 
     def __init__(self, address: str, timeout_s: float = 2.0) -> None:
         self.address = address
@@ -63,9 +66,10 @@ class _GrpcActuator:
         self._channel = grpc.aio.insecure_channel(address)
         self._stub = self.stub_class(self._channel)
 
-    async def _call(self, method: Any, request: Any) -> float:
+    async def apply(self, rate_bps: float) -> float:
+        call = getattr(self._stub, self.method)
         try:
-            response = await method(request, timeout=self._timeout)
+            response = await call(self.message(rate_bps=rate_bps), timeout=self._timeout)
         except grpc.aio.AioRpcError as error:
             raise ActuatorError(
                 f"{self.name} actuator {self.address}: {error.code().name}: {error.details()}"
@@ -81,10 +85,8 @@ class SimActuator(_GrpcActuator):
 
     name = "sim"
     stub_class = telemetry_pb2_grpc.SimActuatorStub
-
-    async def apply(self, rate_bps: float) -> float:
-        request = telemetry_pb2.CampusRateLimit(rate_bps=rate_bps)
-        return await self._call(self._stub.SetCampusRateLimit, request)
+    method = "SetCampusRateLimit"
+    message = telemetry_pb2.CampusRateLimit
 
 
 class SimDtnActuator(_GrpcActuator):
@@ -92,10 +94,7 @@ class SimDtnActuator(_GrpcActuator):
 
     name = "sim-dtn"
     stub_class = telemetry_pb2_grpc.SimActuatorStub
-
-    async def apply(self, rate_bps: float) -> float:
-        request = telemetry_pb2.RateLimit(rate_bps=rate_bps)
-        return await self._call(self._stub.SetDtnRateLimit, request)
+    method = "SetDtnRateLimit"
 
 
 class ShaperActuator(_GrpcActuator):
@@ -103,9 +102,7 @@ class ShaperActuator(_GrpcActuator):
 
     name = "shaper"
     stub_class = telemetry_pb2_grpc.ShaperStub
-
-    async def apply(self, rate_bps: float) -> float:
-        return await self._call(self._stub.SetRate, telemetry_pb2.RateLimit(rate_bps=rate_bps))
+    method = "SetRate"
 
 
 def tbf_parameters(rate_bps: float) -> dict[str, object]:

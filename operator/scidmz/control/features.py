@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.telemetry.state import STATE_VARIABLES, StateVector
+from scidmz.contract.state import STATE_VARIABLES, StateVector
 
 N_STATE = len(STATE_VARIABLES)
 N_FEATURES = 3 * N_STATE + 1

@@ -28,11 +28,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
+from scidmz.contract.codec import from_message
+from scidmz.contract.state import StateVector
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.control.antiwindup import (
     FilterOutput,
@@ -42,6 +44,7 @@ from scidmz.control.antiwindup import (
     follow_setpoint,
     step,
 )
+from scidmz.control.exporter import ControllerExporter, ControllerSnapshot
 from scidmz.control.features import (
     FALLBACK_STATE,
     BaseRtts,
@@ -55,8 +58,6 @@ from scidmz.control.model import InverseModel
 from scidmz.control.quality import iae, mrae
 from scidmz.metrics import names
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.telemetry.state import StateVector
-from scidmz.telemetry.stream import from_message
 
 log = logging.getLogger(__name__)
 
@@ -110,27 +111,11 @@ class Decision:
 
 
 class ControllerMetrics:
+    """The controller's event metrics (histograms, counters); its decisions are exported
+    from ``ControllerSnapshot`` (``control.exporter``)."""
+
     def __init__(self, registry: CollectorRegistry, labels: tuple[str, str]) -> None:
         keys = ["policy", "namespace"]
-
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, keys, registry=registry)
-
-        self.target = gauge(names.TARGET_RATE, "R*, the DTN target rate.")
-        self.capacity = gauge(names.CAPACITY, "B_max, the bottleneck capacity.")
-        self.limit = gauge(names.CAMPUS_RATE_LIMIT, "u(t), the campus rate applied.")
-        self.dtn_limit = gauge(
-            names.DTN_RATE_LIMIT, "The DTN's sending-rate cap applied (DTN actuator)."
-        )
-        self.model = gauge(names.MODEL_OUTPUT, "û(t), the inverse model's (or PI's) base rate.")
-        self.error = gauge(names.CONTROL_ERROR, "e(t) = R_DTN − R*.")
-        self.proportional = gauge(names.CONTROL_PROPORTIONAL, "Kp·e(t).")
-        self.integral = gauge(names.CONTROL_INTEGRAL, "The integral action I(t).")
-        self.windup = gauge(names.CONTROL_WINDUP, "w(t) = u(t) − ū(t): non-zero when saturated.")
-        self.mrae = gauge(names.TRACKING_MRAE, "MRAE (eq. 3) over the last 120 samples.")
-        self.iae = gauge(names.TRACKING_IAE, "IAE (eq. 2) over the last 120 samples, bytes.")
-        self.failsafe = gauge(names.FAILSAFE_ACTIVE, "1 while the fail-safe rate is applied.")
-        self.age = gauge(names.SAMPLE_AGE, "Seconds since the last fresh sample.")
         self.loop = Histogram(
             names.CONTROL_LOOP, "From sample received to actuator called.", keys,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
@@ -183,10 +168,10 @@ class Controller:
         self._last_step_s: float | None = None
         self._last_target_bps: float | None = None
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
-        m = self.metrics
-        m.target.labels(*m.labels).set(settings.setpoint.target_rate_bps / 8)
-        m.capacity.labels(*m.labels).set(settings.setpoint.capacity_bps / 8)
-        m.failsafe.labels(*m.labels).set(0)
+        self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
+        self.registry.register(
+            ControllerExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
+        )
 
     @property
     def trivial_rate_bps(self) -> float:
@@ -252,7 +237,7 @@ class Controller:
         await self._apply(u, dtn_cap)
         decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)
         self.decisions.append(decision)
-        self._export(decision)
+        self._publish(decision)
         m.loop.labels(*m.labels).observe(self._clock() - received)
         return decision
 
@@ -281,46 +266,41 @@ class Controller:
             return None
 
     async def _apply(self, rate_bps: float, dtn_cap_bps: float | None) -> None:
-        m = self.metrics
         applied = await self._try(self.actuator, rate_bps, "actuator")
         if applied is not None:
             self.applied_bps = applied
-            m.limit.labels(*m.labels).set(applied / 8)
         dtn_ok = True
         if self.dtn_actuator is not None and dtn_cap_bps is not None:
             dtn_applied = await self._try(self.dtn_actuator, dtn_cap_bps, "DTN actuator")
             dtn_ok = dtn_applied is not None
             if dtn_applied is not None:
                 self.dtn_applied_bps = dtn_applied
-                m.dtn_limit.labels(*m.labels).set(dtn_applied / 8)
         if applied is None or not dtn_ok:
             return
         if self.failsafe_active:
             log.info("fresh samples again: leaving the fail-safe rate")
         self.failsafe_active = False
-        m.failsafe.labels(*m.labels).set(0)
 
-    def _export(self, decision: Decision) -> None:
-        m = self.metrics
-        m.model.labels(*m.labels).set(decision.u_hat_bps / 8)
-        m.error.labels(*m.labels).set(decision.error_bps / 8)
-        if decision.output is not None:
-            m.proportional.labels(*m.labels).set(decision.output.proportional_bps / 8)
-            m.integral.labels(*m.labels).set(decision.output.integral_bps / 8)
-            m.windup.labels(*m.labels).set(decision.output.windup_bps / 8)
+    def _publish(self, decision: Decision | None = None) -> None:
+        """Replace the snapshot the exporter renders (after a decision or the fail-safe)."""
         targets = [t for t, _ in self._tracking]
         rates = [r for _, r in self._tracking]
-        tracking = mrae(targets, rates)
-        if math.isfinite(tracking):
-            m.mrae.labels(*m.labels).set(tracking)
-        m.iae.labels(*m.labels).set(iae(targets, rates, self.settings.sample_time_s) / 8)
+        last = decision or (self.decisions[-1] if self.decisions else None)
+        self.snapshot = ControllerSnapshot(
+            setpoint=self.settings.setpoint,
+            applied_bps=self.applied_bps,
+            dtn_applied_bps=self.dtn_applied_bps,
+            decision=last,
+            mrae=mrae(targets, rates),
+            iae_bits=iae(targets, rates, self.settings.sample_time_s),
+            failsafe=self.failsafe_active,
+            last_fresh_s=self.last_fresh_s,
+        )
 
     # ---- fail-safe ------------------------------------------------------------------------
     async def check_staleness(self) -> bool:
         """Apply the fail-safe rate when no fresh sample came for staleAfter; True if so."""
         age = self._clock() - self.last_fresh_s
-        m = self.metrics
-        m.age.labels(*m.labels).set(age)
         if age < self.settings.stale_after_s:
             return False
         if not self.failsafe_active:
@@ -340,12 +320,10 @@ class Controller:
     async def apply_failsafe(self) -> None:
         """The fail-safe rates on both actuators (each retried on the next check if it
         fails); the integrals restart from them."""
-        m = self.metrics
         applied = await self._try(self.actuator, self.settings.failsafe_rate_bps, "fail-safe")
         if applied is not None:
             self.applied_bps = applied
             self.filter = FilterState(applied_bps=applied)  # restart the integral
-            m.limit.labels(*m.labels).set(applied / 8)
         dtn_ok = True
         dtn_rate = self.dtn_failsafe_rate_bps
         if self.dtn_actuator is not None and dtn_rate is not None:
@@ -354,12 +332,11 @@ class Controller:
             if dtn_applied is not None:
                 self.dtn_applied_bps = dtn_applied
                 self.dtn_filter = FilterState(applied_bps=dtn_applied)
-                m.dtn_limit.labels(*m.labels).set(dtn_applied / 8)
         self.history.clear()
         self._last_step_s = None
         if applied is not None and dtn_ok:
             self.failsafe_active = True
-            m.failsafe.labels(*m.labels).set(1)
+        self._publish()
 
     # ---- running ----------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -401,29 +378,29 @@ class Controller:
                 log.warning("collector %s: %s", address, error.code().name)
             await asyncio.sleep(self.settings.reconnect_s)
 
-    def state(self) -> dict[str, Any]:
-        """The JSON the operator reads into ``status.state`` and ``status.tracking``."""
+    def state(self) -> ControllerState:
+        """What ``/state`` serves; the operator reads it into ``status.state`` and
+        ``status.tracking``."""
         latest = self.latest
         targets = [t for t, _ in self._tracking]
         rates = [r for _, r in self._tracking]
         tracking = mrae(targets, rates)
-        state: dict[str, Any] = {
-            "component": "controller",
-            "policy": f"{self.settings.namespace}/{self.settings.policy}",
-            "strategy": self.settings.strategy,
-            "failsafeActive": self.failsafe_active,
-            "campusRateLimitBps": self.applied_bps,
-            "tracking": {
-                "mrae": tracking if math.isfinite(tracking) else None,
-                "window": len(self._tracking),
-            },
-        }
-        if self.dtn_actuator is not None:
-            state["dtnRateLimitBps"] = self.dtn_applied_bps
+        sample = None
         if latest is not None:
             values = from_message(latest)._asdict()
-            state["state"] = {k: (v if math.isfinite(v) else None) for k, v in values.items()} | {
-                "sampledAt": latest.measured_at.ToJsonString(),
-                "sequence": latest.sequence,
-            }
-        return state
+            sample = SampleReport(
+                **{k: (v if math.isfinite(v) else None) for k, v in values.items()},
+                sampled_at=latest.measured_at.ToJsonString(),
+                sequence=latest.sequence,
+            )
+        return ControllerState(
+            policy=f"{self.settings.namespace}/{self.settings.policy}",
+            strategy=self.settings.strategy,
+            failsafe_active=self.failsafe_active,
+            campus_rate_limit_bps=self.applied_bps,
+            dtn_rate_limit_bps=self.dtn_applied_bps if self.dtn_actuator is not None else None,
+            tracking=TrackingReport(
+                mrae=tracking if math.isfinite(tracking) else None, window=len(self._tracking)
+            ),
+            state=sample,
+        )

@@ -49,7 +49,10 @@ class ControllerProcess:
 
         self.health = Health()
         http = serve_http(
-            self.http_port, self.health, self.controller.state, self.controller.registry
+            self.http_port,
+            self.health,
+            lambda: self.controller.state().model_dump(mode="json"),
+            self.controller.registry,
         )
         s = self.controller.settings
         log.info(

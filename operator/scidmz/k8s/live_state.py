@@ -10,7 +10,9 @@ import math
 from typing import Any
 
 from scidmz.api.policy import StateStatus, TrackingStatus
+from scidmz.api.runtime import ControllerState
 from scidmz.api.units import format_duration, format_rate
+from scidmz.contract.state import STATE_VARIABLES
 
 
 def _finite(value: Any) -> float | None:
@@ -27,30 +29,32 @@ def _duration(value: Any) -> str | None:
     return format_duration(max(number, 0.0)) if number is not None else None
 
 
-def live_status(controller_state: dict[str, Any], sample_time_s: float) -> dict[str, Any]:
+def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
     """``{"state": {...}, "tracking": {...}}`` (camelCase), empty parts left out."""
     result: dict[str, Any] = {}
-    state = controller_state.get("state") or {}
-    if state:
-        flows = _finite(state.get("active_flows"))
+    state = controller.state
+    measured = state is not None and any(
+        _finite(v) is not None for k, v in state.model_dump().items() if k in STATE_VARIABLES
+    )
+    if state is not None and measured:
+        flows = _finite(state.active_flows)
         status = StateStatus(
-            dtn_rate=_rate(state.get("dtn_rate_bps")),
-            campus_rate=_rate(state.get("campus_rate_bps")),
-            dtn_rtt=_duration(state.get("dtn_rtt_s")),
-            campus_rtt=_duration(state.get("campus_rtt_s")),
-            dtn_queuing_delay=_duration(state.get("dtn_queuing_delay_s")),
-            campus_queuing_delay=_duration(state.get("campus_queuing_delay_s")),
+            dtn_rate=_rate(state.dtn_rate_bps),
+            campus_rate=_rate(state.campus_rate_bps),
+            dtn_rtt=_duration(state.dtn_rtt_s),
+            campus_rtt=_duration(state.campus_rtt_s),
+            dtn_queuing_delay=_duration(state.dtn_queuing_delay_s),
+            campus_queuing_delay=_duration(state.campus_queuing_delay_s),
             active_flows=round(flows) if flows is not None else None,
-            campus_rate_limit=_rate(controller_state.get("campusRateLimitBps")),
-            sampled_at=state.get("sampledAt"),
+            campus_rate_limit=_rate(controller.campus_rate_limit_bps),
+            sampled_at=state.sampled_at,
         )
         fields = status.model_dump(by_alias=True, exclude_none=True)
         if fields:
             result["state"] = fields
-    tracking = controller_state.get("tracking") or {}
-    mrae = _finite(tracking.get("mrae"))
-    window = tracking.get("window")
-    if mrae is not None and isinstance(window, int) and window > 0:
+    mrae = _finite(controller.tracking.mrae)
+    window = controller.tracking.window
+    if mrae is not None and window > 0:
         result["tracking"] = TrackingStatus(
             mrae=round(mrae, 4), window=format_duration(window * sample_time_s)
         ).model_dump(by_alias=True, exclude_none=True)

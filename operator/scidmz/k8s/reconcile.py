@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from scidmz.api.errors import describe_validation_error
 from scidmz.api.policy import DTNTransferPolicySpec, parse_spec, tls_secret_problem
-from scidmz.api.runtime import resolve_runtime_config
+from scidmz.api.runtime import ControllerState, resolve_runtime_config
 from scidmz.api.units import UnitError, parse_duration
 from scidmz.k8s.client import KubeApiError, KubeClient
 from scidmz.k8s.live_state import live_status
@@ -244,8 +244,13 @@ def refresh_live_state(
     url = annotations.get(STATE_URL_ANNOTATION) or url_template.format(
         service=child_name(name, CONTROLLER), namespace=namespace, name=name, port=port
     )
-    state = fetch(url)
-    if state is None:
+    fetched = fetch(url)
+    if fetched is None:
+        return False
+    try:
+        state = ControllerState.model_validate(fetched)
+    except ValidationError as error:
+        log.warning("%s/%s: the controller's /state is not understood: %s", namespace, name, error)
         return False
     try:
         sample_time_s = parse_duration((policy.get("spec") or {}).get("sampleTime", "1s"))

@@ -25,9 +25,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ValidationError
 
 from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
-from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import (
+    ControllerState,
+    RuntimeConfig,
+    dump_runtime_config,
+    resolve_runtime_config,
+)
 from scidmz.control.quality import mrae
 from scidmz.lab import topology
 from scidmz.lab.runner import Lab
@@ -212,15 +218,19 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def controller_row(state: dict[str, Any], t_s: float) -> dict[str, Any] | None:
-    """One row of the collector's view, as the controller last received it."""
-    sample = state.get("state")
-    if not sample:
+def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None:
+    """One row of the collector's view, as the controller last received it (its /state)."""
+    try:
+        state = ControllerState.model_validate(fetched)
+    except ValidationError:
         return None
-    row = {"t_s": round(t_s, 2)} | {k: sample.get(k) for k in SAMPLE_COLUMNS if k in sample}
-    row["campus_rate_limit_bps"] = state.get("campusRateLimitBps")
-    row["dtn_rate_limit_bps"] = state.get("dtnRateLimitBps")
-    row["failsafe"] = state.get("failsafeActive")
+    if state.state is None:
+        return None
+    sample = state.state.model_dump()
+    row = {"t_s": round(t_s, 2)} | {k: sample[k] for k in SAMPLE_COLUMNS if k in sample}
+    row["campus_rate_limit_bps"] = state.campus_rate_limit_bps
+    row["dtn_rate_limit_bps"] = state.dtn_rate_limit_bps
+    row["failsafe"] = state.failsafe_active
     return row
 
 

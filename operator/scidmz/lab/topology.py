@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scidmz.control.tbf import tbf_size
+from scidmz.contract.tbf import tbf_size
 from scidmz.netsim.scenario import Scenario
 
 PREFIX = "sdl-"

@@ -19,13 +19,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from scidmz.api.runtime import TelemetryConfig
+from scidmz.contract.codec import state_message
 from scidmz.control.features import Setpoint
 from scidmz.control.loop import Controller, ControllerSettings, Decision
 from scidmz.control.model import InverseModel
 from scidmz.learn.identification import SimCollector, SimSample
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
-from scidmz.telemetry.stream import state_message
 
 
 class ClockMismatchError(RuntimeError):

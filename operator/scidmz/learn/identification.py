@@ -22,15 +22,15 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.api.runtime import TelemetryConfig
+from scidmz.contract.state import STATE_VARIABLES, StateVector
 from scidmz.control.features import FALLBACK_STATE, fill_missing
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
-from scidmz.target.netsim_source import NetsimSource, Wiring
-from scidmz.target.observation import ActivityRule
+from scidmz.switch.netsim_source import NetsimSource, Wiring
+from scidmz.switch.observation import ActivityRule
 from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttBatch
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
-from scidmz.telemetry.state import STATE_VARIABLES, StateVector
 
 FloatArray = npt.NDArray[np.float64]
 

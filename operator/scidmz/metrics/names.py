@@ -17,6 +17,10 @@ ACTIVE_FLOWS = "scidmz_active_flows"
 CLASS_BYTES = "scidmz_class_bytes_total"
 STATE_VALID = "scidmz_state_valid"
 SAMPLE_AGE = "scidmz_sample_age_seconds"
+SAMPLE_AGE_HELP = (
+    "Seconds since the latest good sample, at scrape time (the collector: since it measured "
+    "one; the controller: since it received one)."
+)
 SAMPLE_STALE = "scidmz_sample_stale"
 
 # ---- the collector's own health -----------------------------------------------------------

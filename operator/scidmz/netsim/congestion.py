@@ -42,7 +42,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.netsim.compiled import compiled
+from scidmz.contract.compiled import compiled
 from scidmz.netsim.layout import (
     BASE_RTT,
     BBR,

@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.netsim.compiled import compiled, compiled_inline
+from scidmz.contract.compiled import compiled, compiled_inline
 from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.control.tbf import tbf_size
+from scidmz.contract.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.kernel import SCRATCH_ROWS, advance, init_flow
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView

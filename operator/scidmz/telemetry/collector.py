@@ -32,15 +32,17 @@ from finsy.proto import p4i, p4r
 from prometheus_client import CollectorRegistry
 
 from scidmz.api.runtime import ConfigError
+from scidmz.contract.codec import to_message
+from scidmz.contract.p4runtime import canonical, entry_key
+from scidmz.contract.pipeline import PipelineError, check_p4info
+from scidmz.contract.state import NetworkState
 from scidmz.metrics.http import Health
 from scidmz.telemetry import program
 from scidmz.telemetry.estimators import FlowEvent, RttBatch
 from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter
-from scidmz.telemetry.pipeline import PipelineError, check_p4info
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimate
 from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
-from scidmz.telemetry.state import NetworkState
-from scidmz.telemetry.stream import TelemetryService, to_message
+from scidmz.telemetry.stream import TelemetryService
 from scidmz.telemetry.tls import ChannelTls, load_channel_tls
 
 log = logging.getLogger(__name__)
@@ -248,14 +250,15 @@ class Collector:
     async def _reconcile_entries(self, session: SwitchSession, ids: program.Ids) -> None:
         s = self.settings
         desired = program.desired_entries(ids, s.plan)
-        wanted = {_key(e): e for e in desired if not e.is_default_action}
+        wanted = {entry_key(e): e for e in desired if not e.is_default_action}
         read = []
         for table_id in program.managed_tables(ids):
             entity = p4r.Entity()
             entity.table_entry.table_id = table_id
             read.append(entity)
         present = {
-            _key(e.table_entry): e.table_entry for e in await session.read(read, s.rpc_timeout_s)
+            entry_key(e.table_entry): e.table_entry
+            for e in await session.read(read, s.rpc_timeout_s)
         }
         updates = []
         for key, entry in present.items():
@@ -371,24 +374,9 @@ def _policy(settings: CollectorSettings) -> str:
     return f"{settings.namespace}/{settings.policy}"
 
 
-def _canonical(value: bytes) -> bytes:
-    return value.lstrip(b"\0") or b"\0"
-
-
-def _key(entry: p4r.TableEntry) -> tuple[object, ...]:
-    """An entry's identity with values canonical (switches return minimal bytestrings)."""
-    fields = []
-    for match in entry.match:
-        if match.WhichOneof("field_match_type") == "lpm":
-            fields.append((match.field_id, _canonical(match.lpm.value), match.lpm.prefix_len))
-        else:
-            fields.append((match.field_id, _canonical(match.exact.value), -1))
-    return entry.table_id, entry.priority, tuple(sorted(fields))
-
-
 def _same_action(a: p4r.TableAction, b: p4r.TableAction) -> bool:
     def params(action: p4r.TableAction) -> tuple[object, ...]:
-        return tuple(sorted((p.param_id, _canonical(p.value)) for p in action.action.params))
+        return tuple(sorted((p.param_id, canonical(p.value)) for p in action.action.params))
 
     return a.action.action_id == b.action.action_id and params(a) == params(b)
 

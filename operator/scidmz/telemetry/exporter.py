@@ -19,18 +19,15 @@ exported as NaN, so PromQL sees "absent", not a number.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from scidmz.contract.state import STATE_VARIABLES, NetworkState
 from scidmz.metrics import names
-from scidmz.telemetry.state import STATE_VARIABLES, NetworkState
-
-LABELS = ("policy", "namespace")
+from scidmz.metrics.snapshot import LABELS, SnapshotExporter
 
 
 @dataclass(frozen=True)
@@ -43,21 +40,7 @@ class Snapshot:
     interval_s: float = float("nan")
 
 
-class StateExporter(Collector):
-    def __init__(
-        self,
-        policy: str,
-        namespace: str,
-        snapshot: Callable[[], Snapshot | None],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._labels = [policy, namespace]
-        self._snapshot = snapshot
-        self._clock = clock
-
-    def describe(self) -> Iterator[Metric]:
-        return iter(())  # values appear with the first sample; describe nothing up front
-
+class StateExporter(SnapshotExporter[Snapshot]):
     def collect(self) -> Iterator[Metric]:
         snap = self._snapshot()
         if snap is None:
@@ -108,16 +91,12 @@ class StateExporter(Collector):
         for name, ok in zip(STATE_VARIABLES, s.valid(), strict=True):
             valid.add_metric([*self._labels, name], 1.0 if ok and not snap.stale else 0.0)
         yield valid
-        age = GaugeMetricFamily(
-            names.SAMPLE_AGE, "Seconds since the latest good sample.", labels=list(LABELS)
+        yield from self.gauge(
+            names.SAMPLE_AGE, names.SAMPLE_AGE_HELP, max(0.0, self._clock() - s.measured_at_s)
         )
-        age.add_metric(self._labels, max(0.0, self._clock() - s.measured_at_s))
-        yield age
-        stale = GaugeMetricFamily(
-            names.SAMPLE_STALE, "1 while the switch cannot be read.", labels=list(LABELS)
+        yield from self.gauge(
+            names.SAMPLE_STALE, "1 while the switch cannot be read.", 1.0 if snap.stale else 0.0
         )
-        stale.add_metric(self._labels, 1.0 if snap.stale else 0.0)
-        yield stale
 
 
 @dataclass(frozen=True)
@@ -136,6 +115,13 @@ class SelfMetrics:
     @classmethod
     def create(cls, registry: CollectorRegistry) -> SelfMetrics:
         labels = list(LABELS)
+
+        def counter(name: str, doc: str, *by: str) -> Counter:
+            return Counter(name, doc, [*labels, *by], registry=registry)
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, labels, registry=registry)
+
         return cls(
             poll_seconds=Histogram(
                 names.POLL_DURATION,
@@ -144,46 +130,13 @@ class SelfMetrics:
                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
                 registry=registry,
             ),
-            p4runtime_errors=Counter(
-                names.P4RUNTIME_ERRORS,
-                "Failed P4Runtime calls.",
-                [*labels, "code"],
-                registry=registry,
+            p4runtime_errors=counter(names.P4RUNTIME_ERRORS, "Failed P4Runtime calls.", "code"),
+            digests=counter(names.DIGESTS_RECEIVED, "Digest entries received.", "digest"),
+            samples=counter(names.SAMPLES_PUBLISHED, "Samples published.", "stale"),
+            connected=gauge(names.SWITCH_CONNECTED, "1 while the P4Runtime stream is up."),
+            primary=gauge(
+                names.SWITCH_PRIMARY, "1 while this collector is the primary controller."
             ),
-            digests=Counter(
-                names.DIGESTS_RECEIVED,
-                "Digest entries received.",
-                [*labels, "digest"],
-                registry=registry,
-            ),
-            samples=Counter(
-                names.SAMPLES_PUBLISHED,
-                "Samples published.",
-                [*labels, "stale"],
-                registry=registry,
-            ),
-            connected=Gauge(
-                names.SWITCH_CONNECTED,
-                "1 while the P4Runtime stream is up.",
-                labels,
-                registry=registry,
-            ),
-            primary=Gauge(
-                names.SWITCH_PRIMARY,
-                "1 while this collector is the primary controller.",
-                labels,
-                registry=registry,
-            ),
-            reconnects=Counter(
-                names.SWITCH_RECONNECTS,
-                "Connection attempts after the first.",
-                labels,
-                registry=registry,
-            ),
-            overruns=Counter(
-                names.LOOP_OVERRUNS,
-                "Sample times missed because a poll overran.",
-                labels,
-                registry=registry,
-            ),
+            reconnects=counter(names.SWITCH_RECONNECTS, "Connection attempts after the first."),
+            overruns=counter(names.LOOP_OVERRUNS, "Sample times missed because a poll overran."),
         )

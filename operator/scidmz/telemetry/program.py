@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from finsy.proto import p4i, p4r
 
-from scidmz.telemetry import pipeline as contract
+from scidmz.contract import pipeline as contract
+from scidmz.contract.p4runtime import ids_by_name
+from scidmz.contract.pipeline import qualified
 from scidmz.telemetry.estimators import EMPTY_BATCH, CounterReading, FlowEvent, RttBatch
 from scidmz.telemetry.sampling import Poll
 from scidmz.telemetry.wire import struct_members
@@ -59,20 +61,15 @@ class Ids:
     def from_p4info(cls, info: p4i.P4Info) -> Ids:
         """Call after ``pipeline.check_p4info``: every name the contract lists is present.
         Names are canonical (no ``pipe.`` prefix); digests are keyed by their struct."""
-        name = contract.canonical_name
         digests = {contract.digest_struct(d): d.preamble.id for d in info.digests}
         return cls(
-            tables={name(t.preamble.name): t.preamble.id for t in info.tables},
-            actions={name(a.preamble.name): a.preamble.id for a in info.actions},
-            registers={name(r.preamble.name): r.preamble.id for r in info.registers},
-            counters={name(c.preamble.name): c.preamble.id for c in info.counters},
+            tables=ids_by_name(info.tables),
+            actions=ids_by_name(info.actions),
+            registers=ids_by_name(info.registers),
+            counters=ids_by_name(info.counters),
             digests=digests,
             digest_names={v: k for k, v in digests.items()},
         )
-
-
-def _q(name: str) -> str:
-    return f"{contract.CONTROL}.{name}"
 
 
 def _bytes(value: int, bitwidth: int) -> bytes:
@@ -82,7 +79,7 @@ def _bytes(value: int, bitwidth: int) -> bytes:
 def _action(ids: Ids, name: str, params: tuple[tuple[int, int], ...]) -> p4r.TableAction:
     """``params``: (value, bitwidth) in the action's parameter order (ids 1, 2, ...)."""
     action = p4r.TableAction()
-    action.action.action_id = ids.actions[_q(name)]
+    action.action.action_id = ids.actions[qualified(name)]
     for param_id, (value, bitwidth) in enumerate(params, start=1):
         action.action.params.add(param_id=param_id, value=_bytes(value, bitwidth))
     return action
@@ -91,7 +88,7 @@ def _action(ids: Ids, name: str, params: tuple[tuple[int, int], ...]) -> p4r.Tab
 def _lpm_entry(ids: Ids, table: str, prefix: str, class_id: int) -> p4r.TableEntry:
     network = ipaddress.ip_network(prefix)
     width = network.max_prefixlen
-    entry = p4r.TableEntry(table_id=ids.tables[_q(table)])
+    entry = p4r.TableEntry(table_id=ids.tables[qualified(table)])
     match = entry.match.add(field_id=1)
     match.lpm.value = _bytes(int(network.network_address), width)
     match.lpm.prefix_len = network.prefixlen
@@ -114,11 +111,11 @@ def desired_entries(ids: Ids, plan: Plan) -> list[p4r.TableEntry]:
         (plan.dtn_port, contract.ROLE_DTN_SIDE),
         (plan.bottleneck_port, contract.ROLE_BOTTLENECK_SIDE),
     ):
-        entry = p4r.TableEntry(table_id=ids.tables[_q("tap_ports")])
+        entry = p4r.TableEntry(table_id=ids.tables[qualified("tap_ports")])
         entry.match.add(field_id=1).exact.value = _bytes(port, 9)
         entry.action.CopyFrom(_action(ids, "set_tap_role", ((role, 8),)))
         entries.append(entry)
-    settings = p4r.TableEntry(table_id=ids.tables[_q("settings")], is_default_action=True)
+    settings = p4r.TableEntry(table_id=ids.tables[qualified("settings")], is_default_action=True)
     settings.action.CopyFrom(
         _action(
             ids,
@@ -138,7 +135,7 @@ def desired_entries(ids: Ids, plan: Plan) -> list[p4r.TableEntry]:
 def managed_tables(ids: Ids) -> list[int]:
     """Tables whose entries the collector owns (stale ones are deleted at set-up)."""
     names = ("classify_v4", "classify_v6", "reverse_v4", "reverse_v6", "tap_ports")
-    return [ids.tables[_q(name)] for name in names]
+    return [ids.tables[qualified(name)] for name in names]
 
 
 def digest_entries(ids: Ids, max_timeout_ns: int = DIGEST_MAX_TIMEOUT_NS) -> list[p4r.DigestEntry]:
@@ -157,11 +154,11 @@ def poll_request(ids: Ids) -> list[p4r.Entity]:
     entities = []
     for table in ("classify_v4", "classify_v6"):
         entity = p4r.Entity()
-        entity.direct_counter_entry.table_entry.table_id = ids.tables[_q(table)]
+        entity.direct_counter_entry.table_entry.table_id = ids.tables[qualified(table)]
         entities.append(entity)
     for class_id in (contract.CLASS_DTN, contract.CLASS_CAMPUS):
         entity = p4r.Entity()
-        entity.register_entry.register_id = ids.registers[_q("queuing_delay_ns")]
+        entity.register_entry.register_id = ids.registers[qualified("queuing_delay_ns")]
         entity.register_entry.index.index = class_id
         entities.append(entity)
     return entities
@@ -223,7 +220,7 @@ def parse_digest(ids: Ids, digest: p4r.DigestList, at_s: float) -> tuple[RttBatc
 
 def active_slots_request(ids: Ids) -> list[p4r.Entity]:
     entity = p4r.Entity()
-    entity.register_entry.register_id = ids.registers[_q("flow_active")]
+    entity.register_entry.register_id = ids.registers[qualified("flow_active")]
     return [entity]
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from scidmz.contract.state import NetworkState
 from scidmz.telemetry.estimators import (
     CounterReading,
     FlowEvent,
@@ -23,7 +24,6 @@ from scidmz.telemetry.estimators import (
     update_active_flows,
     update_rtt,
 )
-from scidmz.telemetry.state import NetworkState
 
 
 @dataclass(frozen=True)

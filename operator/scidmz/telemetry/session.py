@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
+from scidmz.contract.p4runtime import uint128
 from scidmz.telemetry.tls import ChannelTls, open_channel
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,6 @@ class SessionClosed(Exception):
     """The StreamChannel ended (switch restart, network loss, or a second session)."""
 
 
-def _uint128(value: int) -> p4r.Uint128:
-    return p4r.Uint128(high=value >> 64, low=value & ((1 << 64) - 1))
-
-
 DigestHandler = Callable[[p4r.DigestList], None]
 
 
@@ -136,7 +133,7 @@ class SwitchSession:
         self._stream = self._stub.StreamChannel()
         request = p4r.StreamMessageRequest()
         request.arbitration.device_id = self.device_id
-        request.arbitration.election_id.CopyFrom(_uint128(self.election_id))
+        request.arbitration.election_id.CopyFrom(uint128(self.election_id))
         try:
             await asyncio.wait_for(self._stream.write(request), timeout_s)
             first = await asyncio.wait_for(self._stream.read(), timeout_s)
@@ -231,7 +228,7 @@ class SwitchSession:
     ) -> None:
         request = p4r.SetForwardingPipelineConfigRequest(
             device_id=self.device_id,
-            election_id=_uint128(self.election_id),
+            election_id=uint128(self.election_id),
             action=p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
         )
         request.config.p4info.CopyFrom(p4info)
@@ -243,7 +240,7 @@ class SwitchSession:
             return
         request = p4r.WriteRequest(
             device_id=self.device_id,
-            election_id=_uint128(self.election_id),
+            election_id=uint128(self.election_id),
             updates=list(updates),
             atomicity=p4r.WriteRequest.CONTINUE_ON_ERROR,
         )

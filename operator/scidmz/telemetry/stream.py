@@ -8,65 +8,14 @@ controller wants the present, and the collector must never block on a slow reade
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.telemetry.state import STATE_VARIABLES, NetworkState, StateVector
 
 QUEUE_DEPTH = 64
-
-
-def to_message(
-    sample: NetworkState,
-    sequence: int,
-    wall_time_s: float,
-    interval_s: float,
-    stale: bool,
-    policy: str,
-) -> telemetry_pb2.StateSample:
-    measured = Timestamp()
-    measured.FromNanoseconds(round(wall_time_s * 1e9))
-    return telemetry_pb2.StateSample(
-        sequence=sequence,
-        measured_at=measured,
-        interval_s=interval_s if math.isfinite(interval_s) else 0.0,
-        dtn_rate_bps=sample.dtn_rate_bps,
-        campus_rate_bps=sample.campus_rate_bps,
-        dtn_rtt_s=sample.dtn_rtt_s,
-        campus_rtt_s=sample.campus_rtt_s,
-        dtn_queuing_delay_s=sample.dtn_queuing_delay_s,
-        campus_queuing_delay_s=sample.campus_queuing_delay_s,
-        active_flows=sample.active_flows,
-        valid=list(sample.valid()) if not stale else [False] * 7,
-        stale=stale,
-        policy=policy,
-    )
-
-
-def state_message(
-    values: Sequence[float], sequence: int, policy: str = ""
-) -> telemetry_pb2.StateSample:
-    """A fresh sample from the seven values in model order, for in-process feeds (the
-    control-quality experiments, benchmarks); validity is each value's finiteness."""
-    if len(values) != len(STATE_VARIABLES):
-        raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
-    state = NetworkState(**dict(zip(STATE_VARIABLES, values, strict=True)), measured_at_s=0.0)
-    return to_message(state, sequence, 0.0, math.nan, stale=False, policy=policy)
-
-
-def from_message(sample: telemetry_pb2.StateSample) -> StateVector:
-    """y(t) of a sample, by name: NaN where the collector marked a value not measured
-    (a stale sample marks them all), the inverse of ``to_message``."""
-    values = StateVector(*(float(getattr(sample, name)) for name in STATE_VARIABLES))
-    valid = list(sample.valid)
-    if len(valid) != len(STATE_VARIABLES):
-        return values
-    return StateVector(*(v if ok else math.nan for v, ok in zip(values, valid, strict=True)))
 
 
 class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 from finsy.proto import p4r
 
-from scidmz.netsim.compiled import compiled
+from scidmz.contract.compiled import compiled
 
 IntArray = npt.NDArray[np.int64]
 ByteArray = npt.NDArray[np.uint8]

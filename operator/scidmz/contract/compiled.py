@@ -1,4 +1,5 @@
-"""The one numba decorator every compiled function of the simulator uses.
+"""The one numba decorator every compiled function of scidmz uses (the simulator's kernel,
+the collector's wire decoding, the packet tap's flow table).
 
 ``error_model="numpy"`` lets a division by zero give inf/NaN instead of raising, which removes
 a branch from every division in the step loop.
@@ -25,14 +26,23 @@ from numba import njit
 
 F = TypeVar("F", bound=Callable[..., object])
 
-_COMPILED_MODULES = ("compiled.py", "congestion.py", "fifo.py", "kernel.py", "layout.py")
+_COMPILED_MODULES = (
+    "contract/compiled.py",
+    "netsim/congestion.py",
+    "netsim/fifo.py",
+    "netsim/kernel.py",
+    "netsim/layout.py",
+    "telemetry/wire.py",
+    "switch/packet_source.py",
+)
+"""Every module with compiled functions (or what they call), relative to the package."""
 
 
 def _cache_dir() -> Path:
-    here = Path(__file__).parent
+    package = Path(__file__).resolve().parents[1]
     digest = hashlib.sha256(numba.__version__.encode())
     for name in _COMPILED_MODULES:
-        digest.update((here / name).read_bytes())
+        digest.update((package / name).read_bytes())
     parent = Path(os.environ.get("SCIDMZ_NUMBA_CACHE", Path.home() / ".cache/scidmz/numba"))
     target = parent / digest.hexdigest()[:16]
     try:

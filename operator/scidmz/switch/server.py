@@ -19,29 +19,17 @@ from typing import Any
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
-from scidmz.target.arbitration import Arbitration, Verdict, arbitrate, disconnect
-from scidmz.target.dataplane import Dataplane
-from scidmz.target.digests import DigestConfig, ReadyList
-from scidmz.target.entries import EntryKey, PipelineIndex, UpdateError, apply_update, entry_key
-from scidmz.target.observation import ActivityRule
-from scidmz.telemetry.pipeline import PipelineError, check_p4info
+from scidmz.contract.p4runtime import EntryKey, bitstring, entry_key, from_uint128, uint128
+from scidmz.contract.pipeline import PipelineError, check_p4info, qualified
+from scidmz.switch.arbitration import Arbitration, Verdict, arbitrate, disconnect
+from scidmz.switch.dataplane import Dataplane
+from scidmz.switch.digests import DigestConfig, ReadyList
+from scidmz.switch.entries import PipelineIndex, UpdateError, apply_update
+from scidmz.switch.observation import ActivityRule
 
 API_VERSION = "1.4.0"
 READ_BATCH = 4096
 """Entities per ReadResponse: a 65,536-slot register streams in 16 responses."""
-
-
-def bitstring(value: int) -> bytes:
-    """P4Runtime's canonical bytestring: big-endian, no leading zero bytes, at least one."""
-    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
-
-
-def election_id(value: p4r.Uint128) -> int:
-    return (value.high << 64) | value.low
-
-
-def _uint128(value: int) -> p4r.Uint128:
-    return p4r.Uint128(high=value >> 64, low=value & ((1 << 64) - 1))
 
 
 class TargetService(p4r_grpc.P4RuntimeServicer):
@@ -68,7 +56,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         self.index = PipelineIndex.from_p4info(p4info)
         self.entries: Mapping[EntryKey, p4r.TableEntry] = MappingProxyType({})
         self.dataplane = Dataplane(p4info, self._on_settings)
-        self._tap_ports_id = self.dataplane.table_ids.get("ScidmzIngress.tap_ports", -1)
+        self._tap_ports_id = self.dataplane.table_ids.get(qualified("tap_ports"), -1)
 
     # ---- helpers ---------------------------------------------------------------------------
     async def _check_device(self, device_id: int, context: Any) -> None:
@@ -76,7 +64,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no device {device_id}")
 
     async def _check_primary(self, request_election: p4r.Uint128, context: Any) -> None:
-        if not self.arbitration.may_write(election_id(request_election)):
+        if not self.arbitration.may_write(from_uint128(request_election)):
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "only the primary controller may write (election id "
@@ -89,7 +77,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         response = p4r.StreamMessageResponse()
         update = response.arbitration
         update.device_id = self.device_id
-        update.election_id.CopyFrom(_uint128(self.arbitration.primary_election_id))
+        update.election_id.CopyFrom(uint128(self.arbitration.primary_election_id))
         update.status.code = code
         update.status.message = "primary" if code == rpc_code.OK else "backup"
         return response
@@ -409,7 +397,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
                 continue
             update = request.arbitration
             self.arbitration, verdict, notify = arbitrate(
-                self.arbitration, client, update.device_id, election_id(update.election_id)
+                self.arbitration, client, update.device_id, from_uint128(update.election_id)
             )
             if verdict in (Verdict.WRONG_DEVICE, Verdict.ELECTION_ID_IN_USE):
                 return verdict

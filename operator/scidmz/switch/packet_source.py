@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from scidmz.netsim.compiled import compiled
+from scidmz.contract.compiled import compiled
+from scidmz.contract.pipeline import STOP_FIN, STOP_IDLE
 from scidmz.netsim.records import BoolArray, IntArray
-from scidmz.target.observation import ActivityRule, FlowChange, Observation, RttMatch, Traffic
-from scidmz.telemetry.pipeline import STOP_FIN, STOP_IDLE
+from scidmz.switch.observation import ActivityRule, FlowChange, Observation, RttMatch, Traffic
 
 RECORD = np.dtype(
     [

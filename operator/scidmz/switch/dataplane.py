@@ -27,10 +27,11 @@ import numpy as np
 import numpy.typing as npt
 from finsy.proto import p4i, p4r
 
-from scidmz.target.digests import DigestQueue, DigestRecord
-from scidmz.target.entries import EntryKey
-from scidmz.target.observation import ActivityRule, Address, FlowChange, Observation
-from scidmz.telemetry import pipeline as contract
+from scidmz.contract import pipeline as contract
+from scidmz.contract.p4runtime import EntryKey, ids_by_name
+from scidmz.contract.pipeline import qualified
+from scidmz.switch.digests import DigestQueue, DigestRecord
+from scidmz.switch.observation import ActivityRule, Address, FlowChange, Observation
 
 Network = IPv4Network | IPv6Network
 U64Array = npt.NDArray[np.uint64]
@@ -84,11 +85,11 @@ class Dataplane:
         self.registers: dict[int, U64Array] = {
             r.preamble.id: np.zeros(r.size, dtype=np.uint64) for r in p4info.registers
         }
-        self.register_ids = {name(r.preamble.name): r.preamble.id for r in p4info.registers}
+        self.register_ids = ids_by_name(p4info.registers)
         self.counters: dict[int, U64Array] = {
             c.preamble.id: np.zeros((c.size, 2), dtype=np.uint64) for c in p4info.counters
         }
-        self.counter_ids = {name(c.preamble.name): c.preamble.id for c in p4info.counters}
+        self.counter_ids = ids_by_name(p4info.counters)
         self.direct_counter_tables = {
             c.preamble.id: c.direct_table_id for c in p4info.direct_counters
         }
@@ -151,8 +152,8 @@ class Dataplane:
         bottleneck_tapped = (
             self.roles.get(observation.bottleneck_port) == contract.ROLE_BOTTLENECK_SIDE
         )
-        class_traffic = self.counters.get(self.counter_ids.get(_q("class_traffic"), -1))
-        qd = self.registers.get(self.register_ids.get(_q("queuing_delay_ns"), -1))
+        class_traffic = self.counters.get(self.counter_ids.get(qualified("class_traffic"), -1))
+        qd = self.registers.get(self.register_ids.get(qualified("queuing_delay_ns"), -1))
         for traffic in observation.traffic:
             if self.roles.get(traffic.port) not in INGRESS_ROLES:
                 continue
@@ -202,9 +203,9 @@ class Dataplane:
         self._now_ns = max(self._now_ns, now_ns)
         start = self.digests.get(self.digest_ids.get("flow_start_t", -1))
         stop = self.digests.get(self.digest_ids.get("flow_stop_t", -1))
-        active = self.registers.get(self.register_ids.get(_q("flow_active"), -1))
-        packets = self.registers.get(self.register_ids.get(_q("flow_packets"), -1))
-        last = self.registers.get(self.register_ids.get(_q("flow_last_ns"), -1))
+        active = self.registers.get(self.register_ids.get(qualified("flow_active"), -1))
+        packets = self.registers.get(self.register_ids.get(qualified("flow_packets"), -1))
+        last = self.registers.get(self.register_ids.get(qualified("flow_last_ns"), -1))
         starts: list[DigestRecord] = []
         stops: list[DigestRecord] = []
         for change in changes:
@@ -236,7 +237,3 @@ class Dataplane:
         """(bytes, packets) of a classification entry; (0, 0) for other entries."""
         counts = self.direct.get(key, [0, 0])
         return counts[0], counts[1]
-
-
-def _q(name: str) -> str:
-    return f"{contract.CONTROL}.{name}"

@@ -81,17 +81,18 @@ class Digest:
     members: tuple[Field, ...]
 
 
-def _q(name: str) -> str:
+def qualified(name: str) -> str:
+    """A name of the ingress control as P4Info spells it (``ScidmzIngress.tap_ports``)."""
     return f"{CONTROL}.{name}"
 
 
 NO_ACTION = Action("NoAction")
 ACTIONS: tuple[Action, ...] = (
     NO_ACTION,
-    Action(_q("set_class"), (Field("class_id", 8),)),
-    Action(_q("set_tap_role"), (Field("role", 8),)),
+    Action(qualified("set_class"), (Field("class_id", 8),)),
+    Action(qualified("set_tap_role"), (Field("role", 8),)),
     Action(
-        _q("set_settings"),
+        qualified("set_settings"),
         (
             Field("c_th", 16),
             Field("t_th_ns", 48),
@@ -102,51 +103,53 @@ ACTIONS: tuple[Action, ...] = (
 )
 TABLES: tuple[Table, ...] = (
     Table(
-        _q("classify_v4"),
+        qualified("classify_v4"),
         ((Field("hdr.ipv4.dst_addr", 32), "LPM"),),
-        (_q("set_class"), "NoAction"),
+        (qualified("set_class"), "NoAction"),
         size=256,
-        direct_counter=_q("class_bytes_v4"),
+        direct_counter=qualified("class_bytes_v4"),
     ),
     Table(
-        _q("classify_v6"),
+        qualified("classify_v6"),
         ((Field("hdr.ipv6.dst_addr", 128), "LPM"),),
-        (_q("set_class"), "NoAction"),
+        (qualified("set_class"), "NoAction"),
         size=256,
-        direct_counter=_q("class_bytes_v6"),
+        direct_counter=qualified("class_bytes_v6"),
     ),
     Table(
-        _q("reverse_v4"),
+        qualified("reverse_v4"),
         ((Field("hdr.ipv4.src_addr", 32), "LPM"),),
-        (_q("set_class"), "NoAction"),
+        (qualified("set_class"), "NoAction"),
         size=256,
     ),
     Table(
-        _q("reverse_v6"),
+        qualified("reverse_v6"),
         ((Field("hdr.ipv6.src_addr", 128), "LPM"),),
-        (_q("set_class"), "NoAction"),
+        (qualified("set_class"), "NoAction"),
         size=256,
     ),
     Table(
-        _q("tap_ports"),
+        qualified("tap_ports"),
         ((Field("std.ingress_port", 9), "EXACT"),),
-        (_q("set_tap_role"), "NoAction"),
+        (qualified("set_tap_role"), "NoAction"),
         size=16,
     ),
-    Table(_q("settings"), (), (_q("set_settings"), "NoAction"), size=1),
+    Table(qualified("settings"), (), (qualified("set_settings"), "NoAction"), size=1),
 )
 REGISTERS: tuple[Register, ...] = (
-    Register(_q("queuing_delay_ns"), 48, 4, 32),  # index: class id (algorithm 5)
-    Register(_q("packet_ts"), 48, FLOW_SLOTS, 32),  # ingress-tap time by packet hash
-    Register(_q("packet_class"), 8, FLOW_SLOTS),  # ... and that packet's class
-    Register(_q("seq_ts"), 48, FLOW_SLOTS, 32),  # data time by hash(flow, expected ACK)
-    Register(_q("seq_sig"), 32, FLOW_SLOTS),  # the slot's owner; 0 after a retransmission
-    Register(_q("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
-    Register(_q("flow_last_ns"), 48, FLOW_SLOTS, 32),  # TS_REG of algorithm 7
-    Register(_q("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
+    Register(qualified("queuing_delay_ns"), 48, 4, 32),  # index: class id (algorithm 5)
+    Register(qualified("packet_ts"), 48, FLOW_SLOTS, 32),  # ingress-tap time by packet hash
+    Register(qualified("packet_class"), 8, FLOW_SLOTS),  # ... and that packet's class
+    Register(qualified("seq_ts"), 48, FLOW_SLOTS, 32),  # data time by hash(flow, expected ACK)
+    Register(qualified("seq_sig"), 32, FLOW_SLOTS),  # the slot's owner; 0 after a retransmission
+    Register(qualified("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
+    Register(qualified("flow_last_ns"), 48, FLOW_SLOTS, 32),  # TS_REG of algorithm 7
+    Register(qualified("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
 )
 COUNTERS: tuple[Counter, ...] = (
-    Counter(_q("class_traffic"), 4),  # index: class id; data packets and bytes at BR1 ingress
+    Counter(
+        qualified("class_traffic"), 4
+    ),  # index: class id; data packets and bytes at BR1 ingress
 )
 DIGESTS: tuple[Digest, ...] = (
     Digest("rtt_sample_t", (Field("flow_hash", 32), Field("class_id", 8), Field("rtt_ns", 32))),

@@ -14,7 +14,7 @@ from types import MappingProxyType
 
 from finsy.proto import p4i, p4r
 
-EntryKey = tuple[int, tuple[tuple[int, bytes, int], ...], int]
+from scidmz.contract.p4runtime import EntryKey, entry_key
 
 
 class UpdateError(Exception):
@@ -118,19 +118,6 @@ def _check_action(index: PipelineIndex, table: p4i.Table, entry: p4r.TableEntry)
                 "INVALID_ARGUMENT",
                 f"{spec.preamble.name}: {param} does not fit bit<{bitwidth}>",
             )
-
-
-def entry_key(entry: p4r.TableEntry) -> EntryKey:
-    """What identifies an entry: table, match (canonical values), priority."""
-    fields = []
-    for match in entry.match:
-        kind = match.WhichOneof("field_match_type")
-        if kind == "lpm":
-            value, prefix = match.lpm.value, match.lpm.prefix_len
-        else:
-            value, prefix = match.exact.value, -1
-        fields.append((match.field_id, value.lstrip(b"\0") or b"\0", prefix))
-    return entry.table_id, tuple(sorted(fields)), entry.priority
 
 
 def apply_update(

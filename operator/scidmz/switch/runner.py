@@ -21,9 +21,9 @@ import grpc
 from finsy.proto import p4i, p4r_grpc
 
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
-from scidmz.target.netsim_source import NetsimSource
-from scidmz.target.observation import PacketSource
-from scidmz.target.server import TargetService, add_port
+from scidmz.switch.netsim_source import NetsimSource
+from scidmz.switch.observation import PacketSource
+from scidmz.switch.server import TargetService, add_port
 
 log = logging.getLogger(__name__)
 

@@ -28,11 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scidmz.contract.pipeline import STOP_FIN, STOP_IDLE
 from scidmz.netsim import layout
 from scidmz.netsim.records import BoolArray, FloatArray, IntArray, TapView
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
-from scidmz.target.observation import (
+from scidmz.switch.observation import (
     ActivityRule,
     Address,
     FlowChange,
@@ -40,7 +41,6 @@ from scidmz.target.observation import (
     RttMatch,
     Traffic,
 )
-from scidmz.telemetry.pipeline import STOP_FIN, STOP_IDLE
 
 
 @dataclass(frozen=True)

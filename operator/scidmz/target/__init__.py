@@ -1,1 +1,0 @@
-"""scidmz.target."""

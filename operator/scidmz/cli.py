@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from scidmz.api.flags import within
 from scidmz.api.runtime import ConfigError
 from scidmz.lab.cli import lab_app
 
@@ -120,6 +121,9 @@ def collector(
         Path,
         typer.Option(help="Where the switch TLS Secret (ca.crt, tls.crt, tls.key) is mounted."),
     ] = Path("/etc/scidmz-tls"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Validate the config and exit (0: it would run).")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
@@ -134,6 +138,9 @@ def collector(
         settings = collector_settings(runtime, pipeline_dir, tls_dir)
     except ConfigError as error:
         _fail(str(error))
+        return
+    if check:
+        typer.echo(f"{config}: a valid collector config for {runtime.namespace}/{runtime.policy}")
         return
     port = _http_port(http_port, 9460)
     process = CollectorProcess(settings, listen or listen_address(runtime), port)
@@ -158,6 +165,12 @@ def controller(
     netns: Annotated[
         str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
     ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Validate the config and the model, and exit (0: it would run)."
+        ),
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T."""
@@ -179,6 +192,9 @@ def controller(
         inverse = load_model(runtime, model)
     except ConfigError as error:
         _fail(str(error))
+        return
+    if check:
+        typer.echo(f"{config}: a valid controller config for {runtime.namespace}/{runtime.policy}")
         return
     port = _http_port(http_port, 9461)
 
@@ -226,6 +242,7 @@ def shaper(
     agent); holds its own fail-safe rate if the controller goes quiet."""
     import asyncio
 
+    from scidmz.api.policy import MAX_RATE_BPS
     from scidmz.api.units import UnitError, parse_duration, parse_rate
     from scidmz.control.actuators import ActuatorError, TcActuator
 
@@ -236,8 +253,10 @@ def shaper(
     except UnitError as error:
         _fail(f"--failsafe-rate / --stale-after: {error}")
         return
-    if not stale > 0:
-        _fail("--stale-after must be > 0")
+    if not 0 < stale <= 3600:
+        _fail(f"--stale-after must be > 0 and at most 60m, got {stale_after}")
+    if not 0 < rate <= MAX_RATE_BPS:
+        _fail(f"--failsafe-rate must be above 0 and at most 10Tbps, got {failsafe_rate}")
     port = _http_port(http_port, 9471)
 
     async def main() -> str | None:
@@ -405,7 +424,10 @@ def target(
         "127.0.0.1:9559"
     ),
     device_id: Annotated[int, typer.Option(help="P4Runtime device id.")] = 1,
-    speedup: Annotated[float, typer.Option(help="Simulated seconds per wall-clock second.")] = 1.0,
+    speedup: Annotated[
+        float,
+        typer.Option(help="Simulated seconds per wall-clock second.", callback=within(0, 1e6)),
+    ] = 1.0,
     ports: Annotated[
         str, typer.Option(help="Tap wiring: which switch port sees which side of BR1.")
     ] = "campus=1,dtn=2,bottleneck=3",
@@ -558,7 +580,11 @@ def train(
         Path | None, typer.Option(help="Output directory (default: models/<cca>).")
     ] = None,
     duration: Annotated[
-        float, typer.Option(help="Identification run, simulated seconds (paper: 28,800).")
+        float,
+        typer.Option(
+            help="Identification run, simulated seconds (paper: 28,800).",
+            callback=within(0, 1e7),
+        ),
     ] = 28_800.0,
     seed: Annotated[int, typer.Option(help="Seeds the simulator, excitation and network.")] = 1,
     folds: Annotated[int, typer.Option(help="Cross-validation folds.")] = 3,
@@ -802,8 +828,13 @@ def demo(
         bool,
         typer.Option(help="Leave everything running until Ctrl-C instead of cleaning up at once."),
     ] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for Ready.")] = 60.0,
-    duration: Annotated[float, typer.Option(help="Seconds to run the example's loop live.")] = 60.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for Ready.", callback=within(0, 86_400))
+    ] = 60.0,
+    duration: Annotated[
+        float,
+        typer.Option(help="Seconds to run the example's loop live.", callback=within(0, 86_400)),
+    ] = 60.0,
     report: Annotated[Path, typer.Option(help="Where the run's report (CSV, plots) goes.")] = Path(
         "demo-report"
     ),
@@ -821,7 +852,10 @@ def demo(
 @sim_app.command("run")
 def sim_run(
     duration: Annotated[
-        float, typer.Option(help="Simulated seconds (rounded up to whole sample times).")
+        float,
+        typer.Option(
+            help="Simulated seconds (rounded up to whole sample times).", callback=within(0, 1e7)
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", help="Directory for samples.csv, flows.csv, summary.json.")

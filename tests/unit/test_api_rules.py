@@ -104,12 +104,15 @@ _NUMBERS = st.one_of(
     st.decimals(0, 10**4, places=3, allow_nan=False, allow_infinity=False).map(str),
 )
 # values at the rules' edges (R* against B = 1 Gb/s, T = 1 s), and anything else
-EDGE_RATES = ["0bps", "1bps", "0.5Mbps", "400Mbps", "999.999Mbps", "1Gbps", "1.000001Gbps"]
+EDGE_RATES = ["0bps", "1bps", "0.5Mbps", "400Mbps", "999.999Mbps", "1Gbps", "1.000001Gbps",
+              "10Tbps", "10.000001Tbps", "99999999999999999999Tbps"]  # fmt: skip
 EDGE_DURATIONS = ["0s", "1us", "999us", "1ms", "100ms", "500ms", "501ms", "1s", "30s", "60s",
                   "60m", "61m"]  # fmt: skip
 RATES = st.one_of(
     st.sampled_from(EDGE_RATES),
-    st.builds(lambda n, u: n + u, _NUMBERS, st.sampled_from(["bps", "kbps", "Mbps", "Gbps"])),
+    st.builds(
+        lambda n, u: n + u, _NUMBERS, st.sampled_from(["bps", "kbps", "Mbps", "Gbps", "Tbps"])
+    ),
 )
 DURATIONS = st.one_of(
     st.sampled_from(EDGE_DURATIONS),

@@ -23,13 +23,47 @@ def describe_validation_error(error: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
+MAX_FILE_BYTES = 1 << 20
+"""A config or scenario file above this is refused before parsing (they are a few kB)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """Safe YAML without aliases (an alias bomb expands exponentially when validated) and
+    without duplicate keys (YAML would silently keep the last one)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (*name) are not allowed here", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml_model(path: Path, model: type[M], what: str, error: type[E]) -> M:
-    """Read ``path`` as YAML and validate it into ``model``; every failure (unreadable,
-    not YAML, not a mapping, invalid fields) raises ``error`` with a message naming it."""
+    """Read ``path`` as YAML and validate it into ``model``; every failure (unreadable, too
+    large, not YAML, aliases or duplicate keys, not a mapping, invalid fields) raises
+    ``error`` with a message naming it."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise error(f"{what} {path} is {size} bytes: more than {MAX_FILE_BYTES} is refused")
+        raw = yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
     except OSError as problem:
         raise error(f"cannot read {what} {path}: {problem.strerror}") from None
+    except UnicodeDecodeError:
+        raise error(f"{what} {path} is not UTF-8 text") from None
     except yaml.YAMLError as problem:
         raise error(f"{what} {path} is not valid YAML: {problem}") from None
     return validate_mapping(raw, model, f"{what} {path}", error)

@@ -35,6 +35,8 @@ PLURAL = "dtntransferpolicies"
 SINGULAR = "dtntransferpolicy"
 SHORT_NAMES = ["dtp"]
 
+MAX_RATE_BPS = 1e13
+"""10 Tb/s, the largest capacity accepted (every other rate is bounded by the capacity)."""
 MIN_SAMPLE_TIME_S = 0.1
 MAX_SAMPLE_TIME_S = 60.0
 
@@ -588,6 +590,13 @@ _LIMITS = "self.controller.limits"
 SPEC_RULES: tuple[Rule, ...] = (
     _positive("targetRate"),
     _positive("bottleneckCapacity"),
+    Rule(
+        cel=f"{_CAPACITY} <= {MAX_RATE_BPS:.1e}",
+        check=lambda spec: parse_rate(spec.bottleneck_capacity) <= MAX_RATE_BPS,
+        message="bottleneckCapacity must be at most 10Tbps",
+        violation={"bottleneckCapacity": "10.5Tbps"},
+        field_path=".bottleneckCapacity",
+    ),
     Rule(
         cel=f"{_TARGET} < {_CAPACITY}",
         check=lambda spec: parse_rate(spec.target_rate) < parse_rate(spec.bottleneck_capacity),

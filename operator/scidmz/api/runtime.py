@@ -9,13 +9,19 @@ rewritten when the policy really changed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scidmz.api.errors import load_yaml_model
-from scidmz.api.policy import ActuatorType, CongestionControl, DTNTransferPolicySpec, Strategy
+from scidmz.api.policy import (
+    MAX_RATE_BPS,
+    ActuatorType,
+    CongestionControl,
+    DTNTransferPolicySpec,
+    Strategy,
+)
 from scidmz.api.units import parse_duration, parse_rate
 
 CONFIG_KEY = "config.yaml"
@@ -48,20 +54,32 @@ TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 
 
+MAX_GAIN = 100.0
+HOUR_S = 3600.0
+
+# Every number of a runtime config is finite and within the range the API allows: a config
+# handed straight to ``scidmz collector|controller --config`` is checked as hard as a policy.
+Rate = Annotated[float, Field(ge=0, le=MAX_RATE_BPS)]
+PositiveRate = Annotated[float, Field(gt=0, le=MAX_RATE_BPS)]
+Gain = Annotated[float, Field(ge=0, le=MAX_GAIN)]
+Window = Annotated[float, Field(gt=0, le=HOUR_S)]
+
+
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GainsConfig(_Frozen):
-    kp: float = Field(ge=0)
-    ki: float = Field(ge=0)
-    kw: float = Field(ge=0)
+    kp: Gain
+    ki: Gain
+    kw: Gain
 
 
 class SwitchConfig(_Frozen):
-    address: str
-    device_id: int
-    election_id: int
+    address: str = Field(min_length=1, max_length=255)
+    device_id: int = Field(ge=0, lt=2**64)
+    election_id: int = Field(ge=1, lt=2**128)
+    # the tap ports' range and distinctness are the collector's checks (collector_config)
     campus_port: int
     dtn_port: int
     bottleneck_port: int
@@ -75,11 +93,11 @@ class SwitchConfig(_Frozen):
 class ControllerConfig(_Frozen):
     strategy: Strategy
     gains: GainsConfig
-    min_rate_bps: float = Field(ge=0)
-    max_rate_bps: float = Field(gt=0)
-    max_step_bps: float = Field(gt=0)
-    desired_dtn_rtt_s: float | None = None
-    desired_campus_rtt_s: float | None = None
+    min_rate_bps: Rate
+    max_rate_bps: PositiveRate
+    max_step_bps: PositiveRate
+    desired_dtn_rtt_s: float | None = Field(default=None, gt=0, le=60)
+    desired_campus_rtt_s: float | None = Field(default=None, gt=0, le=60)
     desired_state_mode: Literal["reachable", "table3"] = "reachable"
 
 
@@ -102,24 +120,24 @@ class DtnActuatorConfig(_Frozen):
         description="sim: the target's address; tc: the `scidmz shaper` agent's host:port.",
     )
     gains: GainsConfig
-    failsafe_rate_bps: float = Field(ge=0, allow_inf_nan=False)
+    failsafe_rate_bps: Rate
 
 
 class FailsafeConfig(_Frozen):
-    stale_after_s: float = Field(gt=0)
-    rate_bps: float = Field(ge=0)
+    stale_after_s: Window
+    rate_bps: Rate
 
 
 class TelemetryConfig(_Frozen):
     """Estimator settings (defaults: ``TelemetrySpec``'s)."""
 
     rtt_smoothing: float = Field(default=0.875, ge=0, lt=1)
-    flow_timeout_s: float = Field(default=2.0, gt=0)
+    flow_timeout_s: Window = 2.0
     active_flow_packets: int = Field(default=10, ge=1, le=65535)
-    active_flow_window_s: float = Field(default=0.1, gt=0)
-    idle_timeout_s: float = Field(default=2.0, gt=0)
-    rtt_horizon_s: float = Field(default=1.0, gt=0)
-    digest_hold_s: float = Field(default=0.01, gt=0)
+    active_flow_window_s: Window = 0.1
+    idle_timeout_s: Window = 2.0
+    rtt_horizon_s: Window = 1.0
+    digest_hold_s: float = Field(default=0.01, ge=0.001, le=30)
 
 
 class RuntimeConfig(_Frozen):
@@ -128,10 +146,10 @@ class RuntimeConfig(_Frozen):
     api_version: Literal["scidmz.io/runtime/v1"] = "scidmz.io/runtime/v1"
     policy: str
     namespace: str
-    generation: int
-    target_rate_bps: float = Field(gt=0)
-    bottleneck_capacity_bps: float = Field(gt=0)
-    sample_time_s: float = Field(gt=0)
+    generation: int = Field(ge=0)
+    target_rate_bps: PositiveRate
+    bottleneck_capacity_bps: PositiveRate
+    sample_time_s: float = Field(ge=0.1, le=60)
     dtn_prefix: str
     dtn_congestion_control: CongestionControl
     campus_prefix: str
@@ -141,8 +159,34 @@ class RuntimeConfig(_Frozen):
     failsafe: FailsafeConfig
     telemetry: TelemetryConfig = TelemetryConfig()
     collector_address: str = Field(
-        description="host:port of the collector's sample stream, as the controller dials it."
+        min_length=1,
+        max_length=255,
+        description="host:port of the collector's sample stream, as the controller dials it.",
     )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RuntimeConfig:
+        """The API's cross-field rules, in SI units, for configs that skipped the API."""
+        capacity = self.bottleneck_capacity_bps
+        c = self.controller
+        dtn = self.actuator.dtn
+        checks = (
+            (self.target_rate_bps < capacity, "target_rate_bps must be below the capacity"),
+            (c.min_rate_bps <= c.max_rate_bps, "controller.min_rate_bps exceeds max_rate_bps"),
+            (c.max_rate_bps <= capacity, "controller.max_rate_bps must not exceed the capacity"),
+            (c.max_step_bps <= capacity, "controller.max_step_bps must not exceed the capacity"),
+            (self.failsafe.rate_bps <= capacity, "failsafe.rate_bps must not exceed the capacity"),
+            (dtn is None or dtn.failsafe_rate_bps <= capacity,
+             "actuator.dtn.failsafe_rate_bps must not exceed the capacity"),
+            (self.failsafe.stale_after_s >= self.sample_time_s,
+             "failsafe.stale_after_s must be at least sample_time_s"),
+            (2 * self.telemetry.digest_hold_s <= self.sample_time_s,
+             "telemetry.digest_hold_s must be at most half of sample_time_s"),
+        )  # fmt: skip
+        problems = [message for ok, message in checks if not ok]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 class SampleReport(BaseModel):

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from scidmz.api.flags import within
+
 lab_app = typer.Typer(
     help="The paper's testbed on real Linux TCP in network namespaces (needs root).",
     no_args_is_help=True,
@@ -106,7 +108,9 @@ def lab_status() -> None:
 
 @lab_app.command("traffic")
 def lab_traffic(
-    duration: Annotated[float, typer.Option(help="Seconds of traffic.")],
+    duration: Annotated[
+        float, typer.Option(help="Seconds of traffic.", callback=within(0, 86_400))
+    ],
     out: Annotated[Path, typer.Option(help="Directory for truth.csv and the iperf3 logs.")],
 ) -> None:
     """Run the scenario's long flows (iperf3) and record the kernel's ground truth per second."""
@@ -153,7 +157,10 @@ def lab_down() -> None:
 @lab_app.command("run")
 def lab_run(
     policy: Annotated[Path, typer.Option(help="A DTNTransferPolicy YAML (e.g. examples/lab/).")],
-    duration: Annotated[float, typer.Option(help="Seconds of traffic under control.")] = 120.0,
+    duration: Annotated[
+        float,
+        typer.Option(help="Seconds of traffic under control.", callback=within(0, 86_400)),
+    ] = 120.0,
     out: Annotated[Path, typer.Option(help="Report directory.")] = Path("lab-report"),
     strategy: Annotated[
         str | None, typer.Option(help="Override spec.controller.strategy (trivial, pi, mlc).")

@@ -39,7 +39,8 @@ def full_spec(example: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def _set(node: dict[str, Any], dotted: str, value: Any) -> None:
+def set_dotted(node: dict[str, Any], dotted: str, value: Any) -> None:
+    """``node[a][b][c] = value`` for ``"a.b.c"`` (parents made as needed); None removes."""
     *parents, leaf = dotted.split(".")
     for key in parents:
         node = node.setdefault(key, {})
@@ -53,8 +54,8 @@ def violating(spec: dict[str, Any], placed: PlacedRule) -> dict[str, Any]:
     """``spec`` with ``placed``'s rule broken (and, as far as the example goes, only it)."""
     out = copy.deepcopy(spec)
     if placed.on_field:
-        _set(out, placed.path, placed.rule.violation)
+        set_dotted(out, placed.path, placed.rule.violation)
     else:
         for dotted, value in placed.rule.violation.items():
-            _set(out, f"{placed.path}.{dotted}".lstrip("."), value)
+            set_dotted(out, f"{placed.path}.{dotted}".lstrip("."), value)
     return out

@@ -7,19 +7,7 @@ import copy
 
 import pytest
 
-from tests.api_rules import IDS, PLACED, full_spec, violating
-
-
-def _set(spec, dotted, value):
-    node = spec
-    *parents, leaf = dotted.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    if value is None:
-        node.pop(leaf)
-    else:
-        node[leaf] = value
-
+from tests.api_rules import IDS, PLACED, full_spec, set_dotted, violating
 
 CASES = [
     # (id, dotted field, value, fragments expected in the error)
@@ -167,7 +155,7 @@ CASES = [
 def test_api_server_rejects(kube, example_policy, field, value, fragments):
     policy = copy.deepcopy(example_policy)
     policy["metadata"] = {"name": "invalid"}
-    _set(policy["spec"], field, value)
+    set_dotted(policy["spec"], field, value)
     result = kube.apply(policy, check=False)
     assert result.returncode != 0, f"accepted: {result.stdout}"
     for fragment in fragments:

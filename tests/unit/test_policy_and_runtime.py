@@ -13,6 +13,7 @@ from scidmz.api.runtime import (
     load_runtime_config,
     resolve_runtime_config,
 )
+from tests.api_rules import set_dotted
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -46,14 +47,7 @@ def test_examples_are_valid(path):
 def _spec(example_policy, **changes):
     spec = example_policy["spec"]
     for dotted, value in changes.items():
-        node = spec
-        *parents, leaf = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        if value is None:
-            node.pop(leaf, None)
-        else:
-            node[leaf] = value
+        set_dotted(spec, dotted, value)
     return spec
 
 

@@ -382,9 +382,7 @@ class Controller:
         """What ``/state`` serves; the operator reads it into ``status.state`` and
         ``status.tracking``."""
         latest = self.latest
-        targets = [t for t, _ in self._tracking]
-        rates = [r for _, r in self._tracking]
-        tracking = mrae(targets, rates)
+        tracking = self.snapshot.mrae  # computed once per decision, in ``_publish``
         sample = None
         if latest is not None:
             values = from_message(latest)._asdict()

@@ -154,18 +154,6 @@ def archive(tag: str, path: Path) -> Path:
     return path
 
 
-def image_config(tag: str) -> dict[str, object]:
-    """The OCI config of ``tag`` (User, Entrypoint, Env, ...)."""
-    import json
-
-    raw = _run(
-        [*BUILDAH, "inspect", "--type", "image", "--format", "{{json .OCIv1.Config}}", tag],
-        60, "buildah inspect",
-    )  # fmt: skip
-    config: dict[str, object] = json.loads(raw)
-    return config
-
-
 @contextmanager
 def working_container(tag: str) -> Iterator[str]:
     """A container from ``tag``, removed afterwards."""

@@ -16,7 +16,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from scidmz.api.rules import Checked, Rule, RuledModel
 from scidmz.api.units import (
@@ -536,18 +536,21 @@ _TARGET = cel_rate_bps("self.targetRate")
 _CAPACITY = cel_rate_bps("self.bottleneckCapacity")
 
 
+def _present(path: str) -> str:
+    """CEL: every part of ``path`` below the spec is set (``has(self.a) && has(self.a.b)``)."""
+    parts = path.split(".")
+    return " && ".join(f"has(self.{'.'.join(parts[: k + 1])})" for k in range(len(parts)))
+
+
 def _has_limits(field: str) -> str:
-    return (
-        "has(self.controller) && has(self.controller.limits) && "
-        f"has(self.controller.limits.{field})"
-    )
+    return _present(f"controller.limits.{field}")
 
 
 def _value_at(spec: Any, path: str) -> Any:
     """The parsed value at a camelCase ``path`` of the spec (None when a part is absent)."""
     node = spec
     for part in path.split("."):
-        node = getattr(node, re.sub(r"(?<!^)(?=[A-Z])", "_", part).lower(), None)
+        node = getattr(node, to_snake(part), None)
         if node is None:
             return None
     return node
@@ -566,8 +569,7 @@ def _positive(field: str) -> Rule:
 
 def _within_capacity(path: str, keyword: str | None = None, violation: str = "2Gbps") -> Rule:
     """``path`` (a rate, or ``keyword``) must not exceed bottleneckCapacity; absent passes."""
-    parts = path.split(".")
-    present = " && ".join(f"has(self.{'.'.join(parts[: k + 1])})" for k in range(len(parts)))
+    present = _present(path)
     exempt = f" || self.{path} == '{keyword}'" if keyword else ""
 
     def check(spec: Any) -> bool:

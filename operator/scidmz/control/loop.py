@@ -237,7 +237,7 @@ class Controller:
         await self._apply(u, dtn_cap)
         decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)
         self.decisions.append(decision)
-        self._publish(decision)
+        self._publish()
         m.loop.labels(*m.labels).observe(self._clock() - received)
         return decision
 
@@ -281,11 +281,11 @@ class Controller:
             log.info("fresh samples again: leaving the fail-safe rate")
         self.failsafe_active = False
 
-    def _publish(self, decision: Decision | None = None) -> None:
+    def _publish(self) -> None:
         """Replace the snapshot the exporter renders (after a decision or the fail-safe)."""
         targets = [t for t, _ in self._tracking]
         rates = [r for _, r in self._tracking]
-        last = decision or (self.decisions[-1] if self.decisions else None)
+        last = self.decisions[-1] if self.decisions else None
         self.snapshot = ControllerSnapshot(
             setpoint=self.settings.setpoint,
             applied_bps=self.applied_bps,

@@ -37,6 +37,8 @@ SHORT_NAMES = ["dtp"]
 
 MAX_RATE_BPS = 1e13
 """10 Tb/s, the largest capacity accepted (every other rate is bounded by the capacity)."""
+MAX_GAIN = 100.0
+"""The largest Kp, Ki or Kw anywhere (policy, runtime config, the filter itself)."""
 MIN_SAMPLE_TIME_S = 0.1
 MAX_SAMPLE_TIME_S = 60.0
 
@@ -329,9 +331,9 @@ class SwitchSpec(ApiModel):
 class Gains(ApiModel):
     """Anti-windup PI gains (paper figure 5); tuned by GA per congestion control."""
 
-    kp: float = Field(ge=0, le=100, description="Proportional gain Kp (>= 0).")
-    ki: float = Field(ge=0, le=100, description="Integral gain Ki (>= 0), per second.")
-    kw: float = Field(ge=0, le=100, description="Anti-windup back-calculation gain Kw (>= 0).")
+    kp: float = Field(ge=0, le=MAX_GAIN, description="Proportional gain Kp (>= 0).")
+    ki: float = Field(ge=0, le=MAX_GAIN, description="Integral gain Ki (>= 0), per second.")
+    kw: float = Field(ge=0, le=MAX_GAIN, description="Anti-windup back-calculation gain Kw (>= 0).")
 
 
 class Limits(ApiModel):

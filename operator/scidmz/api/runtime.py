@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scidmz.api.errors import load_yaml_model
 from scidmz.api.policy import (
+    MAX_GAIN,
     MAX_RATE_BPS,
     ActuatorType,
     CongestionControl,
@@ -54,7 +55,6 @@ TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
 }
 
 
-MAX_GAIN = 100.0
 HOUR_S = 3600.0
 
 # Every number of a runtime config is finite and within the range the API allows: a config

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MAX_GAIN = 100.0
+from scidmz.api.policy import MAX_GAIN
 
 
 class ControlConfigError(ValueError):

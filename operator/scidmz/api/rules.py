@@ -19,8 +19,8 @@ schema is checked first); ``check`` parses with :mod:`scidmz.api.units`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Self, get_args, get_origin
 
 from pydantic import BaseModel, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
@@ -42,7 +42,6 @@ class Rule:
     """The offending field relative to the rule's scope, in CEL's syntax (``.targetRate``)."""
     reason: str | None = None
     """FieldValueInvalid (default on the server), FieldValueRequired, ..."""
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def validation(self) -> dict[str, str]:
         """The ``x-kubernetes-validations`` entry."""
@@ -58,11 +57,11 @@ class RuleViolation(ValueError):
     """A value that breaks a rule; the message is the rule's."""
 
 
-def _first_broken(rules: tuple[Rule, ...], value: Any) -> Rule | None:
+def _enforce(rules: tuple[Rule, ...], value: Any) -> None:
+    """Raise the first broken rule's message (what the API server would answer)."""
     for rule in rules:
         if not rule.check(value):
-            return rule
-    return None
+            raise RuleViolation(rule.message)
 
 
 class Checked:
@@ -74,9 +73,7 @@ class Checked:
         self.rules = rules
 
     def _validate(self, value: Any) -> Any:
-        broken = _first_broken(self.rules, value)
-        if broken is not None:
-            raise RuleViolation(broken.message)
+        _enforce(self.rules, value)
         return value
 
     def __get_pydantic_core_schema__(
@@ -145,7 +142,5 @@ class RuledModel(BaseModel):
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:
-        broken = _first_broken(type(self).RULES, self)
-        if broken is not None:
-            raise RuleViolation(broken.message)
+        _enforce(type(self).RULES, self)
         return self

@@ -34,7 +34,7 @@ def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, 
     result: dict[str, Any] = {}
     state = controller.state
     measured = state is not None and any(
-        _finite(v) is not None for k, v in state.model_dump().items() if k in STATE_VARIABLES
+        _finite(getattr(state, name)) is not None for name in STATE_VARIABLES
     )
     if state is not None and measured:
         flows = _finite(state.active_flows)

@@ -10,31 +10,19 @@ a fresh operator process; pods become Running through kwok.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import threading
 import time
 from pathlib import Path
 
 import psutil
-import yaml
 
 from scidmz.testenv.cluster import start_control_plane
 from scidmz.testenv.operator_process import start_operator
+from scidmz.testenv.policies import example_policies
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "operator_scale.md"
-
-
-def _policies(n: int) -> str:
-    base = yaml.safe_load((REPO / "examples" / "dtntransferpolicy.yaml").read_text())
-    docs = []
-    for i in range(n):
-        obj = copy.deepcopy(base)
-        obj["metadata"] = {"name": f"policy-{i:04d}", "namespace": "default"}
-        obj["spec"]["targetRate"] = f"{300 + (i % 50) * 10}Mbps"
-        docs.append(obj)
-    return yaml.safe_dump_all(docs)
 
 
 class PeakRss:
@@ -64,7 +52,7 @@ def run_one(n: int, timeout_s: float) -> dict[str, float]:
         rss = PeakRss(operator.proc.pid)
         idle_rss = psutil.Process(operator.proc.pid).memory_info().rss
         started = time.monotonic()
-        plane.kubectl("apply", "-f", "-", input_text=_policies(n))
+        plane.kubectl("apply", "-f", "-", input_text=example_policies(n))
         ready = 0
         while time.monotonic() - started < timeout_s:
             items = json.loads(plane.kubectl("get", "dtp", "-o", "json").stdout)["items"]

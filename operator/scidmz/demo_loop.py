@@ -54,7 +54,7 @@ class Workloads:
                 process.kill()
 
 
-def _addresses(config: RuntimeConfig) -> tuple[str, str]:
+def workload_addresses(config: RuntimeConfig) -> tuple[str, str]:
     """A DTN address inside the DTN-r prefix, a campus one inside the remote prefix."""
     dtn = ipaddress.ip_network(config.dtn_prefix)
     campus = ipaddress.ip_network(config.campus_prefix)
@@ -88,7 +88,7 @@ def start_workloads(
     local = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     config = workdir / "config.yaml"
     config.write_text(dump_runtime_config(local))
-    dtn, campus = _addresses(local)
+    dtn, campus = workload_addresses(local)
     workloads = Workloads(controller_port=controller_port)
 
     def spawn(name: str, args: list[str]) -> None:

@@ -356,3 +356,66 @@ def test_each_decision_records_the_injected_clocks_dt():
     assert [d.dt_s for d in decisions] == [1.0, 1.0, 0.25, 2.0]
     assert decisions[3].output is not None
     assert decisions[3].output.integral_bps != decisions[2].output.integral_bps
+
+
+def _mlc_free_settings(**changes):
+    """PI (no model needed) with a fail-safe far from the fixed split (400 Mb/s)."""
+    return dataclasses.replace(SETTINGS, failsafe_rate_bps=50 * MBPS, **changes)
+
+
+def test_leaving_the_failsafe_moves_u_by_at_most_max_step_per_sample():
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        controller = Controller(_mlc_free_settings(), actuator, clock=clock)
+        for k in range(4):
+            clock.now += 1.0
+            await controller.on_sample(_sample(k, 700))
+        clock.now += 3.5
+        assert await controller.check_staleness()
+        failsafe_at = len(actuator.applied) - 1
+        for k in range(4, 10):
+            clock.now += 1.0
+            await controller.on_sample(_sample(k, 700))
+        return actuator.applied[failsafe_at:]
+
+    resumed = _run(main())
+    assert resumed[0] == 50 * MBPS
+    steps = [abs(b - a) for a, b in itertools.pairwise(resumed)]
+    assert max(steps) <= 200 * MBPS + 1e-6, resumed
+    assert resumed[1] == 250 * MBPS  # towards the fixed split (400), one maxStep from 50
+
+
+def test_a_restarted_controller_moves_on_from_the_rate_in_force():
+    async def main():
+        held = DryRunActuator()
+        await held.apply(950 * MBPS)  # what the previous controller left in force
+        clock = Clock()
+        controller = Controller(_mlc_free_settings(), held, clock=clock)
+        await controller.adopt_rates_in_force()
+        assert controller.state().campus_rate_limit_bps == 950 * MBPS
+        for k in range(5):
+            clock.now += 1.0
+            await controller.on_sample(_sample(k, 700))
+        fresh = Controller(_mlc_free_settings(), DryRunActuator(), clock=Clock())
+        await fresh.adopt_rates_in_force()  # nothing in force: the fixed split at once
+        first = await fresh.on_sample(_sample(0, 700))
+        return held.applied, first
+
+    applied, first = _run(main())
+    assert applied[1] == 750 * MBPS  # 950 − maxStep, not a jump to the split (400)
+    assert all(abs(b - a) <= 200 * MBPS + 1e-6 for a, b in itertools.pairwise(applied))
+    assert first is not None and first.u_bps == 400 * MBPS
+
+
+def test_the_trivial_baseline_applies_its_split_at_once_even_after_the_failsafe():
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        settings = _mlc_free_settings(strategy="trivial")
+        controller = Controller(settings, actuator, clock=clock)
+        clock.now += 5.0
+        await controller.check_staleness()
+        clock.now += 1.0
+        await controller.on_sample(_sample(1, 700))
+        return actuator.applied
+
+    assert _run(main()) == [50 * MBPS, 400 * MBPS]  # a fixed bucket has no slew

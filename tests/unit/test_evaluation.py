@@ -138,5 +138,8 @@ class _Null:
     async def apply(self, rate_bps: float) -> float:
         return rate_bps
 
+    async def current(self) -> float | None:
+        return None
+
     async def close(self) -> None:
         return

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from scidmz.contract.tbf import TBF_MAX_RATE_BPS
 from scidmz.control.actuators import ActuatorError, TcActuator
 from tests.netns import veth_netns
 
@@ -54,3 +55,36 @@ def test_a_missing_interface_is_refused_at_start(netns):
         ActuatorError, match=f"interface eth9 does not exist in network namespace {netns}"
     ):
         asyncio.run(TcActuator.open("eth9", netns))
+
+
+def _tc(netns: str, *args: str) -> None:
+    subprocess.run(["ip", "netns", "exec", netns, "tc", *args], check=True, capture_output=True)
+
+
+def test_the_rate_in_force_is_read_back_from_the_kernel(netns):
+    """What a restarted controller adopts: the root tbf's rate as the kernel holds it (set
+    here by tc itself, above 2^32 B/s too), and nothing for another root qdisc."""
+
+    async def main():
+        actuator = await TcActuator.open("campus0", netns)
+        try:
+            default = await actuator.current()  # a veth's default root qdisc is not a tbf
+            _tc(netns, "qdisc", "replace", "dev", "campus0", "root", "tbf",
+                "rate", "730mbit", "burst", "200000", "limit", "400000")  # fmt: skip
+            held = await actuator.current()
+            _tc(netns, "qdisc", "replace", "dev", "campus0", "root", "tbf",
+                "rate", "40gbit", "burst", "9000000", "limit", "20000000")  # fmt: skip
+            fast = await actuator.current()
+            _tc(netns, "qdisc", "replace", "dev", "campus0", "root", "pfifo", "limit", "100")
+            other = await actuator.current()
+            await actuator.apply(123e6)
+            applied = await actuator.current()
+        finally:
+            await actuator.close()
+        return default, held, fast, other, applied
+
+    default, held, fast, other, applied = asyncio.run(main())
+    assert default is None and other is None
+    assert held == 730e6
+    assert fast == TBF_MAX_RATE_BPS  # the 32-bit field saturates: the most tc here applies
+    assert applied == 123e6

@@ -3,7 +3,9 @@ shaper` on another node), the software target's simulator, or nowhere.
 
 Every actuator validates what it can at start (``ActuatorError`` stops start-up: an
 interface that does not exist, an unreachable simulator) and raises ``ActuatorError`` from
-``apply`` on a failure the controller retries at the next sample.
+``apply`` on a failure the controller retries at the next sample. ``current`` reads the rate
+in force, so that a restarted controller moves on from it by at most maxStep per sample
+instead of jumping (a bumpless restart).
 """
 
 from __future__ import annotations
@@ -31,7 +33,16 @@ class Actuator(Protocol):
         """Apply u(t); returns the rate now in force."""
         ...
 
+    async def current(self) -> float | None:
+        """The rate in force now; None if the actuator cannot tell or holds none."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def _held(rate_bps: float) -> float | None:
+    """A read-back rate, or None for 'no limit' (0, or not a finite positive number)."""
+    return rate_bps if math.isfinite(rate_bps) and rate_bps > 0 else None
 
 
 class DryRunActuator:
@@ -46,6 +57,9 @@ class DryRunActuator:
         self.applied.append(rate_bps)
         log.debug("dry run: u = %.0f bit/s", rate_bps)
         return rate_bps
+
+    async def current(self) -> float | None:
+        return self.applied[-1] if self.applied else None
 
     async def close(self) -> None:
         return
@@ -76,6 +90,9 @@ class _GrpcActuator:
             ) from None
         return float(response.rate_bps)
 
+    async def current(self) -> float | None:
+        return None  # a service without a read-back call
+
     async def close(self) -> None:
         await self._channel.close(None)
 
@@ -88,6 +105,10 @@ class SimActuator(_GrpcActuator):
     method = "SetCampusRateLimit"
     message = telemetry_pb2.CampusRateLimit
 
+    async def current(self) -> float | None:
+        truth = await _ground_truth(self._stub, self._timeout)
+        return None if truth is None else _held(truth.campus_rate_limit_bps)
+
 
 class SimDtnActuator(_GrpcActuator):
     """``scidmz.v1.SimActuator/SetDtnRateLimit``: the simulated DTN's sending-rate cap."""
@@ -96,6 +117,20 @@ class SimDtnActuator(_GrpcActuator):
     stub_class = telemetry_pb2_grpc.SimActuatorStub
     method = "SetDtnRateLimit"
 
+    async def current(self) -> float | None:
+        truth = await _ground_truth(self._stub, self._timeout)
+        return None if truth is None else _held(truth.dtn_rate_limit_bps)
+
+
+async def _ground_truth(stub: Any, timeout_s: float) -> Any:
+    """The simulator's last ground-truth point (its limits in force); None if it has none
+    yet or cannot be reached (the controller then starts without a rate to move on from)."""
+    try:
+        return await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=timeout_s)
+    except grpc.aio.AioRpcError as error:
+        log.info("simulator: no rate in force to read back (%s)", error.code().name)
+        return None
+
 
 class ShaperActuator(_GrpcActuator):
     """``scidmz.v1.Shaper/SetRate`` on a `scidmz shaper` (a tbf on another node)."""
@@ -103,6 +138,10 @@ class ShaperActuator(_GrpcActuator):
     name = "shaper"
     stub_class = telemetry_pb2_grpc.ShaperStub
     method = "SetRate"
+
+
+TC_H_ROOT = 0xFFFFFFFF
+"""The parent of a root qdisc in netlink."""
 
 
 def tbf_parameters(rate_bps: float) -> dict[str, object]:
@@ -154,6 +193,21 @@ class TcActuator:
         except Exception as error:  # pyroute2 raises NetlinkError and friends
             raise ActuatorError(f"tc on {self.interface}: {error}") from None
         return min(max(rate_bps, TBF_MIN_RATE_BPS), TBF_MAX_RATE_BPS)
+
+    async def current(self) -> float | None:
+        """The root tbf's rate (another root qdisc, or none: None). A rate above the 32-bit
+        field (~34 Gbit/s, which pyroute2 0.9 reads saturated) reads as that ceiling, the
+        most this actuator itself ever applies."""
+        try:
+            async for qdisc in await self._ipr.get_qdiscs(index=self._index):  # type: ignore[attr-defined]
+                if qdisc["parent"] != TC_H_ROOT or qdisc.get_attr("TCA_KIND") != "tbf":
+                    continue
+                options = qdisc.get_attr("TCA_OPTIONS") or {}
+                parms = dict(options.get("attrs", [])).get("TCA_TBF_PARMS") or {}
+                return _held(min(8.0 * float(parms.get("rate", 0)), TBF_MAX_RATE_BPS))
+        except Exception as error:  # pyroute2 raises NetlinkError and friends
+            log.info("tc on %s: cannot read the rate in force (%s)", self.interface, error)
+        return None
 
     async def close(self) -> None:
         self._ipr.close()  # type: ignore[attr-defined]

@@ -13,7 +13,9 @@ R* moves both slew windows at once (``follow_setpoint``).
 
 Time is injected: ``dt`` of the integral is the difference of the ``clock`` between two
 samples (the monotonic clock in a process, the simulated clock in the benchmarks), and
-each ``Decision`` records it. A watchdog applies the fail-safe rates to both actuators when
+each ``Decision`` records it. At start the controller adopts the rates the actuators hold
+and the first decisions after a start or a fail-safe move from the rate in force by at most
+maxStep (a bumpless restart). A watchdog applies the fail-safe rates to both actuators when
 no fresh sample came for ``staleAfter`` (stale samples from a collector that lost its
 switch count as none), and ``shutdown`` restores them. Actuator errors are counted, logged
 and retried with the next sample; they never stop the loop.
@@ -168,6 +170,8 @@ class Controller:
         self._last_step_s: float | None = None
         self._last_target_bps: float | None = None
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
+        self._mailbox: asyncio.Queue[telemetry_pb2.StateSample] = asyncio.Queue(maxsize=1)
+        self._actuation = asyncio.Lock()
         self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
         self.registry.register(
             ControllerExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
@@ -182,6 +186,12 @@ class Controller:
     async def on_sample(self, sample: telemetry_pb2.StateSample) -> Decision | None:
         """Compute and apply u(t) (and the DTN cap) for a fresh sample; stale or unusable
         ones are skipped (the watchdog takes care of staleness)."""
+        # one actuation at a time: a decision computed from the rate in force must not
+        # land after a fail-safe the watchdog applied meanwhile (and the reverse)
+        async with self._actuation:
+            return await self._decide(sample)
+
+    async def _decide(self, sample: telemetry_pb2.StateSample) -> Decision | None:
         received = self._clock()
         m = self.metrics
         measured = from_message(sample)
@@ -203,12 +213,20 @@ class Controller:
         dtn_output: FilterOutput | None = None
         dtn_cap: float | None = None
         first = len(self.history) < 2 or self.applied_bps is None
-        if s.strategy == "trivial" or first:
-            # trivial, and the first samples of the others (eq. 1 needs y(t−T), y(t−2T))
+        if s.strategy == "trivial":
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, None)
             if s.dtn is not None:
                 dtn_cap = s.dtn.limits.saturate(target, None)
+        elif first:
+            # the first samples (eq. 1 needs y(t−T), y(t−2T)) head for the fixed split, but
+            # from the rate in force (a restart, the end of a fail-safe) by at most maxStep
+            u_hat = self.trivial_rate_bps
+            u = s.limits.saturate(u_hat, self.applied_bps)
+            self.filter = FilterState(applied_bps=u)
+            if s.dtn is not None:
+                dtn_cap = s.dtn.limits.saturate(target, self.dtn_applied_bps)
+                self.dtn_filter = FilterState(applied_bps=dtn_cap)
         else:
             u_hat = self._base_rate(y)
             limits = s.limits
@@ -300,13 +318,14 @@ class Controller:
     # ---- fail-safe ------------------------------------------------------------------------
     async def check_staleness(self) -> bool:
         """Apply the fail-safe rate when no fresh sample came for staleAfter; True if so."""
-        age = self._clock() - self.last_fresh_s
-        if age < self.settings.stale_after_s:
-            return False
-        if not self.failsafe_active:
-            log.warning("no fresh sample for %.1f s: applying the fail-safe rate", age)
-        await self.apply_failsafe()
-        return True
+        async with self._actuation:
+            age = self._clock() - self.last_fresh_s  # read under the lock: a decision may
+            if age < self.settings.stale_after_s:  # just have taken a fresh sample
+                return False
+            if not self.failsafe_active:
+                log.warning("no fresh sample for %.1f s: applying the fail-safe rate", age)
+            await self._failsafe()
+            return True
 
     @property
     def dtn_failsafe_rate_bps(self) -> float | None:
@@ -320,30 +339,59 @@ class Controller:
     async def apply_failsafe(self) -> None:
         """The fail-safe rates on both actuators (each retried on the next check if it
         fails); the integrals restart from them."""
+        async with self._actuation:
+            await self._failsafe()
+
+    async def _failsafe(self) -> None:
+        """``apply_failsafe`` with the actuation lock held.
+
+        The fail-safe is a mode, entered before any actuator is called: with the switch
+        down, a simulated or remote actuator may be down (or hanging) too, and the
+        controller must not report that it controls while it cannot."""
+        self.failsafe_active = True
+        self.history.clear()
+        self._last_step_s = None
+        self._publish()
         applied = await self._try(self.actuator, self.settings.failsafe_rate_bps, "fail-safe")
         if applied is not None:
             self.applied_bps = applied
             self.filter = FilterState(applied_bps=applied)  # restart the integral
-        dtn_ok = True
         dtn_rate = self.dtn_failsafe_rate_bps
         if self.dtn_actuator is not None and dtn_rate is not None:
             dtn_applied = await self._try(self.dtn_actuator, dtn_rate, "DTN fail-safe")
-            dtn_ok = dtn_applied is not None
             if dtn_applied is not None:
                 self.dtn_applied_bps = dtn_applied
                 self.dtn_filter = FilterState(applied_bps=dtn_applied)
-        self.history.clear()
-        self._last_step_s = None
-        if applied is not None and dtn_ok:
-            self.failsafe_active = True
         self._publish()
 
     # ---- running ----------------------------------------------------------------------------
+    async def adopt_rates_in_force(self) -> None:
+        """Start from the rates the actuators hold (a previous controller's, or the
+        fail-safe a stopped one restored): the first decisions then move by at most maxStep
+        from them. An actuator that cannot tell leaves the start free."""
+        campus = await self.actuator.current()
+        if campus is not None:
+            self.applied_bps = campus
+            self.filter = FilterState(applied_bps=campus)
+        if self.dtn_actuator is not None:
+            cap = await self.dtn_actuator.current()
+            if cap is not None:
+                self.dtn_applied_bps = cap
+                self.dtn_filter = FilterState(applied_bps=cap)
+        log.info(
+            "rate in force at start: campus %s, DTN cap %s",
+            "unknown" if campus is None else f"{campus:.0f} bit/s",
+            "unknown" if self.dtn_applied_bps is None else f"{self.dtn_applied_bps:.0f} bit/s",
+        )
+        self._publish()
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Subscribe to the collector (reconnecting) and watch for staleness until ``stop``;
-        then restore the fail-safe rate."""
+        """Take over the rates in force, subscribe to the collector (reconnecting) and watch
+        for staleness until ``stop``; then restore the fail-safe rate."""
+        await self.adopt_rates_in_force()
         tasks = [
             asyncio.create_task(self._subscribe_forever(), name="subscribe"),
+            asyncio.create_task(self._decide_forever(), name="decide"),
             asyncio.create_task(self._watch_forever(), name="watchdog"),
         ]
         try:
@@ -373,10 +421,38 @@ class Controller:
                 async with grpc.aio.insecure_channel(address) as channel:
                     stub = telemetry_pb2_grpc.TelemetryStub(channel)
                     async for sample in stub.Subscribe(telemetry_pb2.SubscribeRequest()):
-                        await self.on_sample(sample)
+                        self._post(sample)
             except grpc.aio.AioRpcError as error:
                 log.warning("collector %s: %s", address, error.code().name)
             await asyncio.sleep(self.settings.reconnect_s)
+
+    def _post(self, sample: telemetry_pb2.StateSample) -> None:
+        """Leave ``sample`` for the next decision, replacing one not yet decided on."""
+        if self._mailbox.full():
+            self._mailbox.get_nowait()
+            m = self.metrics
+            m.samples.labels(*m.labels, "superseded").inc()
+        self._mailbox.put_nowait(sample)
+
+    async def _decide_forever(self) -> None:
+        """One decision per sample, on the newest one, at most one per half sample time.
+
+        Samples queue up while this process or the collector is paused (SIGSTOP, a long
+        GC, a throttled container) and then arrive in a burst; deciding on each would move
+        u(t) by several maxSteps within milliseconds. Only the newest counts, and the slew
+        limit keeps its meaning of 'per sample time'."""
+        gap = self.settings.sample_time_s / 2
+        decided = -math.inf
+        while True:
+            sample = await self._mailbox.get()
+            wait = decided + gap - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                if not self._mailbox.empty():  # a newer one came meanwhile
+                    self.metrics.samples.labels(*self.metrics.labels, "superseded").inc()
+                    sample = self._mailbox.get_nowait()
+            await self.on_sample(sample)
+            decided = time.monotonic()
 
     def state(self) -> ControllerState:
         """What ``/state`` serves; the operator reads it into ``status.state`` and

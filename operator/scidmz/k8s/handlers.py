@@ -67,6 +67,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.peering.name = ours.peering_name
     settings.peering.mandatory = not ours.standalone
     settings.peering.standalone = ours.standalone
+    settings.peering.lifetime = ours.peering_lifetime_s
     settings.peering.priority = (
         ours.peering_priority
         if ours.peering_priority is not None

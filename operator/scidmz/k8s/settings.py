@@ -30,6 +30,14 @@ class OperatorSettings(BaseSettings):
         description="Fixed peering priority; a random one per process when unset, so that "
         "exactly one replica of several is active (equal priorities would all freeze).",
     )
+    peering_lifetime_s: int = Field(
+        default=6,
+        ge=2,
+        le=600,
+        description="Seconds a replica's peering record stays valid without a refresh: a "
+        "standby takes over this long after the active replica died (kopf refreshes it "
+        "every max(1, lifetime − 5..10) s). Replicas' clocks must agree to well within it.",
+    )
     standalone: bool = Field(
         default=False, description="Skip peering (single replica, development only)."
     )

@@ -44,6 +44,9 @@ class DirectActuator:
         self._setter(max(rate_bps, 0.0))
         return rate_bps
 
+    async def current(self) -> float | None:
+        return None  # the benchmarks start each episode free, from the fixed split
+
     async def close(self) -> None:
         return
 

@@ -32,6 +32,8 @@ SWITCH_CONNECTED = "scidmz_switch_connected"
 SWITCH_PRIMARY = "scidmz_switch_primary"
 SWITCH_RECONNECTS = "scidmz_switch_reconnects_total"
 LOOP_OVERRUNS = "scidmz_loop_overruns_total"
+STREAM_SUBSCRIBERS = "scidmz_stream_subscribers"
+STREAM_DROPPED = "scidmz_stream_dropped_samples_total"
 
 # ---- control (controller) -----------------------------------------------------------------
 TARGET_RATE = "scidmz_target_rate_bytes_per_second"

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from finsy.proto import p4i, p4r_grpc
+from finsy.proto import p4i
 
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.switch.netsim_source import NetsimSource
 from scidmz.switch.observation import PacketSource
-from scidmz.switch.server import TargetService, add_port
+from scidmz.switch.server import TargetService, add_p4runtime, add_port
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Target:
         """Listen on ``listen`` (host:port), with TLS when given ``credentials``, and start
         ticking."""
         server = grpc.aio.server()
-        p4r_grpc.add_P4RuntimeServicer_to_server(self.service, server)
+        add_p4runtime(self.service, server)
         if isinstance(self.source, NetsimSource):
             telemetry_pb2_grpc.add_SimActuatorServicer_to_server(
                 SimActuatorService(self.source), server

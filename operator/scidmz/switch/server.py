@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
+from google.protobuf.message import DecodeError
 
 from scidmz.contract.p4runtime import EntryKey, bitstring, entry_key, from_uint128, uint128
 from scidmz.contract.pipeline import PipelineError, check_p4info, qualified
@@ -430,13 +431,84 @@ def add_port(
         raise OSError(f"cannot listen on {listen}")
 
 
+class MalformedRequestError(Exception):
+    """Bytes that do not parse as the method's request message."""
+
+
+def _parse(kind: Any, raw: bytes) -> Any:
+    try:
+        return kind.FromString(raw)
+    except DecodeError as error:
+        raise MalformedRequestError(f"not a {kind.DESCRIPTOR.full_name}: {error}") from None
+
+
+async def _refuse(context: Any, error: MalformedRequestError) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
+
+
+def add_p4runtime(service: TargetService, server: grpc.aio.Server) -> None:
+    """``p4.v1.P4Runtime`` on ``server``, where a request that is not a valid protobuf
+    message is answered INVALID_ARGUMENT (gRPC's own deserializer would answer UNKNOWN, a
+    code that tells the client nothing)."""
+
+    def unary(method: Any, kind: Any) -> grpc.RpcMethodHandler:
+        async def handle(raw: bytes, context: Any) -> Any:
+            try:
+                request = _parse(kind, raw)
+            except MalformedRequestError as error:
+                await _refuse(context, error)
+            return await method(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(
+            handle, response_serializer=lambda m: m.SerializeToString()
+        )
+
+    async def read(raw: bytes, context: Any) -> AsyncIterator[p4r.ReadResponse]:
+        try:
+            request = _parse(p4r.ReadRequest, raw)
+        except MalformedRequestError as error:
+            await _refuse(context, error)
+        async for response in service.Read(request, context):
+            yield response
+
+    async def stream_channel(
+        raw_iterator: AsyncIterator[bytes], context: Any
+    ) -> AsyncIterator[p4r.StreamMessageResponse]:
+        async def parsed() -> AsyncIterator[p4r.StreamMessageRequest]:
+            async for raw in raw_iterator:
+                yield _parse(p4r.StreamMessageRequest, raw)
+
+        try:
+            async for response in service.StreamChannel(parsed(), context):
+                yield response
+        except MalformedRequestError as error:
+            await _refuse(context, error)
+
+    serialize = {"response_serializer": lambda m: m.SerializeToString()}
+    handlers = {
+        "Write": unary(service.Write, p4r.WriteRequest),
+        "SetForwardingPipelineConfig": unary(
+            service.SetForwardingPipelineConfig, p4r.SetForwardingPipelineConfigRequest
+        ),
+        "GetForwardingPipelineConfig": unary(
+            service.GetForwardingPipelineConfig, p4r.GetForwardingPipelineConfigRequest
+        ),
+        "Capabilities": unary(service.Capabilities, p4r.CapabilitiesRequest),
+        "Read": grpc.unary_stream_rpc_method_handler(read, **serialize),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(stream_channel, **serialize),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers),)
+    )
+
+
 async def serve(
     service: TargetService, listen: str, credentials: grpc.ServerCredentials | None = None
 ) -> grpc.aio.Server:
     """Start the gRPC server on ``listen`` (host:port), plaintext or TLS; the caller stops
     it."""
     server = grpc.aio.server()
-    p4r_grpc.add_P4RuntimeServicer_to_server(service, server)
+    add_p4runtime(service, server)
     add_port(server, listen, credentials)
     await server.start()
     return server

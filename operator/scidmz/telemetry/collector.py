@@ -39,7 +39,7 @@ from scidmz.contract.state import NetworkState
 from scidmz.metrics.http import Health
 from scidmz.telemetry import program
 from scidmz.telemetry.estimators import FlowEvent, RttBatch
-from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter
+from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter, StreamExporter
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimate
 from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
 from scidmz.telemetry.stream import TelemetryService
@@ -89,6 +89,7 @@ class Collector:
         self.registry.register(
             StateExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
         )
+        self.registry.register(StreamExporter(self.stream, (settings.policy, settings.namespace)))
         self.snapshot: Snapshot | None = None
         self.sequence = 0
         self._labels = (settings.policy, settings.namespace)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -97,6 +98,36 @@ class StateExporter(SnapshotExporter[Snapshot]):
         yield from self.gauge(
             names.SAMPLE_STALE, "1 while the switch cannot be read.", 1.0 if snap.stale else 0.0
         )
+
+
+class StreamExporter:
+    """The sample stream's subscribers, and the samples dropped for those that fell
+    ``QUEUE_DEPTH`` behind (a slow reader costs itself samples, never the others)."""
+
+    def __init__(self, stream: StreamCounts, labels: tuple[str, str]) -> None:
+        self._stream = stream
+        self._labels = list(labels)
+
+    def collect(self) -> Iterator[Metric]:
+        subscribers = GaugeMetricFamily(
+            names.STREAM_SUBSCRIBERS, "Open Subscribe streams.", labels=list(LABELS)
+        )
+        subscribers.add_metric(self._labels, self._stream.subscribers)
+        yield subscribers
+        dropped = CounterMetricFamily(
+            names.STREAM_DROPPED,
+            "Samples dropped for subscribers that fell behind (oldest first).",
+            labels=list(LABELS),
+        )
+        dropped.add_metric(self._labels, self._stream.dropped)
+        yield dropped
+
+
+class StreamCounts(Protocol):
+    @property
+    def subscribers(self) -> int: ...
+
+    dropped: int
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ The loop is the example policy (`examples/dtntransferpolicy.yaml`, T = 1 s, stal
 the fixed split (400 Mb/s) and a resume has somewhere to jump from. Its three processes
 (`scidmz target`, `collector`, `controller`) are killed (SIGKILL, restart) or frozen
 (SIGSTOP, SIGCONT) one at a time for staleAfter + 2T; probes at 20 Hz read the rate in force
-at the simulator and the controller's /state (`scidmz.testenv.chaos`).
+at the simulator (and its journal of every rate set) and the controller's /state
+(`scidmz.chaos`).
 
 Targets: fail-safe ≤ staleAfter + T after the collector dies; control resumes < 10 s after
 each restart; no jump of u(t) above maxStep on resume; 200 concurrent Subscribe clients with
@@ -34,19 +35,12 @@ import yaml
 
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import RuntimeConfig, resolve_runtime_config
-from scidmz.testenv.chaos import (
-    ALL_FAULTS,
-    FailoverResult,
-    FaultResult,
-    Refusal,
-    StormResult,
-    malformed_requests,
-    run_fault,
-    run_operator_failover,
-    run_storm,
-)
+from scidmz.chaos.failover import FailoverResult, run_operator_failover
+from scidmz.chaos.faults import ALL_FAULTS, FaultResult, run_fault
+from scidmz.chaos.local_loop import PROBE_S, LocalLoop
+from scidmz.chaos.p4runtime_abuse import Refusal, malformed_requests
+from scidmz.chaos.storm import StormResult, run_storm
 from scidmz.testenv.cluster import REPO_ROOT
-from scidmz.testenv.local_loop import PROBE_S, LocalLoop
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.md"
 RESUME_TARGET_S = 10.0

@@ -75,10 +75,11 @@ def operator(
     import os
 
     import kopf
-    from prometheus_client import start_http_server
+    from prometheus_client import REGISTRY, start_http_server
 
     from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
     from scidmz.k8s.settings import OperatorSettings
+    from scidmz.metrics.http import register_build_info
 
     if namespace:
         os.environ["SCIDMZ_NAMESPACE"] = namespace
@@ -87,6 +88,7 @@ def operator(
     settings = OperatorSettings()
     # Bound before kopf starts so that a taken port stops start-up with a clear error and
     # /metrics answers as soon as /healthz does.
+    register_build_info(REGISTRY, "operator")  # ScidmzOperatorDown fires on its absence
     try:
         start_http_server(settings.metrics_port)
     except OSError as error:

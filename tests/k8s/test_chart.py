@@ -143,9 +143,12 @@ def test_monitoring_objects_render_only_when_enabled(plane):
         "metrics.prometheusRule.enabled=true",
         "operator.metricsPort=9100",
     )
-    rules = enabled["PrometheusRule"]["spec"]["groups"][0]["rules"]
     source = yaml.safe_load((REPO / "dashboards" / "alerts.yaml").read_text())
-    assert rules == source["groups"][0]["rules"]  # the promtool-tested rules, unchanged
+    # the promtool-tested rules, unchanged; the operator's only where it is scraped
+    assert enabled["PrometheusRule"]["spec"]["groups"] == source["groups"]
+    unscraped = kinds("metrics.prometheusRule.enabled=true")["PrometheusRule"]["spec"]
+    assert unscraped["groups"] == [g for g in source["groups"] if g["name"] != "scidmz-operator"]
+    assert [g["name"] for g in source["groups"]] == ["scidmz", "scidmz-operator"]
     monitor = enabled["ServiceMonitor"]["spec"]
     assert monitor["endpoints"][0]["port"] == "http-metrics"
     assert monitor["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "scidmz-operator"

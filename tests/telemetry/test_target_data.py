@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 
 import grpc
 import pytest
@@ -275,3 +276,49 @@ def test_a_failing_source_is_reported_not_hidden():
         assert isinstance(error, RuntimeError) and "tap went away" in str(error)
 
     asyncio.run(main())
+
+
+def test_the_actuation_journal_lists_every_rate_set_in_order():
+    from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+    from scidmz.switch import runner
+
+    async def main():
+        async with (
+            running_target() as (_, address),
+            grpc.aio.insecure_channel(address) as channel,
+        ):
+            stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            for rate in (300e6, 500e6, 0.0):
+                await stub.SetCampusRateLimit(telemetry_pb2.CampusRateLimit(rate_bps=rate))
+            await stub.SetDtnRateLimit(telemetry_pb2.RateLimit(rate_bps=600e6))
+            with pytest.raises(grpc.aio.AioRpcError):  # refused: not journaled
+                await stub.SetCampusRateLimit(telemetry_pb2.CampusRateLimit(rate_bps=math.nan))
+            everything = await stub.GetActuations(telemetry_pb2.ActuationsRequest())
+            newer = await stub.GetActuations(telemetry_pb2.ActuationsRequest(after=2))
+            none = await stub.GetActuations(telemetry_pb2.ActuationsRequest(after=everything.next))
+            return everything, newer, none
+
+    everything, newer, none = asyncio.run(main())
+    assert [(a.shaper, a.rate_bps) for a in everything.actuations] == [
+        ("campus", 300e6), ("campus", 500e6), ("campus", 0.0), ("dtn", 600e6)
+    ]  # fmt: skip
+    times = [a.monotonic_s for a in everything.actuations]
+    assert times == sorted(times) and everything.next == 4
+    assert [a.rate_bps for a in newer.actuations] == [0.0, 600e6] and newer.next == 4
+    assert not none.actuations and runner.JOURNAL_DEPTH >= 86_400
+
+
+def test_the_largest_jump_skips_fail_safe_steps_and_target_restarts():
+    from scidmz.chaos.faults import max_jump
+    from scidmz.chaos.local_loop import Actuation
+
+    mb = 1e6
+    journal = [
+        Actuation(1.0, 600 * mb, 0), Actuation(2.0, 100 * mb, 0),  # onto the fail-safe
+        Actuation(3.0, 300 * mb, 0), Actuation(4.0, 400 * mb, 0),
+        Actuation(5.0, 1000 * mb, 1), Actuation(5.5, 100 * mb, 1),  # a new target's journal
+        Actuation(6.0, 250 * mb, 1),
+    ]  # fmt: skip
+    assert max_jump(journal, 1.5, 10.0, 100 * mb) == 200 * mb  # 100 -> 300, from the 600 held
+    assert max_jump(journal, 4.5, 10.0, 100 * mb) == 150 * mb  # not 400 -> 1000 across runs
+    assert max_jump(journal, 0.0, 10.0, 150 * mb) == 900 * mb  # 1000 -> 100 counts then

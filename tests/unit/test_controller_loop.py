@@ -419,3 +419,39 @@ def test_the_trivial_baseline_applies_its_split_at_once_even_after_the_failsafe(
         return actuator.applied
 
     assert _run(main()) == [50 * MBPS, 400 * MBPS]  # a fixed bucket has no slew
+
+
+class LateActuator(DryRunActuator):
+    """Applies a rate and still reports failure, as a call that timed out against a frozen
+    switch which ran it when it woke."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late = False
+
+    async def apply(self, rate_bps: float) -> float:
+        applied = await super().apply(rate_bps)
+        if self.late:
+            self.late = False
+            raise ActuatorError("sim: DEADLINE_EXCEEDED")
+        return applied
+
+
+def test_after_a_failed_call_the_next_decision_moves_from_the_rate_read_back():
+    async def main():
+        clock, actuator = Clock(), LateActuator()
+        controller = Controller(_mlc_free_settings(), actuator, clock=clock)
+        for k in range(3):
+            clock.now += 1.0
+            await controller.on_sample(_sample(k, 600))
+        assert actuator.applied[-1] == 400 * MBPS
+        actuator.late = True
+        clock.now += 3.5
+        await controller.check_staleness()  # the fail-safe (50) lands, reported as failed
+        assert controller.applied_bps == 400 * MBPS and controller.failsafe_active
+        clock.now += 1.0
+        await controller.on_sample(_sample(9, 600))
+        return actuator.applied
+
+    applied = _run(main())
+    assert applied[-2:] == [50 * MBPS, 250 * MBPS]  # from the 50 in force, not the 400 believed

@@ -65,6 +65,12 @@ class DryRunActuator:
         return
 
 
+ACTUATOR_CHANNEL = [("grpc.max_reconnect_backoff_ms", 1000)]
+"""gRPC's reconnect back-off grows to 120 s by default: a shaper back from a restart would
+stay unreachable (every call failing at once) long after it answers again. Calls also wait
+for the connection (``wait_for_ready``) within their timeout instead of failing fast."""
+
+
 class _GrpcActuator:
     """One unary rate call (``method`` of ``stub_class``, taking a ``message`` with
     ``rate_bps``) on a gRPC channel; a failed call is an ``ActuatorError``."""
@@ -77,17 +83,22 @@ class _GrpcActuator:
     def __init__(self, address: str, timeout_s: float = 2.0) -> None:
         self.address = address
         self._timeout = timeout_s
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = grpc.aio.insecure_channel(address, options=ACTUATOR_CHANNEL)
         self._stub = self.stub_class(self._channel)
 
     async def apply(self, rate_bps: float) -> float:
         call = getattr(self._stub, self.method)
         try:
-            response = await call(self.message(rate_bps=rate_bps), timeout=self._timeout)
+            response = await call(
+                self.message(rate_bps=rate_bps), timeout=self._timeout, wait_for_ready=True
+            )
         except grpc.aio.AioRpcError as error:
-            raise ActuatorError(
-                f"{self.name} actuator {self.address}: {error.code().name}: {error.details()}"
-            ) from None
+            code, details = error.code().name, error.details()
+            if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED and (
+                self._channel.get_state() != grpc.ChannelConnectivity.READY
+            ):  # waited for a connection that never came: say so
+                code, details = "UNAVAILABLE", f"no connection within {self._timeout:g} s"
+            raise ActuatorError(f"{self.name} actuator {self.address}: {code}: {details}") from None
         return float(response.rate_bps)
 
     async def current(self) -> float | None:
@@ -126,7 +137,9 @@ async def _ground_truth(stub: Any, timeout_s: float) -> Any:
     """The simulator's last ground-truth point (its limits in force); None if it has none
     yet or cannot be reached (the controller then starts without a rate to move on from)."""
     try:
-        return await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=timeout_s)
+        return await stub.GetGroundTruth(
+            telemetry_pb2.GroundTruthRequest(), timeout=timeout_s, wait_for_ready=True
+        )
     except grpc.aio.AioRpcError as error:
         log.info("simulator: no rate in force to read back (%s)", error.code().name)
         return None

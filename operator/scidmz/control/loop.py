@@ -134,6 +134,7 @@ class ControllerMetrics:
             names.CONTROL_SAMPLES, "Samples received.", [*keys, "kind"], registry=registry
         )
         self.labels = labels
+        self.actuator_errors.labels(*labels)  # exported as 0 from the start: alerts rate() it
 
 
 class Controller:
@@ -172,6 +173,7 @@ class Controller:
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
         self._mailbox: asyncio.Queue[telemetry_pb2.StateSample] = asyncio.Queue(maxsize=1)
         self._actuation = asyncio.Lock()
+        self._in_doubt: set[Actuator] = set()
         self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
         self.registry.register(
             ControllerExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
@@ -199,6 +201,7 @@ class Controller:
             m.samples.labels(*m.labels, "skipped").inc()
             return None
         m.samples.labels(*m.labels, "fresh").inc()
+        await self._settle_doubts()
         self.latest = sample
         self.last_fresh_s = received
         y = fill_missing(measured, self.history[-1] if self.history else FALLBACK_STATE)
@@ -277,11 +280,32 @@ class Controller:
         """Apply one rate; an actuator error is counted and logged (retried next time)."""
         m = self.metrics
         try:
-            return await actuator.apply(rate_bps)
+            applied = await actuator.apply(rate_bps)
         except ActuatorError as error:
             m.actuator_errors.labels(*m.labels).inc()
             log.warning("%s %s: %s (retried)", what, actuator.name, error)
+            # a call that timed out may still take effect (a frozen switch runs it when it
+            # wakes): until read back, the rate in force is unknown
+            self._in_doubt.add(actuator)
             return None
+        self._in_doubt.discard(actuator)
+        return applied
+
+    async def _settle_doubts(self) -> None:
+        """Read back the rate in force from an actuator whose last call failed, so that the
+        next decision's slew window is centred on what the network really gets."""
+        if self.actuator in self._in_doubt:
+            held = await self.actuator.current()
+            if held is not None:
+                self.applied_bps = held
+                self.filter = FilterState(self.filter.integral_bps, applied_bps=held)
+            self._in_doubt.discard(self.actuator)
+        if self.dtn_actuator is not None and self.dtn_actuator in self._in_doubt:
+            cap = await self.dtn_actuator.current()
+            if cap is not None:
+                self.dtn_applied_bps = cap
+                self.dtn_filter = FilterState(self.dtn_filter.integral_bps, applied_bps=cap)
+            self._in_doubt.discard(self.dtn_actuator)
 
     async def _apply(self, rate_bps: float, dtn_cap_bps: float | None) -> None:
         applied = await self._try(self.actuator, rate_bps, "actuator")

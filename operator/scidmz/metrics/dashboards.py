@@ -5,7 +5,8 @@ Two dashboards, both filtered by ``$namespace`` and ``$policy``:
 * **overview** — DTN rate against its target, campus rate against u(t), link utilisation,
   RTTs, queuing delays, active flows, tracking MRAE, fail-safe state;
 * **health** — control-loop latency, sample age, P4Runtime errors, collector poll time,
-  operator reconcile errors.
+  operator reconcile errors; the firing alerts, collector/controller up and the fail-safe,
+  the sample stream's subscribers and drops, actuator errors.
 
 Every query uses only names from :mod:`scidmz.metrics.names`; a test evaluates each of
 them against a real Prometheus scraping a running collector, controller and operator.
@@ -20,6 +21,10 @@ from scidmz.metrics import names
 
 SELECT = 'namespace=~"$namespace", policy=~"$policy"'
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+FIRING_ALERTS = (
+    'sum by (alertname, namespace, policy) (ALERTS{alertname=~"Scidmz.*", alertstate="firing"})'
+)
+"""What the health dashboard's 'Firing alerts' panel shows (data only while one fires)."""
 
 
 def _target(expr: str, legend: str, ref: str) -> dict[str, Any]:
@@ -146,6 +151,26 @@ def health() -> dict[str, Any]:
             (f"sum(rate({names.OPERATOR_RECONCILE_ERRORS}[5m]))", "errors/s"),
             (f"sum(rate({names.OPERATOR_RECONCILES}[5m]))", "reconciles/s"),
         ], "ops", (16, 8, 8, 8)),
+        _panel("Firing alerts", [
+            (FIRING_ALERTS, "{{alertname}} {{namespace}}/{{policy}}"),
+        ], "short", (0, 16, 12, 8), kind="state-timeline", description="Every scidmz alert "
+           "while it fires (dashboards/alerts.yaml), all policies: each fault of "
+           "bench/chaos.py shows here, and the panels beside it show which process."),
+        _panel("Collector and controller up, fail-safe", [
+            ('up{service=~".+-(collector|controller)", namespace=~"$namespace"}',
+             "{{service}} up"),
+            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}} fail-safe"),
+        ], "short", (12, 16, 12, 8), kind="state-timeline"),
+        _panel("Sample stream", [
+            (f"{names.STREAM_SUBSCRIBERS}{{{SELECT}}}", "{{policy}} subscribers"),
+            (f"rate({names.STREAM_DROPPED}{{{SELECT}}}[5m])", "{{policy}} dropped/s"),
+        ], "short", (0, 24, 12, 8), description="Open Subscribe streams of each collector, and "
+           "the samples it drops for readers that fell 64 behind."),
+        _panel("Actuator errors", [
+            (f"sum by ({by}) (rate({names.ACTUATOR_ERRORS}{{{SELECT}}}[5m])) "
+             f"or 0 * max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}}"),
+        ], "reqps", (12, 24, 12, 8), description="Failed calls to the shaper per second "
+           "(0 when none): the rate in force is not the one the controller chose."),
     ])  # fmt: skip
 
 

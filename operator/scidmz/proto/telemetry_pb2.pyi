@@ -173,7 +173,8 @@ Global___GroundTruthRequest: _TypeAlias = GroundTruthRequest  # noqa: Y015
 @_typing.final
 class GroundTruth(_message.Message):
     """The simulator's own figures at the latest tick (tests and demos compare them with the
-    collector's estimates).
+    collector's estimates); the two limits are those in force now (what an actuator reads
+    back), which a tick later the network gets.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -240,3 +241,77 @@ class RateLimit(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RateLimit: _TypeAlias = RateLimit  # noqa: Y015
+
+@_typing.final
+class Actuation(_message.Message):
+    """One rate the simulator's shapers were set to, in the order they were set (the chaos
+    benchmark reads every step of u(t) from these, not from samples of the rate in force).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MONOTONIC_S_FIELD_NUMBER: _builtins.int
+    SHAPER_FIELD_NUMBER: _builtins.int
+    RATE_BPS_FIELD_NUMBER: _builtins.int
+    monotonic_s: _builtins.float
+    """the target host's CLOCK_MONOTONIC when it was applied"""
+    shaper: _builtins.str
+    """"campus" or "dtn" """
+    rate_bps: _builtins.float
+    def __init__(
+        self,
+        *,
+        monotonic_s: _builtins.float = ...,
+        shaper: _builtins.str = ...,
+        rate_bps: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["monotonic_s", b"monotonic_s", "rate_bps", b"rate_bps", "shaper", b"shaper"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Actuation: _TypeAlias = Actuation  # noqa: Y015
+
+@_typing.final
+class ActuationsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AFTER_FIELD_NUMBER: _builtins.int
+    after: _builtins.int
+    """the index to read from (Actuations.next of the previous answer)"""
+    def __init__(
+        self,
+        *,
+        after: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActuationsRequest: _TypeAlias = ActuationsRequest  # noqa: Y015
+
+@_typing.final
+class Actuations(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTUATIONS_FIELD_NUMBER: _builtins.int
+    NEXT_FIELD_NUMBER: _builtins.int
+    next: _builtins.int
+    @_builtins.property
+    def actuations(self) -> _containers.RepeatedCompositeFieldContainer[Global___Actuation]: ...
+    def __init__(
+        self,
+        *,
+        actuations: _abc.Iterable[Global___Actuation] | None = ...,
+        next: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actuations", b"actuations", "next", b"next"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Actuations: _TypeAlias = Actuations  # noqa: Y015

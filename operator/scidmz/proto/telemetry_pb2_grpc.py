@@ -166,6 +166,11 @@ class SimActuatorStub(object):
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.SerializeToString,
                 response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruth.FromString,
                 _registered_method=True)
+        self.GetActuations = channel.unary_unary(
+                '/scidmz.v1.SimActuator/GetActuations',
+                request_serializer=scidmz_dot_proto_dot_telemetry__pb2.ActuationsRequest.SerializeToString,
+                response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.Actuations.FromString,
+                _registered_method=True)
 
 
 class SimActuatorServicer(object):
@@ -191,6 +196,13 @@ class SimActuatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetActuations(self, request, context):
+        """Every rate set since an index (the most recent JOURNAL_DEPTH are kept).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SimActuatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -208,6 +220,11 @@ def add_SimActuatorServicer_to_server(servicer, server):
                     servicer.GetGroundTruth,
                     request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.FromString,
                     response_serializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruth.SerializeToString,
+            ),
+            'GetActuations': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetActuations,
+                    request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.ActuationsRequest.FromString,
+                    response_serializer=scidmz_dot_proto_dot_telemetry__pb2.Actuations.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -291,6 +308,33 @@ class SimActuator(object):
             '/scidmz.v1.SimActuator/GetGroundTruth',
             scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.SerializeToString,
             scidmz_dot_proto_dot_telemetry__pb2.GroundTruth.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetActuations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scidmz.v1.SimActuator/GetActuations',
+            scidmz_dot_proto_dot_telemetry__pb2.ActuationsRequest.SerializeToString,
+            scidmz_dot_proto_dot_telemetry__pb2.Actuations.FromString,
             options,
             channel_credentials,
             insecure,

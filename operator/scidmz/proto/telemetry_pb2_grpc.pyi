@@ -81,6 +81,8 @@ class SimActuatorStub:
     SetDtnRateLimit: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]
     """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
     GetGroundTruth: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]
+    GetActuations: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.ActuationsRequest, _telemetry_pb2.Actuations]
+    """Every rate set since an index (the most recent JOURNAL_DEPTH are kept)."""
 
 @_typing.type_check_only
 class SimActuatorAsyncStub(SimActuatorStub):
@@ -90,6 +92,8 @@ class SimActuatorAsyncStub(SimActuatorStub):
     SetDtnRateLimit: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
     """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
     GetGroundTruth: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]  # type: ignore[assignment]
+    GetActuations: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.ActuationsRequest, _telemetry_pb2.Actuations]  # type: ignore[assignment]
+    """Every rate set since an index (the most recent JOURNAL_DEPTH are kept)."""
 
 class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -114,6 +118,14 @@ class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
         request: _telemetry_pb2.GroundTruthRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.GroundTruth, _abc.Awaitable[_telemetry_pb2.GroundTruth]]: ...
+
+    @_abc_1.abstractmethod
+    def GetActuations(
+        self,
+        request: _telemetry_pb2.ActuationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.Actuations, _abc.Awaitable[_telemetry_pb2.Actuations]]:
+        """Every rate set since an index (the most recent JOURNAL_DEPTH are kept)."""
 
 def add_SimActuatorServicer_to_server(servicer: SimActuatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

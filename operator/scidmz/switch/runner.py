@@ -10,9 +10,11 @@ controller's ``sim`` actuator sets u(t).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,17 +45,31 @@ async def _check_rate(rate: float, context: Any) -> None:
         )
 
 
+JOURNAL_DEPTH = 100_000
+"""Actuations kept for GetActuations (a day of both shapers at T = 1 s)."""
+
+
 class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     """u(t) into the simulated shaper; the simulator's ground truth out."""
 
-    def __init__(self, source: NetsimSource) -> None:
+    def __init__(self, source: NetsimSource, clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
+        self._clock = clock
+        self._journal: deque[telemetry_pb2.Actuation] = deque(maxlen=JOURNAL_DEPTH)
+        self._journaled = 0  # actuations ever recorded: the index after the newest
+
+    def _record(self, shaper: str, rate_bps: float) -> None:
+        self._journal.append(
+            telemetry_pb2.Actuation(monotonic_s=self._clock(), shaper=shaper, rate_bps=rate_bps)
+        )
+        self._journaled += 1
 
     async def SetCampusRateLimit(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.CampusRateLimit, context: Any
     ) -> telemetry_pb2.CampusRateLimit:
         await _check_rate(request.rate_bps, context)
         self.source.set_campus_rate_limit(request.rate_bps)
+        self._record("campus", self.source.sim.campus_rate_limit_bps)
         return telemetry_pb2.CampusRateLimit(rate_bps=self.source.sim.campus_rate_limit_bps)
 
     async def SetDtnRateLimit(  # noqa: N802 (gRPC method name)
@@ -61,7 +77,17 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     ) -> telemetry_pb2.RateLimit:
         await _check_rate(request.rate_bps, context)
         self.source.sim.set_dtn_rate_limit(request.rate_bps)
+        self._record("dtn", self.source.sim.dtn_rate_limit_bps or 0.0)
         return telemetry_pb2.RateLimit(rate_bps=self.source.sim.dtn_rate_limit_bps or 0.0)
+
+    async def GetActuations(  # noqa: N802
+        self, request: telemetry_pb2.ActuationsRequest, context: Any
+    ) -> telemetry_pb2.Actuations:
+        first = self._journaled - len(self._journal)  # the oldest index still kept
+        start = max(request.after, first) - first
+        return telemetry_pb2.Actuations(
+            actuations=list(itertools.islice(self._journal, start, None)), next=self._journaled
+        )
 
     async def GetGroundTruth(  # noqa: N802
         self, request: telemetry_pb2.GroundTruthRequest, context: Any
@@ -78,8 +104,9 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
             dtn_rtt_s=point.dtn_rtt_s,
             campus_rtt_s=point.campus_rtt_s,
             active_flows=point.active_flows,
-            campus_rate_limit_bps=point.campus_rate_limit_bps,
-            dtn_rate_limit_bps=point.dtn_rate_limit_bps or 0.0,
+            # the limits in force now, not at the tick: what an actuator reads back
+            campus_rate_limit_bps=self.source.sim.campus_rate_limit_bps,
+            dtn_rate_limit_bps=self.source.sim.dtn_rate_limit_bps or 0.0,
         )
 
 

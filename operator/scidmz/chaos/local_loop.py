@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
 from scidmz.demo_loop import local_config, workload_addresses
@@ -49,6 +50,15 @@ class TruthProbe:
 
 
 @dataclass(frozen=True)
+class Actuation:
+    t: float
+    """When the simulator applied it (CLOCK_MONOTONIC, shared by the processes here)."""
+    rate_bps: float
+    target_run: int
+    """Which run of the target applied it (a restarted target starts a new journal)."""
+
+
+@dataclass(frozen=True)
 class ControllerProbe:
     t: float
     reachable: bool
@@ -68,6 +78,8 @@ class CollectorProbe:
 @dataclass
 class Probes:
     truth: list[TruthProbe] = field(default_factory=list)
+    actuations: list[Actuation] = field(default_factory=list)
+    """Every campus rate the simulator was set to, in order (its journal, read in full)."""
     controller: list[ControllerProbe] = field(default_factory=list)
     collector: list[CollectorProbe] = field(default_factory=list)
 
@@ -133,7 +145,9 @@ class LocalLoop:
     def start(self) -> LocalLoop:
         for name in COMPONENTS:
             self.spawn(name)
-        for probe in (self._probe_truth, self._probe_controller, self._probe_collector):
+        probes = (self._probe_truth, self._probe_actuations, self._probe_controller,
+                  self._probe_collector)  # fmt: skip
+        for probe in probes:
             thread = threading.Thread(target=self._every, args=(probe,), daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -181,6 +195,28 @@ class LocalLoop:
         except grpc.RpcError:
             u = None
         self.probes.truth.append(TruthProbe(time.monotonic(), u))
+
+    def _probe_actuations(self) -> None:
+        if not hasattr(self, "_journal_stub"):
+            channel = grpc.insecure_channel(self.switch, options=PROBE_CHANNEL)
+            self._journal_stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            self._journal_next, self._target_run = 0, 0
+        request = telemetry_pb2.ActuationsRequest(after=self._journal_next)
+        try:
+            answer = self._journal_stub.GetActuations(request, timeout=0.5)
+            if answer.next < self._journal_next:  # a new target: its journal starts again
+                self._target_run += 1
+                answer = self._journal_stub.GetActuations(
+                    telemetry_pb2.ActuationsRequest(after=0), timeout=0.5
+                )
+        except grpc.RpcError:
+            return
+        self._journal_next = answer.next
+        self.probes.actuations.extend(
+            Actuation(a.monotonic_s, a.rate_bps, self._target_run)
+            for a in answer.actuations
+            if a.shaper == "campus"
+        )
 
     def _probe_controller(self) -> None:
         state: dict[str, Any] | None = fetch_state(
@@ -243,3 +279,18 @@ class LocalLoop:
             and last.sequence is not None
             and self.probes.truth[-1].u_bps is not None
         )
+
+    def collector_metric(self, name: str) -> float | None:
+        """One sample's value from the collector's /metrics (None: unreachable, absent)."""
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.collector_http}/metrics", timeout=2
+            ) as response:
+                text = response.read().decode()
+        except (OSError, urllib.error.URLError):
+            return None
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name:
+                    return float(sample.value)
+        return None

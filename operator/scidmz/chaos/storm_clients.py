@@ -1,6 +1,6 @@
 """Many Subscribe clients on a collector's sample stream, most of them bad readers.
 
-    python -m scidmz.testenv.subscribe_storm --address 127.0.0.1:50051 --clients 200 \
+    python -m scidmz.chaos.storm_clients --address 127.0.0.1:50051 --clients 200 \
         --duration 60 [--stalled 0.5] [--slow-read 5]
 
 A ``--stalled`` fraction reads one sample and then nothing (its HTTP/2 window fills, then

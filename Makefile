@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: sysdeps demo test lint unit image crds chart-docs protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control clean
+.PHONY: sysdeps demo test lint unit image crds chart-docs protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control bench-chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,9 @@ bench-collector: $(STAMP)
 bench-control: $(STAMP)
 	$(BIN)/python bench/control_latency.py --write
 	$(BIN)/python bench/control_quality.py
+
+bench-chaos: $(STAMP) testenv
+	$(BIN)/python bench/chaos.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -269,8 +269,8 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     report = (
         "# Chaos (bench/chaos.py)\n\n"
-        f"`.venv/bin/python bench/chaos.py {' '.join(sys.argv[1:])}`".rstrip()
-        + f" — {time.monotonic() - started:.0f} s on this 2-core machine.\n\n"
+        f"`{' '.join(['.venv/bin/python', 'bench/chaos.py', *sys.argv[1:]])}` — "
+        f"{time.monotonic() - started:.0f} s on this 2-core machine.\n\n"
         "## Verdicts\n\n" + "\n".join(verdicts) + "\n\n" + "\n\n".join(sections) + "\n"
     )
     print(report)

@@ -86,6 +86,12 @@ def test_bad_values_are_refused_by_the_schema(plane):
         "--set", "operator.metricsPort=8080", check=False,
     )  # fmt: skip
     assert result.returncode != 0 and "metricsPort" in result.stderr
+    # a peering record shorter than a keepalive round would flap the leader
+    result = _helm(
+        plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+        "--set", "operator.peeringLifetimeSeconds=1", check=False,
+    )  # fmt: skip
+    assert result.returncode != 0 and "peeringLifetimeSeconds" in result.stderr
 
 
 def test_install_upgrade_uninstall(plane):
@@ -162,6 +168,7 @@ def test_monitoring_objects_render_only_when_enabled(plane):
     env = {e["name"]: e["value"] for e in container["env"]}
     assert pod_monitor["podMetricsEndpoints"][0]["port"] == "metrics"
     assert ports["metrics"] == int(env["SCIDMZ_METRICS_PORT"]) == 9100
+    assert env["SCIDMZ_PEERING_LIFETIME_S"] == "6"  # the operator's takeover time
 
 
 def test_the_chart_readme_documents_every_value():

@@ -318,3 +318,14 @@ def test_two_replicas_only_one_acts(operator, plane, kube, example_policy, tmp_p
         standby.stop()
         if not operator.alive():
             operator.start()
+
+
+def test_a_killed_active_replica_is_replaced_and_a_change_still_applied():
+    """bench/chaos.py's operator fail-over in short form: SIGKILL (no clean hand-over), so
+    the standby must find the active replica's peering record expired."""
+    from scidmz.chaos.failover import run_operator_failover
+
+    result = run_operator_failover(policies=5, lifetime_s=4, log=lambda _: None)
+    assert result.ready_before == 5 and result.ready_after == 5, result
+    assert result.takeover_s is not None, result  # the standby resumed
+    assert result.reconciled_s is not None, result  # and applied the change made after the kill

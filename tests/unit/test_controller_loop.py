@@ -358,24 +358,27 @@ def test_each_decision_records_the_injected_clocks_dt():
     assert decisions[3].output.integral_bps != decisions[2].output.integral_bps
 
 
-def _mlc_free_settings(**changes):
+def _far_failsafe(**changes):
     """PI (no model needed) with a fail-safe far from the fixed split (400 Mb/s)."""
     return dataclasses.replace(SETTINGS, failsafe_rate_bps=50 * MBPS, **changes)
+
+
+async def _feed(controller, clock, sequences, dtn_mbps):
+    """One fresh sample per second of the injected clock."""
+    for k in sequences:
+        clock.now += 1.0
+        await controller.on_sample(_sample(k, dtn_mbps))
 
 
 def test_leaving_the_failsafe_moves_u_by_at_most_max_step_per_sample():
     async def main():
         clock, actuator = Clock(), DryRunActuator()
-        controller = Controller(_mlc_free_settings(), actuator, clock=clock)
-        for k in range(4):
-            clock.now += 1.0
-            await controller.on_sample(_sample(k, 700))
+        controller = Controller(_far_failsafe(), actuator, clock=clock)
+        await _feed(controller, clock, range(4), 700)
         clock.now += 3.5
         assert await controller.check_staleness()
         failsafe_at = len(actuator.applied) - 1
-        for k in range(4, 10):
-            clock.now += 1.0
-            await controller.on_sample(_sample(k, 700))
+        await _feed(controller, clock, range(4, 10), 700)
         return actuator.applied[failsafe_at:]
 
     resumed = _run(main())
@@ -390,13 +393,11 @@ def test_a_restarted_controller_moves_on_from_the_rate_in_force():
         held = DryRunActuator()
         await held.apply(950 * MBPS)  # what the previous controller left in force
         clock = Clock()
-        controller = Controller(_mlc_free_settings(), held, clock=clock)
+        controller = Controller(_far_failsafe(), held, clock=clock)
         await controller.adopt_rates_in_force()
         assert controller.state().campus_rate_limit_bps == 950 * MBPS
-        for k in range(5):
-            clock.now += 1.0
-            await controller.on_sample(_sample(k, 700))
-        fresh = Controller(_mlc_free_settings(), DryRunActuator(), clock=Clock())
+        await _feed(controller, clock, range(5), 700)
+        fresh = Controller(_far_failsafe(), DryRunActuator(), clock=Clock())
         await fresh.adopt_rates_in_force()  # nothing in force: the fixed split at once
         first = await fresh.on_sample(_sample(0, 700))
         return held.applied, first
@@ -410,7 +411,7 @@ def test_a_restarted_controller_moves_on_from_the_rate_in_force():
 def test_the_trivial_baseline_applies_its_split_at_once_even_after_the_failsafe():
     async def main():
         clock, actuator = Clock(), DryRunActuator()
-        settings = _mlc_free_settings(strategy="trivial")
+        settings = _far_failsafe(strategy="trivial")
         controller = Controller(settings, actuator, clock=clock)
         clock.now += 5.0
         await controller.check_staleness()
@@ -440,10 +441,8 @@ class LateActuator(DryRunActuator):
 def test_after_a_failed_call_the_next_decision_moves_from_the_rate_read_back():
     async def main():
         clock, actuator = Clock(), LateActuator()
-        controller = Controller(_mlc_free_settings(), actuator, clock=clock)
-        for k in range(3):
-            clock.now += 1.0
-            await controller.on_sample(_sample(k, 600))
+        controller = Controller(_far_failsafe(), actuator, clock=clock)
+        await _feed(controller, clock, range(3), 600)
         assert actuator.applied[-1] == 400 * MBPS
         actuator.late = True
         clock.now += 3.5

@@ -64,14 +64,19 @@ def test_the_controller_sets_the_dtn_cap_and_the_agent_fails_safe(netns):
     try:
         assert _rate(netns) == "600Mbit"  # a known cap from the start: the fail-safe
 
-        async def drive() -> float:
+        async def drive() -> tuple[float | None, float, float | None]:
             actuator = ShaperActuator(f"127.0.0.1:{grpc_port}")
             try:
-                return await actuator.apply(450e6)
+                # what a restarted controller reads back before it moves the cap
+                return (
+                    await actuator.current(),
+                    await actuator.apply(450e6),
+                    await actuator.current(),
+                )
             finally:
                 await actuator.close()
 
-        assert asyncio.run(drive()) == 450e6
+        assert asyncio.run(drive()) == (600e6, 450e6, 450e6)
         assert _rate(netns) == "450Mbit"
         # the controller goes quiet: after --stale-after the agent restores the fail-safe
         assert _wait_rate(netns, "600Mbit") == "600Mbit"

@@ -102,7 +102,7 @@ class _GrpcActuator:
         return float(response.rate_bps)
 
     async def current(self) -> float | None:
-        return None  # a service without a read-back call
+        return None  # overridden where the service can read its rate back
 
     async def close(self) -> None:
         await self._channel.close(None)
@@ -151,6 +151,18 @@ class ShaperActuator(_GrpcActuator):
     name = "shaper"
     stub_class = telemetry_pb2_grpc.ShaperStub
     method = "SetRate"
+
+    async def current(self) -> float | None:
+        try:
+            answer = await self._stub.GetRate(
+                telemetry_pb2.RateRequest(), timeout=self._timeout, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as error:
+            log.info(
+                "shaper %s: no rate in force to read back (%s)", self.address, error.code().name
+            )
+            return None
+        return _held(float(answer.rate_bps))
 
 
 TC_H_ROOT = 0xFFFFFFFF

@@ -63,6 +63,14 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
         self.failsafe_active = False
         return telemetry_pb2.RateLimit(rate_bps=self.applied_bps or 0.0)
 
+    async def GetRate(  # noqa: N802 (gRPC method name)
+        self, request: telemetry_pb2.RateRequest, context: Any
+    ) -> telemetry_pb2.RateLimit:
+        held = await self.actuator.current()
+        if held is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no rate in force on the interface")
+        return telemetry_pb2.RateLimit(rate_bps=held or 0.0)
+
     async def check_staleness(self) -> bool:
         """Apply the fail-safe rate when no SetRate came for stale_after; True if so."""
         if self._clock() - self.last_set_s < self.stale_after_s:

@@ -315,3 +315,18 @@ class Actuations(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Actuations: _TypeAlias = Actuations  # noqa: Y015
+
+@_typing.final
+class RateRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RateRequest: _TypeAlias = RateRequest  # noqa: Y015

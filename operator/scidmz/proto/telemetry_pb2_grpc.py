@@ -362,6 +362,11 @@ class ShaperStub(object):
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
                 response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
                 _registered_method=True)
+        self.GetRate = channel.unary_unary(
+                '/scidmz.v1.Shaper/GetRate',
+                request_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateRequest.SerializeToString,
+                response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                _registered_method=True)
 
 
 class ShaperServicer(object):
@@ -375,12 +380,25 @@ class ShaperServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRate(self, request, context):
+        """The rate in force (the tbf's, read from the kernel): a restarted controller moves on
+        from it. NOT_FOUND when the interface has no tbf root.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ShaperServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'SetRate': grpc.unary_unary_rpc_method_handler(
                     servicer.SetRate,
                     request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+                    response_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            ),
+            'GetRate': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRate,
+                    request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateRequest.FromString,
                     response_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
             ),
     }
@@ -412,6 +430,33 @@ class Shaper(object):
             target,
             '/scidmz.v1.Shaper/SetRate',
             scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scidmz.v1.Shaper/GetRate',
+            scidmz_dot_proto_dot_telemetry__pb2.RateRequest.SerializeToString,
             scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
             options,
             channel_credentials,

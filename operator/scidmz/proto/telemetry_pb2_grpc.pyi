@@ -139,6 +139,10 @@ class ShaperStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ShaperAsyncStub: ...
     SetRate: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]
+    GetRate: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateRequest, _telemetry_pb2.RateLimit]
+    """The rate in force (the tbf's, read from the kernel): a restarted controller moves on
+    from it. NOT_FOUND when the interface has no tbf root.
+    """
 
 @_typing.type_check_only
 class ShaperAsyncStub(ShaperStub):
@@ -148,6 +152,10 @@ class ShaperAsyncStub(ShaperStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     SetRate: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
+    GetRate: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateRequest, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
+    """The rate in force (the tbf's, read from the kernel): a restarted controller moves on
+    from it. NOT_FOUND when the interface has no tbf root.
+    """
 
 class ShaperServicer(metaclass=_abc_1.ABCMeta):
     """`scidmz shaper`: a tbf on one node's interface (the DTN host's egress), driven by the
@@ -160,5 +168,15 @@ class ShaperServicer(metaclass=_abc_1.ABCMeta):
         request: _telemetry_pb2.RateLimit,
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.RateLimit, _abc.Awaitable[_telemetry_pb2.RateLimit]]: ...
+
+    @_abc_1.abstractmethod
+    def GetRate(
+        self,
+        request: _telemetry_pb2.RateRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.RateLimit, _abc.Awaitable[_telemetry_pb2.RateLimit]]:
+        """The rate in force (the tbf's, read from the kernel): a restarted controller moves on
+        from it. NOT_FOUND when the interface has no tbf root.
+        """
 
 def add_ShaperServicer_to_server(servicer: ShaperServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -111,14 +111,14 @@ def run_fault(
     else:
         loop.signal(fault.component, signal.SIGCONT)
     failsafe_at = failsafe_reached(loop, fault, struck)
-    resumed_at: float | None
+    resumed_at: float | None = None
     try:
-        resumed_at = loop.wait_until(
+        loop.wait_until(
             lambda: loop.resumed_at(cleared) is not None, resume_timeout_s, "resumed control"
         )
-        resumed_at = loop.resumed_at(cleared)
+        resumed_at = loop.resumed_at(cleared)  # the probe's time, not the poll's
     except TimeoutError:
-        resumed_at = None
+        pass
     time.sleep(observe_s)
     held = None
     if fault.component == "controller":

@@ -5,8 +5,9 @@
 config, each of which can be signalled (SIGKILL, SIGSTOP, SIGCONT) and started again. Three
 probe threads record, at ``PROBE_S`` intervals and independently of each other (a stopped
 process must not stall the others' probes): the campus rate limit in force at the simulator
-(its ground truth, what the network actually gets), the controller's ``/state``, and the
-collector's readiness. Used by ``bench/chaos.py`` and its short form in the tests.
+(its ground truth, what the network actually gets), the simulator's journal of every rate
+it applied, and the controller's ``/state``. Used by ``bench/chaos.py`` and its short form
+in the tests.
 """
 
 from __future__ import annotations
@@ -63,16 +64,8 @@ class ControllerProbe:
     t: float
     reachable: bool
     failsafe: bool = False
-    u_bps: float | None = None
     sequence: int | None = None
     """The sequence of the last sample the controller decided on."""
-
-
-@dataclass(frozen=True)
-class CollectorProbe:
-    t: float
-    ready: bool | None
-    """None while the collector does not answer at all."""
 
 
 @dataclass
@@ -81,17 +74,6 @@ class Probes:
     actuations: list[Actuation] = field(default_factory=list)
     """Every campus rate the simulator was set to, in order (its journal, read in full)."""
     controller: list[ControllerProbe] = field(default_factory=list)
-    collector: list[CollectorProbe] = field(default_factory=list)
-
-
-def _ready(url: str) -> bool | None:
-    try:
-        with urllib.request.urlopen(url, timeout=0.5) as response:  # noqa: S310 (loopback)
-            return bool(response.status == 200)
-    except urllib.error.HTTPError:
-        return False
-    except (OSError, urllib.error.URLError):
-        return None
 
 
 class LocalLoop:
@@ -110,6 +92,16 @@ class LocalLoop:
         self.probes = Probes()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        # one channel per probe thread; a restarted target must be seen at once, not after
+        # gRPC's reconnect back-off (up to 120 s by default) has grown over the outage
+        self._truth_stub = telemetry_pb2_grpc.SimActuatorStub(
+            grpc.insecure_channel(self.switch, options=PROBE_CHANNEL)
+        )
+        self._journal_stub = telemetry_pb2_grpc.SimActuatorStub(
+            grpc.insecure_channel(self.switch, options=PROBE_CHANNEL)
+        )
+        self._journal_next = 0
+        self._target_run = 0
 
     # ---- processes ------------------------------------------------------------------------
     def _args(self, name: str) -> list[str]:
@@ -132,22 +124,13 @@ class LocalLoop:
         if sig == signal.SIGKILL:
             self.processes[name].wait(timeout=10)
 
-    def restart(self, name: str) -> None:
-        process = self.processes[name]
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=10)
-        self.spawn(name)
-
     def alive(self, name: str) -> bool:
         return self.processes[name].poll() is None
 
     def start(self) -> LocalLoop:
         for name in COMPONENTS:
             self.spawn(name)
-        probes = (self._probe_truth, self._probe_actuations, self._probe_controller,
-                  self._probe_collector)  # fmt: skip
-        for probe in probes:
+        for probe in (self._probe_truth, self._probe_actuations, self._probe_controller):
             thread = threading.Thread(target=self._every, args=(probe,), daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -184,11 +167,6 @@ class LocalLoop:
             self._stop.wait(max(PROBE_S - (time.monotonic() - started), 0.0))
 
     def _probe_truth(self) -> None:
-        if not hasattr(self, "_truth_stub"):
-            # a restarted target must be seen at once, not after gRPC's reconnect
-            # back-off (up to 120 s by default) has grown over the outage
-            self._truth_channel = grpc.insecure_channel(self.switch, options=PROBE_CHANNEL)
-            self._truth_stub = telemetry_pb2_grpc.SimActuatorStub(self._truth_channel)
         try:
             truth = self._truth_stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest(), timeout=0.5)
             u: float | None = truth.campus_rate_limit_bps
@@ -197,10 +175,6 @@ class LocalLoop:
         self.probes.truth.append(TruthProbe(time.monotonic(), u))
 
     def _probe_actuations(self) -> None:
-        if not hasattr(self, "_journal_stub"):
-            channel = grpc.insecure_channel(self.switch, options=PROBE_CHANNEL)
-            self._journal_stub = telemetry_pb2_grpc.SimActuatorStub(channel)
-            self._journal_next, self._target_run = 0, 0
         request = telemetry_pb2.ActuationsRequest(after=self._journal_next)
         try:
             answer = self._journal_stub.GetActuations(request, timeout=0.5)
@@ -232,14 +206,9 @@ class LocalLoop:
                 now,
                 reachable=True,
                 failsafe=bool(state.get("failsafe_active")),
-                u_bps=state.get("campus_rate_limit_bps"),
                 sequence=sample.get("sequence"),
             )
         )
-
-    def _probe_collector(self) -> None:
-        ready = _ready(f"http://127.0.0.1:{self.collector_http}/readyz")
-        self.probes.collector.append(CollectorProbe(time.monotonic(), ready))
 
     # ---- waiting --------------------------------------------------------------------------
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str) -> float:

@@ -393,18 +393,14 @@ class Controller:
         """Start from the rates the actuators hold (a previous controller's, or the
         fail-safe a stopped one restored): the first decisions then move by at most maxStep
         from them. An actuator that cannot tell leaves the start free."""
-        campus = await self.actuator.current()
-        if campus is not None:
-            self.applied_bps = campus
-            self.filter = FilterState(applied_bps=campus)
+        # nothing is known yet of what is in force: the same read-back as after a failure
+        self._in_doubt.add(self.actuator)
         if self.dtn_actuator is not None:
-            cap = await self.dtn_actuator.current()
-            if cap is not None:
-                self.dtn_applied_bps = cap
-                self.dtn_filter = FilterState(applied_bps=cap)
+            self._in_doubt.add(self.dtn_actuator)
+        await self._settle_doubts()
         log.info(
             "rate in force at start: campus %s, DTN cap %s",
-            "unknown" if campus is None else f"{campus:.0f} bit/s",
+            "unknown" if self.applied_bps is None else f"{self.applied_bps:.0f} bit/s",
             "unknown" if self.dtn_applied_bps is None else f"{self.dtn_applied_bps:.0f} bit/s",
         )
         self._publish()

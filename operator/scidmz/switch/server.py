@@ -446,29 +446,29 @@ async def _refuse(context: Any, error: MalformedRequestError) -> None:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(error))
 
 
+async def _request(kind: Any, raw: bytes, context: Any) -> Any:
+    """``raw`` parsed as ``kind``, or the call aborted INVALID_ARGUMENT."""
+    try:
+        return _parse(kind, raw)
+    except MalformedRequestError as error:
+        await _refuse(context, error)
+        raise  # abort raised already; for the type checker
+
+
 def add_p4runtime(service: TargetService, server: grpc.aio.Server) -> None:
     """``p4.v1.P4Runtime`` on ``server``, where a request that is not a valid protobuf
     message is answered INVALID_ARGUMENT (gRPC's own deserializer would answer UNKNOWN, a
     code that tells the client nothing)."""
+    serialize = {"response_serializer": lambda m: m.SerializeToString()}
 
     def unary(method: Any, kind: Any) -> grpc.RpcMethodHandler:
         async def handle(raw: bytes, context: Any) -> Any:
-            try:
-                request = _parse(kind, raw)
-            except MalformedRequestError as error:
-                await _refuse(context, error)
-            return await method(request, context)
+            return await method(await _request(kind, raw, context), context)
 
-        return grpc.unary_unary_rpc_method_handler(
-            handle, response_serializer=lambda m: m.SerializeToString()
-        )
+        return grpc.unary_unary_rpc_method_handler(handle, **serialize)
 
     async def read(raw: bytes, context: Any) -> AsyncIterator[p4r.ReadResponse]:
-        try:
-            request = _parse(p4r.ReadRequest, raw)
-        except MalformedRequestError as error:
-            await _refuse(context, error)
-        async for response in service.Read(request, context):
+        async for response in service.Read(await _request(p4r.ReadRequest, raw, context), context):
             yield response
 
     async def stream_channel(
@@ -481,10 +481,9 @@ def add_p4runtime(service: TargetService, server: grpc.aio.Server) -> None:
         try:
             async for response in service.StreamChannel(parsed(), context):
                 yield response
-        except MalformedRequestError as error:
+        except MalformedRequestError as error:  # raised in the stream's reader task
             await _refuse(context, error)
 
-    serialize = {"response_serializer": lambda m: m.SerializeToString()}
     handlers = {
         "Write": unary(service.Write, p4r.WriteRequest),
         "SetForwardingPipelineConfig": unary(

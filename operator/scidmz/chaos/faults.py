@@ -122,7 +122,9 @@ def run_fault(
     time.sleep(observe_s)
     held = None
     if fault.component == "controller":
-        during = [p.u_bps for p in loop.probes.truth if struck < p.t < cleared and p.u_bps]
+        during = [
+            p.u_bps for p in loop.probes.truth if struck < p.t < cleared and p.u_bps is not None
+        ]
         held = bool(during) and max(during) - min(during) <= RATE_MATCH_BPS
     return FaultResult(
         fault=fault,

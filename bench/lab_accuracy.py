@@ -1,15 +1,21 @@
 """The collector on real packets against the kernel's ground truth (issue 12).
 
     .venv/bin/python bench/lab_accuracy.py [--bottleneck 300Mbps] [--campus-flows 52]
-        [--dtn-streams 8] [--duration 60] [--write [--report PATH]]
+        [--dtn-streams 8] [--duration 105] [--warmup 45] [--write [--report PATH]]
 
 Brings up the lab (needs root), runs `scidmz target --source lab` + collector + a controller
 whose actuator is dryRun (so u stays at B and the flows share the link on their own), and
-compares the collector's steady-state means (after a 15 s warm-up) with the kernel's:
+compares the collector's steady-state means (after a 45 s warm-up) with the kernel's:
 offered rate per class (the border's rx counters), per-flow srtt (TCP_INFO; the campus one
 less its wait in the campus shaper, which happens before the tap), the bottleneck's
 backlog / B, and the flows that sent ≥ C_TH segments per second. It also reports what the
 tap costs (CPU of the target and its reader) and the capture's kernel drop counters.
+
+The warm-up is as long as the slowest estimator takes to settle: the campus RTT is
+algorithm 4's EWMA (α = 0.875 per T, an 8 s time constant at T = 1 s) started from its first
+mean, taken while the bottleneck queue is still filling (~80 ms under the full-queue RTT).
+At 15 s it is still ~17 ms under the kernel's srtt, from ~30–40 s it stays within 2 ms; the
+report gives that second, so the transient is shown, not hidden.
 
 Targets: rates within 2 %, RTTs within 2 ms, queuing delay within 1 ms, active flows exact;
 no capture loss at 300 Mb/s with 60 flows.
@@ -18,6 +24,7 @@ no capture loss at 300 Mb/s with 60 flows.
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import sys
 from pathlib import Path
@@ -27,7 +34,7 @@ from scidmz.api.policy import Limits
 from scidmz.api.units import parse_rate
 from scidmz.lab import runner
 from scidmz.lab.cli import lab_scenario
-from scidmz.lab.loop import load_policy, run_loop
+from scidmz.lab.loop import load_policy, run_loop, settled_at
 
 RESULTS = Path(__file__).parent / "results" / "lab_accuracy.md"
 POLICY = Path(__file__).parents[1] / "examples" / "lab" / "cubic-300M.yaml"
@@ -42,16 +49,22 @@ TARGETS = {
 }
 
 
-def verdict(key: str, collector: float, kernel: float) -> tuple[str, str]:
+def within(key: str, collector: float, kernel: float) -> bool:
     kind, limit = TARGETS[key]
+    if kind == "relative":
+        return abs(collector - kernel) <= limit * kernel
+    return abs(collector - kernel) <= limit + 1e-9
+
+
+def verdict(key: str, collector: float, kernel: float) -> tuple[str, str]:
+    kind, _ = TARGETS[key]
     if not (math.isfinite(collector) and math.isfinite(kernel)):
         return "—", "no data"
+    status = "met" if within(key, collector, kernel) else "MISSED"
     if kind == "relative":
-        error = abs(collector - kernel) / kernel
-        return f"{error:.2%}", "met" if error <= limit else "MISSED"
+        return f"{abs(collector - kernel) / kernel:.2%}", status
     error = abs(collector - kernel)
-    shown = f"{error:.1f}" if key == "active_flows" else f"{error * 1e3:.2f} ms"
-    return shown, "met" if error <= limit + 1e-9 else "MISSED"
+    return (f"{error:.1f}" if key == "active_flows" else f"{error * 1e3:.2f} ms"), status
 
 
 def fmt(key: str, value: float) -> str:
@@ -67,7 +80,8 @@ def main() -> int:
     parser.add_argument("--bottleneck", default="300Mbps")
     parser.add_argument("--campus-flows", type=int, default=52)
     parser.add_argument("--dtn-streams", type=int, default=8)
-    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--duration", type=float, default=105.0)
+    parser.add_argument("--warmup", type=float, default=45.0, help="seconds left out of the means")
     parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-accuracy"))
     parser.add_argument("--no-offloads", action="store_true")
     parser.add_argument("--write", action="store_true")
@@ -94,10 +108,20 @@ def main() -> int:
     policy = type(policy)(policy.name, policy.namespace, spec)
     lab = runner.up(scenario, offloads=not args.no_offloads, progress=print)
     try:
-        summary = run_loop(policy, lab, args.duration, args.out, progress=print, warmup_s=15.0)
+        summary = run_loop(
+            policy, lab, args.duration, args.out, progress=print, warmup_s=args.warmup
+        )
     finally:
         runner.down()
-    report = render(summary, args)
+    # the last second is the flows' end, which the kernel sees before the collector's T does
+    samples = [
+        row
+        for row in csv.DictReader((args.out / "samples.csv").open())
+        if float(row["t_s"]) <= args.duration - 1
+    ]
+    truth = list(csv.DictReader((args.out / "truth.csv").open()))
+    settled = settled_at(samples, truth, "campus_rtt_s", lambda c, k: within("campus_rtt_s", c, k))
+    report = render(summary, settled, args)
     print(report)
     if args.write:
         args.report.write_text(report)
@@ -105,18 +129,19 @@ def main() -> int:
     return 0
 
 
-def render(summary: dict[str, Any], args: argparse.Namespace) -> str:
+def render(summary: dict[str, Any], campus_rtt_settled_s: float, args: argparse.Namespace) -> str:
     flows = args.campus_flows + args.dtn_streams
     lines = [
         "# The collector on real packets vs the kernel (issue 12)",
         "",
         f"`python bench/lab_accuracy.py --bottleneck {args.bottleneck} --campus-flows "
-        f"{args.campus_flows} --dtn-streams {args.dtn_streams} --duration {args.duration:g}`"
+        f"{args.campus_flows} --dtn-streams {args.dtn_streams} --duration {args.duration:g} "
+        f"--warmup {args.warmup:g}`"
         f"{' --no-offloads' if args.no_offloads else ''}: the lab at {args.bottleneck}, "
         f"{flows} long flows (Cubic, campus 10 ms, DTN 100 ms), u = B (dryRun), steady-state "
-        "means after 15 s. Kernel side: border rx counters (offered rate), TCP_INFO srtt "
-        "(campus: less the campus shaper's wait, which is before the tap), tc backlog / B, "
-        "flows with ≥ C_TH segments in the second.",
+        f"means after {args.warmup:g} s. Kernel side: border rx counters (offered rate), "
+        "TCP_INFO srtt (campus: less the campus shaper's wait, which is before the tap), "
+        "tc backlog / B, flows with ≥ C_TH segments in the second.",
         "",
         "| variable | collector | kernel | difference | target |",
         "|---|---:|---:|---:|---|",
@@ -136,7 +161,14 @@ def render(summary: dict[str, Any], args: argparse.Namespace) -> str:
     capture = summary["capture"]
     drops = sum(c["kernel_drops"] for c in capture.values())
     frames = sum(c["frames"] for c in capture.values())
+    settled = (
+        "never" if math.isnan(campus_rtt_settled_s) else f"from {campus_rtt_settled_s:.0f} s on"
+    )
     lines += [
+        "",
+        "The campus RTT is algorithm 4's EWMA (α = 0.875 per T) started from its first mean, "
+        "taken while the queue still fills; second by second it is within 2 ms of the "
+        f"kernel's {settled} (the warm-up must cover this).",
         "",
         f"Capture: {frames} frames on {len(capture)} interfaces, {drops} dropped by the kernel "
         f"({'met' if drops == 0 else 'MISSED'}: no loss). The tap (target + reader) used "

@@ -134,3 +134,42 @@ def test_scenarios_the_lab_cannot_build_are_refused_by_field(
 ) -> None:
     with pytest.raises(LabError, match=field.replace(".", r"\.")):
         topology.check_scenario(Scenario.model_validate(raw))
+
+
+def _rows(values: dict[str, list[float | None]], t0: float = 1.0) -> list[dict[str, object]]:
+    length = len(next(iter(values.values())))
+    return [
+        {"t_s": f"{t0 + i:.3f}"}
+        | {key: "" if series[i] is None else str(series[i]) for key, series in values.items()}
+        for i in range(length)
+    ]
+
+
+def test_settled_at_is_the_start_of_the_last_run_within_tolerance() -> None:
+    from scidmz.lab.loop import settled_at
+
+    # an EWMA converging on the kernel's 109 ms, with one wide second in the middle
+    collector = _rows({"campus_rtt_s": [0.082, 0.100, 0.1085, 0.095, 0.1083, 0.1089, 0.1090]})
+    kernel = _rows({"campus_rtt_at_tap_s": [0.109] * 7}, t0=1.02)
+    close = lambda c, k: abs(c - k) <= 0.002  # noqa: E731
+    assert settled_at(collector, kernel, "campus_rtt_s", close) == 5.0
+    # a last second out of tolerance: never settled
+    wide = _rows({"campus_rtt_s": [0.109, 0.109, 0.080]})
+    assert math.isnan(settled_at(wide, kernel, "campus_rtt_s", close))
+    # seconds the collector has no value for are skipped, not counted as misses
+    gappy = _rows({"campus_rtt_s": [0.080, None, 0.109]})
+    assert settled_at(gappy, kernel, "campus_rtt_s", close) == 3.0
+
+
+def test_active_flows_are_judged_against_both_classes_sum() -> None:
+    from scidmz.lab.loop import settled_at, summarise
+
+    samples = _rows({"active_flows": [59.0, 60.0, 60.0], "dtn_rate_bps": [1e8, 1e8, 1e8]})
+    truth = _rows(
+        {"dtn_active_flows": [8.0, 8.0, 8.0], "campus_active_flows": [51.0, 52.0, 52.0]}
+        | {"dtn_rate_bps": [1e8, 1e8, 1e8]}
+    )
+    exact = lambda c, k: c == k  # noqa: E731
+    assert settled_at(samples, truth, "active_flows", exact) == 1.0
+    summary = summarise(samples, truth, 1e8, warmup_s=2.0)
+    assert summary["accuracy"]["active_flows"] == {"collector": 60.0, "kernel": 60.0}

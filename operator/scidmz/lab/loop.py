@@ -324,6 +324,61 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+ACCURACY_PAIRS = {
+    "dtn_rate_bps": "dtn_offered_rate_bps",
+    "campus_rate_bps": "campus_offered_rate_bps",
+    "dtn_rtt_s": "dtn_rtt_s",
+    "campus_rtt_s": "campus_rtt_at_tap_s",
+    "dtn_queuing_delay_s": "queuing_delay_s",
+    "campus_queuing_delay_s": "queuing_delay_s",
+    "active_flows": "active_flows",
+}
+"""Each collector variable and the truth column it is judged against."""
+
+
+def _kernel_series(
+    truth: list[dict[str, Any]], truth_key: str, after_s: float
+) -> list[tuple[float, float]]:
+    """``(t, value)`` of a truth column; the active flows are both classes' sum."""
+    keys = (
+        ("dtn_active_flows", "campus_active_flows") if truth_key == "active_flows" else (truth_key,)
+    )
+    series: list[tuple[float, float]] = []
+    for row in truth:
+        values = ["" if row.get(key) is None else str(row[key]) for key in keys]
+        if float(row["t_s"]) < after_s or "" in values:
+            continue
+        value = math.fsum(float(v) for v in values)
+        if math.isfinite(value):
+            series.append((float(row["t_s"]), value))
+    return series
+
+
+def settled_at(
+    samples: list[dict[str, Any]],
+    truth: list[dict[str, Any]],
+    key: str,
+    within: Callable[[float, float], bool],
+) -> float:
+    """The first second from which the collector's ``key`` stays ``within`` the kernel's
+    value of the same second to the end of the run (seconds paired by rounding); NaN if the
+    last paired second is not within. Shows how long an estimator takes to converge, e.g.
+    algorithm 4's campus-RTT EWMA from its first mean, taken while the queue still fills."""
+    kernel = {round(t): value for t, value in _kernel_series(truth, ACCURACY_PAIRS[key], 0.0)}
+    paired = []
+    for row in samples:
+        value = row.get(key)
+        second = round(float(row["t_s"]))
+        if value not in (None, "") and second in kernel and math.isfinite(float(value)):
+            paired.append((second, within(float(value), kernel[second])))
+    settled = math.nan
+    for second, ok in reversed(paired):
+        if not ok:
+            break
+        settled = float(second)
+    return settled
+
+
 def summarise(
     samples: list[dict[str, Any]], truth: list[dict[str, Any]], target_bps: float, warmup_s: float
 ) -> dict[str, Any]:
@@ -331,28 +386,9 @@ def summarise(
     collector's steady-state means beside the kernel's, after ``warmup_s``."""
     delivered = _floats(truth, "dtn_rate_bps", warmup_s)
     measured = _floats(samples, "dtn_rate_bps", warmup_s)
-    pairs = {
-        "dtn_rate_bps": "dtn_offered_rate_bps",
-        "campus_rate_bps": "campus_offered_rate_bps",
-        "dtn_rtt_s": "dtn_rtt_s",
-        "campus_rtt_s": "campus_rtt_at_tap_s",
-        "dtn_queuing_delay_s": "queuing_delay_s",
-        "campus_queuing_delay_s": "queuing_delay_s",
-        "active_flows": "active_flows",
-    }
     accuracy = {}
-    for collector_key, truth_key in pairs.items():
-        if truth_key == "active_flows":
-            kernel = [
-                a + b
-                for a, b in zip(
-                    _floats(truth, "dtn_active_flows", warmup_s),
-                    _floats(truth, "campus_active_flows", warmup_s),
-                    strict=False,
-                )
-            ]
-        else:
-            kernel = _floats(truth, truth_key, warmup_s)
+    for collector_key, truth_key in ACCURACY_PAIRS.items():
+        kernel = [value for _, value in _kernel_series(truth, truth_key, warmup_s)]
         accuracy[collector_key] = {
             "collector": _mean(_floats(samples, collector_key, warmup_s)),
             "kernel": _mean(kernel),

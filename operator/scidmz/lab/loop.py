@@ -129,7 +129,16 @@ class Processes:
 
     def spawn(self, name: str, argv: list[str]) -> None:
         out = (self.workdir / f"{name}.log").open("ab")
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
+        # SIGTERM when this process dies: stop() runs in a ``finally``, which a SIGTERM or
+        # SIGKILL of the bench or of `scidmz lab run` skips, and the target, collector,
+        # controller and Prometheus kept running (holding ports and the lab's shaper).
+        # setpriv (util-linux) because a preexec_fn is unsafe with the truth thread running.
+        process = subprocess.Popen(
+            ["setpriv", "--pdeathsig", "TERM", "--", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+        )
         self.processes.append((name, process))
 
     def scidmz(self, name: str, *args: str) -> None:

@@ -34,6 +34,7 @@ TOOLS = {
     "iperf3": "iperf3",
     "gcc": "gcc",
     "ethtool": "ethtool",
+    "setpriv": "util-linux",
 }
 
 

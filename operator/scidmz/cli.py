@@ -726,9 +726,11 @@ def tune(
     )
     path = folder / cca / GAINS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        dump_gains(gains, f"Anti-windup gains for the {cca} DTN, tuned by `{command}`.")
+    kept = [name for name in FILTERS if name not in chosen]
+    header = f"Anti-windup gains for the {cca} DTN, tuned by `{command}`" + (
+        f"; {', '.join(kept)} kept from the file's earlier tuning." if kept else "."
     )
+    path.write_text(dump_gains(gains, header))
     for r in results:
         typer.echo(
             f"{cca} {r.name}: Kp {r.gains.kp:g} Ki {r.gains.ki:g} Kw {r.gains.kw:g}, "

@@ -9,6 +9,13 @@ the same R*(t) and the same simulated network (common random numbers), on tuning
 (101, 102, …) that the benchmark's seeds (1 … 10) do not reuse. A run is deterministic per
 seed, with or without worker processes.
 
+Episode k runs with ``TUNING_CAMPUS_FLOWS[k mod 4]`` long campus flows (100, 50, 150, 200:
+table 5's N_s), so ``--episodes 4`` scores a triple on every load the benchmark judges;
+``--episodes 1`` is the 100-flow load the inverse model was trained on. Why it matters: in
+one experiment (README, "Tuning the gains") one episode gave mlc gains without an integral
+(Ki = 0), best at 100 flows, while at 50 flows, where the model extrapolates, nothing
+removed its bias and a 10 GB transfer ran at 0.33 R*.
+
 Three filters are tuned in turn per DTN congestion control: ``pi`` and ``mlc`` (the campus
 filter around B − R* and around the shipped inverse model; campus-only for a Cubic DTN,
 with the DTN cap for a BBR DTN, which campus shaping alone cannot hold) and ``dtn`` (the
@@ -30,6 +37,7 @@ from scidmz.learn.gains import FILTERS, Triple, TunedGains, load_gains
 
 GENE_HIGH = 3.0
 TUNING_SEED_BASE = 100
+TUNING_CAMPUS_FLOWS = (100, 50, 150, 200)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,8 @@ class Fitness:
         for episode in range(self.search.episodes):
             seed = TUNING_SEED_BASE + self.search.seed + episode
             targets = random_targets(seed, WARMUP + measured)
-            scenario = scenario_for(self.cca, seed, 100, None)
+            flows = TUNING_CAMPUS_FLOWS[episode % len(TUNING_CAMPUS_FLOWS)]
+            scenario = scenario_for(self.cca, seed, flows, None)
             loop = make_loop(arm, self.cca, scenario, targets[0], tuned, self._model)
             steps = loop.run(targets)[WARMUP:]
             period = scenario.sample_time_s
@@ -207,6 +216,8 @@ def tune(
 ) -> tuple[TunedGains, list[FilterResult]]:
     """Tune ``filters`` in the order pi, mlc, dtn (dtn rides on the tuned mlc)."""
     current = load_gains(models_dir, cca)
+    # the filters not tuned now keep their recorded fitness (read before `current` moves on)
+    previous = dict(current.provenance.get("fitness") or {})
     results = []
     for name in ("pi", "mlc", "dtn"):
         if name not in filters:
@@ -233,9 +244,13 @@ def tune(
             }
             for r in results
         },
-        "search": asdict(search) | {"library": "pygad", "tuning_seeds": "101 + seed + episode"},
+        "search": asdict(search)
+        | {
+            "library": "pygad",
+            "tuning_seeds": "101 + seed + episode",
+            "campus_flows_by_episode": list(TUNING_CAMPUS_FLOWS),
+        },
     }
-    previous = current.provenance.get("fitness", {}) if current.provenance else {}
     provenance["fitness"] = {
         name: provenance["fitness"].get(name, previous.get(name))
         for name in FILTERS

@@ -108,6 +108,9 @@ class Simulator:
         self.rand_size: FloatArray = np.zeros(0)
         self._pending_events: list[FloatArray] = []
 
+        self._campus_demand_bps: float | None = None
+        self._active_long = self.layout.n_long
+        self._paused_at: FloatArray = np.full(self.layout.n_long, np.inf)
         self.glob_i[layout.RNG_STATE] = (scenario.seed * 2654435761 + 1) % 4294967291 or 1
         self.params = self._params(capacity, buffer_bytes)
         self._init_flows()
@@ -230,19 +233,63 @@ class Simulator:
         self.params[layout.P_DTN_BURST] = burst
 
     def set_campus_demand(self, rate_bps: float | None) -> None:
-        """Application-limit the campus long flows to ``rate_bps`` in aggregate (each gets an
-        equal share as its sending limit), from the next step on; ``None`` restores the
-        scenario's NIC rates. Lets an experiment vary campus demand around B − R*."""
-        n_long = self.layout.n_long
-        if n_long == 0:
-            return
-        if rate_bps is None:
-            line = self._line_bytes(self.scenario.campus.line_rate_bps)
-        elif math.isfinite(rate_bps) and rate_bps >= 0:
-            line = rate_bps / 8.0 / n_long * self.dt
-        else:
+        """Application-limit the active campus long flows to ``rate_bps`` in aggregate (each
+        gets an equal share as its sending limit), from the next step on; ``None`` restores
+        the scenario's NIC rates. Lets an experiment vary campus demand around B − R*."""
+        if rate_bps is not None and not (math.isfinite(rate_bps) and rate_bps >= 0):
             raise ValueError(f"campus demand must be a finite rate >= 0, got {rate_bps!r}")
-        self.flow_f[layout.LINE_BYTES, :n_long] = line
+        self._campus_demand_bps = rate_bps
+        self._apply_campus_lines()
+
+    def set_campus_long_flows(self, count: int) -> None:
+        """Let only the first ``count`` campus long flows send, from the next step on; the
+        others pause (application-idle: they keep their connection and send nothing). How
+        identification and the benchmarks vary the campus load N_s within one run.
+
+        A flow that resumes restarts its window as Linux does after an idle period
+        (``tcp_cwnd_restart``, net.ipv4.tcp_slow_start_after_idle = 1): ssthresh becomes
+        max(ssthresh, ¾·cwnd), cwnd halves for every RTO of idleness down to the initial
+        window, and Cubic starts a new epoch. Without it a flow back from a long pause
+        would send its old window in one burst."""
+        n_long = self.layout.n_long
+        if not 0 <= count <= n_long:
+            raise ValueError(f"campus long flows must be within 0..{n_long}, got {count!r}")
+        now = self.now
+        for column in range(self._active_long, count):
+            self._restart_after_idle(column, now - self._paused_at[column])
+        for column in range(count, self._active_long):
+            self._paused_at[column] = now
+        self._active_long = count
+        self._apply_campus_lines()
+
+    @property
+    def campus_long_flows(self) -> int:
+        """How many campus long flows may send now."""
+        return self._active_long
+
+    def _restart_after_idle(self, column: int, idle_s: float) -> None:
+        f = self.flow_f
+        cwnd = float(f[layout.CWND, column])
+        restart = min(float(self.scenario.initial_window_segments), cwnd)
+        f[layout.SSTHRESH, column] = max(float(f[layout.SSTHRESH, column]), 0.75 * cwnd)
+        # Linux's RTO: srtt + 4·rttvar, at least 200 ms; srtt + 200 ms stands in for it
+        rto = max(float(f[layout.SRTT, column]), 0.0) + 0.2
+        while idle_s > rto and cwnd > restart:
+            idle_s -= rto
+            cwnd /= 2.0
+        f[layout.CWND, column] = max(cwnd, restart)
+        f[layout.EPOCH_T, column] = -1.0
+
+    def _apply_campus_lines(self) -> None:
+        active = self._active_long
+        n_long = self.layout.n_long
+        demand = self._campus_demand_bps
+        if demand is None:
+            line = self._line_bytes(self.scenario.campus.line_rate_bps)
+        else:
+            line = demand / 8.0 / max(active, 1) * self.dt
+        self.flow_f[layout.LINE_BYTES, :active] = line
+        self.flow_f[layout.LINE_BYTES, active:n_long] = 0.0
 
     @property
     def dtn_rate_limit_bps(self) -> float | None:

@@ -16,6 +16,7 @@ from scidmz.lab.cli import lab_app
 if TYPE_CHECKING:
     import grpc
 
+    from scidmz.learn.identification import CampusLoad
     from scidmz.switch.netsim_source import NetsimSource
     from scidmz.switch.packet_source import PacketTapSource
 
@@ -602,6 +603,14 @@ def train(
             "cubic (the paper's excitation)."
         ),
     ] = None,
+    campus_flows: Annotated[
+        str,
+        typer.Option(
+            help="Campus long flows during identification: MIN..MAX varies the load "
+            "(log-uniform levels held 60-300 s, a fifth of them application-limited); one "
+            "number N holds N flows throughout (the paper's 100)."
+        ),
+    ] = "10..250",
 ) -> None:
     """Identify the network on the simulator and train the MLC inverse model (ONNX)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -621,7 +630,8 @@ def train(
         _fail("--duration must be >= 60 s, --folds >= 2 and --max-epochs >= 1")
     try:
         chosen = load_scenario(scenario) if scenario is not None else None
-    except ScenarioError as error:
+        load = _campus_load(campus_flows)
+    except (ScenarioError, ValueError) as error:
         _fail(str(error))
         return
     settings = TrainSettings(
@@ -633,6 +643,7 @@ def train(
         fit=FitSettings(max_epochs=max_epochs, seed=seed),
         scenario=chosen,
         dtn_cap_excitation=cca == "bbr" if dtn_cap_excitation is None else dtn_cap_excitation,
+        campus_load=load,
     )
     columns = (
         TextColumn("{task.description}"),
@@ -656,6 +667,20 @@ def train(
         f"(naive {report.mean('naive_overall'):.1%}); {report.seconds / 60:.1f} min; "
         f"wrote {settings.out_dir}/inverse.onnx and card.md"
     )
+
+
+def _campus_load(text: str) -> CampusLoad:
+    """``--campus-flows``: ``MIN..MAX`` or ``N``, each at most 10,000 flows."""
+    from scidmz.learn.identification import CampusLoad
+
+    low, dots, high = text.partition("..")
+    parts = (low, high) if dots else (low, low)
+    if not all(p.strip().isdigit() for p in parts):
+        raise ValueError(f"--campus-flows wants MIN..MAX or N (whole numbers), got {text!r}")
+    least, most = (int(p) for p in parts)
+    if not 1 <= least <= most <= 10_000:
+        raise ValueError(f"--campus-flows must satisfy 1 <= MIN <= MAX <= 10000, got {text!r}")
+    return CampusLoad(least, most) if dots and least < most else CampusLoad.fixed(most)
 
 
 @app.command()

@@ -175,6 +175,8 @@ class Identification:
     sample_time_s: float
     max_rate_bps: float
     dtn_cap_bps: FloatArray | None = None  # (n,), NaN where the DTN was not capped
+    campus_flows: npt.NDArray[np.int64] | None = None
+    """(n,) campus long flows sending in each interval, when the load varied."""
 
 
 def random_steps(n: int, max_rate_bps: float, seed: int) -> FloatArray:
@@ -191,6 +193,74 @@ def random_caps(n: int, max_rate_bps: float, seed: int, uncapped_share: float) -
     return caps
 
 
+@dataclass(frozen=True)
+class CampusLoad:
+    """How the campus load varies during identification: piecewise constant, a new level
+    every ``hold_s`` (uniform in the range) seconds.
+
+    The paper identifies at one load (100 senders). A model that never saw another load
+    extrapolates in the active-flow input: the first load-blind model, fed AF = 58 at
+    N_s = 50, answered û ≈ 2 Gb/s for a link of 1 Gb/s (README, issue 11). So the number of
+    sending campus long flows is drawn log-uniformly from ``min_flows..max_flows`` (as many
+    holds at 10–50 flows as at 50–250), and a ``limited_share`` of the holds also caps the
+    campus's demand (application-limited senders, uniform in 5–60 % of B): the state where
+    the shaper does not bind at any u above the demand."""
+
+    min_flows: int
+    max_flows: int
+    hold_s: tuple[float, float] = (60.0, 300.0)
+    limited_share: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_flows <= self.max_flows:
+            raise ValueError(
+                f"campus flows must satisfy 1 <= min <= max, got {self.min_flows}..{self.max_flows}"
+            )
+        low, high = self.hold_s
+        if not 0 < low <= high:
+            raise ValueError(f"hold times must satisfy 0 < low <= high, got {self.hold_s}")
+        if not 0 <= self.limited_share <= 1:
+            raise ValueError(f"limited_share must be within 0..1, got {self.limited_share}")
+
+    @classmethod
+    def fixed(cls, flows: int) -> CampusLoad:
+        """The paper's identification: ``flows`` senders, never limited."""
+        return cls(flows, flows, limited_share=0.0)
+
+    @property
+    def varies(self) -> bool:
+        return self.min_flows < self.max_flows or self.limited_share > 0
+
+    def describe(self) -> str:
+        if not self.varies:
+            return f"{self.max_flows} campus long flows throughout"
+        low, high = self.hold_s
+        return (
+            f"{self.min_flows}–{self.max_flows} campus long flows (log-uniform, a new level "
+            f"every {low:g}–{high:g} s), {self.limited_share:.0%} of the levels "
+            "application-limited to 5–60 % of B"
+        )
+
+
+def campus_loads(
+    load: CampusLoad, n: int, period_s: float, max_rate_bps: float, seed: int
+) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Per sample: the number of sending campus long flows, and their aggregate demand
+    (NaN: unlimited)."""
+    rng = np.random.default_rng(seed + 104_729)
+    flows = np.zeros(n, dtype=np.int64)
+    demand = np.full(n, math.nan)
+    k = 0
+    while k < n:
+        hold = max(1, round(rng.uniform(*load.hold_s) / period_s))
+        level = math.exp(rng.uniform(math.log(load.min_flows), math.log(load.max_flows)))
+        flows[k : k + hold] = min(load.max_flows, max(load.min_flows, round(level)))
+        if rng.uniform() < load.limited_share:
+            demand[k : k + hold] = rng.uniform(0.05, 0.6) * max_rate_bps
+        k += hold
+    return flows, demand
+
+
 def identify(
     scenario: Scenario,
     duration_s: float,
@@ -199,21 +269,35 @@ def identify(
     progress: Callable[[int, int], None] | None = None,
     telemetry: TelemetryConfig | None = None,
     dtn_cap_excitation: bool = False,
+    campus_load: CampusLoad | None = None,
 ) -> Identification:
     """Run ``duration_s`` of simulated time; ``progress(done, total)`` after each sample.
 
     With ``dtn_cap_excitation`` the DTN's sending-rate cap is excited too (``random_caps``,
     a quarter of the samples uncapped): a BBR DTN left alone takes the link whatever u is,
-    so without it the campus shaper hardly ever binds and u cannot be identified."""
+    so without it the campus shaper hardly ever binds and u cannot be identified. With a
+    varying ``campus_load`` the scenario's campus long flows are the slots it draws from
+    (``CampusLoad``); by default all of them send throughout (the paper's)."""
     collector = SimCollector(scenario, telemetry)
     period = scenario.sample_time_s
     n = math.ceil(duration_s / period)
     top = max_rate_bps if max_rate_bps is not None else scenario.bottleneck.capacity_bps
     u = random_steps(n, top, seed)
     caps = random_caps(n, top, seed, 0.25) if dtn_cap_excitation else None
+    slots = scenario.campus.long_flows
+    load = campus_load or CampusLoad.fixed(max(slots, 1))
+    if load.max_flows > slots:
+        raise ValueError(
+            f"the campus load reaches {load.max_flows} flows but the scenario has {slots}"
+        )
+    flows, demand = campus_loads(load, n, period, top, seed)
     rows = np.zeros((n, len(STATE_VARIABLES)))
     last = FALLBACK_STATE
     for k in range(n):
+        sim = collector.sim
+        if load.varies and (k == 0 or flows[k] != flows[k - 1] or demand[k] != demand[k - 1]):
+            sim.set_campus_long_flows(int(flows[k]))
+            sim.set_campus_demand(float(demand[k]) if math.isfinite(demand[k]) else None)
         collector.sim.set_campus_rate_limit(float(u[k]))
         if caps is not None:
             cap = float(caps[k])
@@ -222,7 +306,10 @@ def identify(
         rows[k] = last
         if progress is not None:
             progress(k + 1, n)
-    return Identification(u_bps=u, y=rows, sample_time_s=period, max_rate_bps=top, dtn_cap_bps=caps)
+    return Identification(
+        u_bps=u, y=rows, sample_time_s=period, max_rate_bps=top, dtn_cap_bps=caps,
+        campus_flows=flows if load.varies else None,
+    )  # fmt: skip
 
 
 def training_table(data: Identification) -> tuple[FloatArray, FloatArray]:

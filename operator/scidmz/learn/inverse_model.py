@@ -240,6 +240,9 @@ def export_onnx(model: object, max_rate_bps: float, path: Path, cca: str = "") -
         model, initial_types=[(INPUT_NAME, FloatTensorType([None, N_FEATURES]))], target_opset=17
     )
     graph = graph_model.graph
+    graph.name = (
+        f"scidmz_inverse_{cca or 'model'}"  # skl2onnx draws a random one: same seed, same bytes
+    )
     correction = graph.output[0].name
     graph.initializer.extend(
         [

@@ -11,7 +11,9 @@ from scidmz.control.features import (
     FEATURE_NAMES,
     N_FEATURES,
     BaseRtts,
+    LinkGoodput,
     Setpoint,
+    bottleneck_saturated,
     desired_state,
     features,
     fill_missing,
@@ -128,6 +130,55 @@ def test_desired_state_table_3_and_reachable():
     for mode in ("table3", "reachable"):
         y_d = desired_state(configured, MEASURED, base, mode)
         assert (y_d.dtn_rtt_s, y_d.campus_rtt_s) == (0.12, 0.015)
+
+
+def test_reachable_campus_rate_is_the_links_full_goodput_minus_the_target():
+    # a full link carries 956 Mb/s of payload per Gb/s: y_d asks for the campus share of
+    # that (356 Mb/s at R* = 600), not table 3's 400 Mb/s the link never carries
+    setpoint = Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS)
+    link = LinkGoodput().update(
+        MEASURED._replace(dtn_rate_bps=600 * MBPS, campus_rate_bps=356 * MBPS)
+    )
+    assert link.or_capacity(1000 * MBPS) == pytest.approx(956 * MBPS)
+    reachable = desired_state(setpoint, MEASURED, BaseRtts(), "reachable", link)
+    assert reachable.campus_rate_bps == pytest.approx(356 * MBPS)
+    assert desired_state(setpoint, MEASURED, BaseRtts(), "table3", link).campus_rate_bps == (
+        400 * MBPS
+    )
+    # never below zero, never above B_max − R*
+    high = Setpoint(target_rate_bps=990 * MBPS, capacity_bps=1000 * MBPS)
+    assert desired_state(high, MEASURED, BaseRtts(), "reachable", link).campus_rate_bps == 0.0
+    over = LinkGoodput((1200 * MBPS,))
+    assert desired_state(setpoint, MEASURED, BaseRtts(), "reachable", over).campus_rate_bps == (
+        400 * MBPS
+    )
+
+
+def test_link_goodput_learns_only_from_a_full_link():
+    link = LinkGoodput()
+    idle = MEASURED._replace(dtn_queuing_delay_s=0.0, campus_queuing_delay_s=0.0)
+    assert link.update(idle) == link  # no standing queue: the link had room to spare
+    unmeasured = MEASURED._replace(dtn_queuing_delay_s=math.nan, campus_queuing_delay_s=math.nan)
+    assert link.update(unmeasured) == link
+    assert link.update(MEASURED._replace(campus_rate_bps=math.nan)) == link
+    first = link.update(MEASURED)  # 590 + 405 Mb/s, 70 ms of queue
+    assert first.total_bps == pytest.approx(995 * MBPS)
+    # a median over the latest full samples: a queue filling at a transfer's start reads
+    # above the link (the tap counts before the queue) and must not linger in G
+    burst = LinkGoodput().update(
+        MEASURED._replace(dtn_rate_bps=302 * MBPS, campus_rate_bps=776 * MBPS)
+    )
+    steady = MEASURED._replace(dtn_rate_bps=594 * MBPS, campus_rate_bps=362 * MBPS)
+    settled = burst.update(steady).update(steady)
+    assert settled.total_bps == pytest.approx(956 * MBPS)
+    for _ in range(40):
+        settled = settled.update(steady)
+    assert len(settled.recent_bps) == 31
+    assert bottleneck_saturated(MEASURED) is True
+    assert bottleneck_saturated(idle) is False
+    assert bottleneck_saturated(unmeasured) is None
+    one_side = MEASURED._replace(dtn_queuing_delay_s=math.nan, campus_queuing_delay_s=0.004)
+    assert bottleneck_saturated(one_side) is True
 
 
 def test_base_rtts_come_from_measured_values_only():

@@ -454,3 +454,52 @@ def test_after_a_failed_call_the_next_decision_moves_from_the_rate_read_back():
 
     applied = _run(main())
     assert applied[-2:] == [50 * MBPS, 250 * MBPS]  # from the 50 in force, not the 400 believed
+
+
+def _queued_sample(sequence: int, dtn_mbps: float, queue_s: float | None):
+    sample = _sample(sequence, dtn_mbps)
+    if queue_s is None:  # not measured: the collector marks both delays invalid
+        sample.valid[4] = sample.valid[5] = False
+    else:
+        sample.dtn_queuing_delay_s = sample.campus_queuing_delay_s = queue_s
+    return sample
+
+
+def _decisions(settings, samples):
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        controller = Controller(settings, actuator, clock=clock)
+        decisions = []
+        for sample in samples:
+            clock.now += 1.0
+            decisions.append(await controller.on_sample(sample))
+        return decisions
+
+    return _run(main())
+
+
+def test_u_never_falls_while_the_bottleneck_holds_no_queue():
+    # A DTN below target with an empty bottleneck queue (slow start, a loss, an idle or
+    # disk-bound DTN) lacks window, not capacity: cutting the campus would only idle the
+    # link, and integrated it would starve the campus for as long as the DTN idles.
+    idle = _decisions(SETTINGS, [_queued_sample(k, 0, 0.0) for k in range(30)])
+    assert [d.u_bps for d in idle] == [400 * MBPS] * 30
+    # the back-calculation keeps the integral bounded: once the queue is back it acts
+    # within a sample instead of unwinding 30 s of an idle DTN's error
+    assert idle[-1].output is not None and idle[-1].output.saturated
+    bound = 1.5 * 600 * MBPS / -math.expm1(-1.5)  # Ki·|e|·T = (1 − e^(−Kw·T))·w
+    assert idle[-1].output.integral_bps > -1.05 * bound
+    back = _decisions(SETTINGS, [_queued_sample(k, 0, 0.0) for k in range(10)]
+                 + [_queued_sample(10 + k, 500, 0.05) for k in range(3)])  # fmt: skip
+    assert back[-1].u_bps < 400 * MBPS
+    # a DTN above target may still raise u with no queue (the hold only stops cuts)
+    above = _decisions(SETTINGS, [_queued_sample(k, 700, 0.0) for k in range(4)])
+    assert above[-1].u_bps > 400 * MBPS
+
+
+@pytest.mark.parametrize("case", ["queued", "unmeasured", "hold off"])
+def test_u_falls_when_a_queue_stands_or_nothing_says_otherwise(case):
+    settings = dataclasses.replace(SETTINGS, hold_unsaturated=case != "hold off")
+    queue = {"queued": 0.05, "unmeasured": None, "hold off": 0.0}[case]
+    decisions = _decisions(settings, [_queued_sample(k, 500, queue) for k in range(5)])
+    assert decisions[-1].u_bps < decisions[2].u_bps < 400 * MBPS

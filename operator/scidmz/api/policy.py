@@ -366,9 +366,11 @@ class DesiredState(ApiModel):
 
     mode: Literal["reachable", "table3"] = Field(
         default="reachable",
-        description="reachable: the delays of y(t-T) (a full drop-tail link keeps its queue "
-        "whatever the split; the controller moves the split); table3: the paper's base RTTs "
-        "and zero queuing delay, a state the inverse model never saw.",
+        description="reachable: campus rate G - R*, G the link's goodput when full as "
+        "measured (B - R* asks for the frame headers' share too), and the delays of y(t-T) "
+        "(a full drop-tail link keeps its queue whatever the split; the controller moves the "
+        "split); table3: the paper's B - R*, base RTTs and zero queuing delay, a state the "
+        "inverse model never saw.",
     )
 
     dtn_rtt: DesiredRtt | None = Field(

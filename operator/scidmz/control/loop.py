@@ -51,7 +51,9 @@ from scidmz.control.features import (
     FALLBACK_STATE,
     BaseRtts,
     DesiredStateMode,
+    LinkGoodput,
     Setpoint,
+    bottleneck_saturated,
     desired_state,
     features,
     fill_missing,
@@ -85,6 +87,8 @@ class ControllerSettings:
     desired_state_mode: DesiredStateMode = "reachable"
     dtn: DtnControl | None = None
     """The DTN actuator's filter; None without a DTN actuator."""
+    hold_unsaturated: bool = True
+    """Never lower u while the bottleneck holds no standing queue (see ``_decide``)."""
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,7 @@ class Controller:
         self.decisions: deque[Decision] = deque(maxlen=TRACKING_WINDOW)
         self.latest: telemetry_pb2.StateSample | None = None
         self.base_rtts = BaseRtts()
+        self.link_goodput = LinkGoodput()
         self._last_step_s: float | None = None
         self._last_target_bps: float | None = None
         self._tracking: deque[tuple[float, float]] = deque(maxlen=TRACKING_WINDOW)
@@ -206,6 +211,7 @@ class Controller:
         self.last_fresh_s = received
         y = fill_missing(measured, self.history[-1] if self.history else FALLBACK_STATE)
         self.base_rtts = self.base_rtts.update(measured)
+        self.link_goodput = self.link_goodput.update(measured)
         s = self.settings
         target = s.setpoint.target_rate_bps
         error = y.dtn_rate_bps - target
@@ -251,6 +257,18 @@ class Controller:
                     # a DTN at its cap takes exactly its share: a campus rate above the
                     # complement only fills the bottleneck's queue
                     limits = limits.with_ceiling(complement)
+            if (
+                s.hold_unsaturated
+                and error < 0
+                and self.filter.applied_bps is not None
+                and bottleneck_saturated(measured) is False
+            ):
+                # no standing queue: the DTN is short of its target for want of window
+                # (slow start, a loss, an idle or disk-bound DTN), not of capacity. A lower
+                # campus rate would only idle the link, and integrated it would starve the
+                # campus for as long as the DTN idles; u holds, and the back-calculation
+                # keeps the integral from winding up against the hold
+                limits = limits.with_floor(self.filter.applied_bps)
             self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, limits)
             u = output.u_bps
         self.history.append(y)
@@ -267,7 +285,9 @@ class Controller:
         if s.strategy == "pi":
             return self.trivial_rate_bps
         assert self.model is not None and self.applied_bps is not None
-        desired = desired_state(s.setpoint, y, self.base_rtts, s.desired_state_mode)
+        desired = desired_state(
+            s.setpoint, y, self.base_rtts, s.desired_state_mode, self.link_goodput
+        )
         # y(t) was just measured: it is eq. 1's y(t−T) for the u(t) chosen now
         row = features(desired, y, self.history[-1], self.applied_bps)
         started = self._clock()

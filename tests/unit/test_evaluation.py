@@ -117,6 +117,20 @@ def test_report_judges_the_targets():
     assert "**missed**" in text
 
 
+def test_an_unfinished_transfer_fails_the_fct_target_and_shows_in_the_table():
+    # a transfer that never completes has no FCT: averaging the others would hide it
+    def run(arm: str, seed: int, fct: float) -> Episode:
+        return Episode("transfer", arm, "cubic", seed, 100, mrae=0.03, fct_s=fct,
+                       utilisation=0.9, rate_ratio=0.99)  # fmt: skip
+
+    episodes = [run("trivial", 1, 150.0), run("trivial", 2, 150.0)]
+    episodes += [run("mlc", 1, 120.0), run("mlc", 2, math.nan)]
+    found = {t.name: t for t in targets(episodes)}
+    fct = found["cubic mlc, N_s = 100: FCT vs trivial ≤ −7.4%"]
+    assert fct.measured == "-20.0%, 1 of 4 runs unfinished" and not fct.met
+    assert "**1 of 2 unfinished**" in markdown(episodes, "test")
+
+
 def test_mean_interval():
     mean, half = mean_interval([1.0, 2.0, 3.0])
     assert mean == 2.0 and math.isclose(half, 2.4841, rel_tol=1e-3)

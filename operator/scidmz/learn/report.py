@@ -84,6 +84,16 @@ def _change(values: list[float], baseline: list[float]) -> str:
     return f" ({(mean - base) / base:+.1%})"
 
 
+def _unfinished(fcts: list[float]) -> int:
+    """Transfers that did not complete within the episode's limit (their FCT is NaN)."""
+    return sum(1 for f in fcts if not math.isfinite(f))
+
+
+def _unfinished_note(fcts: list[float]) -> str:
+    count = _unfinished(fcts)
+    return f" **{count} of {len(fcts)} unfinished**" if count else ""
+
+
 def _arms(episodes: list[Episode], cca: str) -> list[str]:
     seen: list[str] = []
     for e in episodes:
@@ -121,9 +131,15 @@ def targets(episodes: list[Episode]) -> list[Target]:
                 mean_of("transfer", "cubic", arm, "fct_s", flows),
                 mean_of("transfer", "cubic", base, "fct_s", flows),
             )
+            # a transfer that never completes has no FCT: the mean over the others would
+            # hide it, so any unfinished run (arm or baseline) fails the target
+            fcts = _values(_select(episodes, "transfer", "cubic", arm, flows), "fct_s")
+            fcts += _values(_select(episodes, "transfer", "cubic", base, flows), "fct_s")
             add(
                 f"cubic {arm}, N_s = {flows}: FCT vs {base} ≤ −{margin:.1%}",
-                f"{fct:+.1%}", fct <= -margin,
+                f"{fct:+.1%}" + (f", {_unfinished(fcts)} of {len(fcts)} runs unfinished"
+                                 if _unfinished(fcts) else ""),
+                fct <= -margin and not _unfinished(fcts),
             )  # fmt: skip
             error = relative(
                 mean_of("transfer", "cubic", arm, "mrae", flows),
@@ -234,7 +250,8 @@ def markdown(episodes: list[Episode], command: str) -> str:
                     base = _select(episodes, "transfer", cca, baseline_arm(arm), n)
                     fct = _values(runs, "fct_s")
                     cells.append(
-                        f"{_cell(fct, 1, ' s')}{_change(fct, _values(base, 'fct_s'))}<br>"
+                        f"{_cell(fct, 1, ' s')}{_change(fct, _values(base, 'fct_s'))}"
+                        f"{_unfinished_note(fct)}<br>"
                         f"{_cell(_values(runs, 'rate_ratio'), 1, '')} R*, "
                         f"ρ {_cell(_values(runs, 'utilisation'), 100, ' %')}, "
                         f"MRAE {_cell(_values(runs, 'mrae'), 100, ' %')}"

@@ -78,6 +78,24 @@ def test_back_calculation_discharges_windup():
     assert slow == -1 or slow > 10 * max(fast, 1)
 
 
+def test_without_integral_action_a_saturation_leaves_nothing_behind():
+    # Ki = 0: back-calculation alone would integrate the saturator's error while u sits on
+    # a floor and keep it after the floor lets go (u held 17 Mb/s high for 40 s)
+    floor = Limits(min_bps=700 * MBPS, max_bps=1000 * MBPS, max_step_bps=200 * MBPS)
+    state, gains = FilterState(applied_bps=700 * MBPS), Gains(0.5, 0.0, 0.06)
+    for _ in range(40):
+        state, out = step(state, 0.0, 600 * MBPS, 1.0, gains, floor)
+        assert out.saturated and out.u_bps == 700 * MBPS
+    assert state.integral_bps == 0.0
+    state, out = step(state, 0.0, 600 * MBPS, 1.0, gains, LIMITS)
+    assert out.u_bps == 600 * MBPS  # back to the model's rate at once
+    # with integral action the same floor winds the integral, bounded by back-calculation
+    state = FilterState(applied_bps=700 * MBPS)
+    for _ in range(40):
+        state, _ = step(state, 0.0, 600 * MBPS, 1.0, Gains(0.5, 0.1, 0.06), floor)
+    assert state.integral_bps > 50 * MBPS
+
+
 def test_a_large_kw_settles_on_the_boundary_instead_of_swinging():
     """Saturated at max with a constant error: Euler's T·Kw·w with Kw·T = 2.9 overshoots
     the boundary by 1.9× every step and u swung between the slew limits (the BBR limit
@@ -93,7 +111,7 @@ def test_a_large_kw_settles_on_the_boundary_instead_of_swinging():
 
 
 def test_small_kw_matches_the_euler_step():
-    gains = Gains(kp=0.0, ki=0.0, kw=0.01)
+    gains = Gains(kp=0.0, ki=1e-9, kw=0.01)  # an integral to unwind (e = 0: only w acts)
     state = FilterState(applied_bps=1000 * MBPS)
     state, out = step(state, 0.0, 1100 * MBPS, 1.0, gains, LIMITS)
     assert out.windup_bps == pytest.approx(-100 * MBPS)
@@ -137,7 +155,7 @@ def test_reachable_campus_rate_is_the_links_full_goodput_minus_the_target():
     # that (356 Mb/s at R* = 600), not table 3's 400 Mb/s the link never carries
     setpoint = Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS)
     link = LinkGoodput().update(
-        MEASURED._replace(dtn_rate_bps=600 * MBPS, campus_rate_bps=356 * MBPS)
+        MEASURED._replace(dtn_rate_bps=600 * MBPS, campus_rate_bps=356 * MBPS), 1000 * MBPS
     )
     assert link.or_capacity(1000 * MBPS) == pytest.approx(956 * MBPS)
     reachable = desired_state(setpoint, MEASURED, BaseRtts(), "reachable", link)
@@ -155,24 +173,30 @@ def test_reachable_campus_rate_is_the_links_full_goodput_minus_the_target():
 
 
 def test_link_goodput_learns_only_from_a_full_link():
+    b = 1000 * MBPS
     link = LinkGoodput()
     idle = MEASURED._replace(dtn_queuing_delay_s=0.0, campus_queuing_delay_s=0.0)
-    assert link.update(idle) == link  # no standing queue: the link had room to spare
+    assert link.update(idle, b) == link  # no standing queue: the link had room to spare
     unmeasured = MEASURED._replace(dtn_queuing_delay_s=math.nan, campus_queuing_delay_s=math.nan)
-    assert link.update(unmeasured) == link
-    assert link.update(MEASURED._replace(campus_rate_bps=math.nan)) == link
-    first = link.update(MEASURED)  # 590 + 405 Mb/s, 70 ms of queue
+    assert link.update(unmeasured, b) == link
+    assert link.update(MEASURED._replace(campus_rate_bps=math.nan), b) == link
+    # a queue but far below the link: a capped DTN and an application-limited campus whose
+    # bursts sojourn 2 ms (it dragged G to 638 Mb/s before the 0.9·B floor)
+    bursts = MEASURED._replace(dtn_rate_bps=338 * MBPS, campus_rate_bps=300 * MBPS,
+                               dtn_queuing_delay_s=0.002, campus_queuing_delay_s=0.002)  # fmt: skip
+    assert link.update(bursts, b) == link
+    first = link.update(MEASURED, b)  # 590 + 405 Mb/s, 70 ms of queue
     assert first.total_bps == pytest.approx(995 * MBPS)
     # a median over the latest full samples: a queue filling at a transfer's start reads
     # above the link (the tap counts before the queue) and must not linger in G
     burst = LinkGoodput().update(
-        MEASURED._replace(dtn_rate_bps=302 * MBPS, campus_rate_bps=776 * MBPS)
+        MEASURED._replace(dtn_rate_bps=302 * MBPS, campus_rate_bps=776 * MBPS), b
     )
     steady = MEASURED._replace(dtn_rate_bps=594 * MBPS, campus_rate_bps=362 * MBPS)
-    settled = burst.update(steady).update(steady)
+    settled = burst.update(steady, b).update(steady, b)
     assert settled.total_bps == pytest.approx(956 * MBPS)
     for _ in range(40):
-        settled = settled.update(steady)
+        settled = settled.update(steady, b)
     assert len(settled.recent_bps) == 31
     assert bottleneck_saturated(MEASURED) is True
     assert bottleneck_saturated(idle) is False

@@ -7,6 +7,7 @@ model's output û(t)::
     u(t) = sat(ū(t))                                bounds [min, max] and slew ±Δu
     w(t) = u(t) − ū(t)                              the anti-windup signal (0 unless saturated)
     I(t+T) = I(t) + T·Ki·e(t) + (1 − exp(−Kw·T))·w(t)   integral with back-calculation
+                                                    (I ≡ 0 when Ki = 0: no integral action)
 
 The back-calculation term is figure 5's dI/dt = Kw·w integrated exactly over the step
 (w decays as exp(−Kw·t) while saturated), not by Euler: Euler's T·Kw·w overshoots the
@@ -144,6 +145,11 @@ def step(
         state.integral_bps
         + dt_s * gains.ki * error_bps
         - math.expm1(-gains.kw * dt_s) * windup  # (1 − exp(−Kw·dt))·w, exact for dI/dt = Kw·w
+        if gains.ki > 0
+        # Without integral action there is nothing for the back-calculation to unwind: alone
+        # it would integrate the saturator's error and keep it once the saturation ends (it
+        # held u 17 Mb/s high for 40 s after a floor let go), so such a filter keeps none.
+        else 0.0
     )
     output = FilterOutput(
         u_bps=u,

@@ -89,6 +89,11 @@ def _lowest(current: float, value: float) -> float:
 SATURATED_QUEUE_S = 0.001
 """A bottleneck whose queuing delay (either class) is at least this is full: it holds a
 standing queue, so what left it over the interval is all it can carry."""
+FULL_LINK_SHARE = 0.9
+"""The least share of B_max a full link carries as goodput: headers take under 10 % of a
+frame for any TCP MSS of 536 bytes or more (66 of 1514 at the usual 1448). A sample below
+it with a queue is a burst's sojourn (a capped DTN and an application-limited campus read
+2 ms of queue at 638 Mb/s of 1 Gb/s), not a full link."""
 LINK_GOODPUT_WINDOW = 31
 """How many of the latest saturated samples ``LinkGoodput`` takes the median of."""
 
@@ -107,7 +112,8 @@ def bottleneck_saturated(measured: StateVector) -> bool | None:
 @dataclass(frozen=True)
 class LinkGoodput:
     """The bottleneck's goodput when full, G: the median of what y(t)'s two rates added up
-    to over the latest ``LINK_GOODPUT_WINDOW`` samples in which it held a standing queue.
+    to over the latest ``LINK_GOODPUT_WINDOW`` samples in which it held a standing queue
+    and carried at least ``FULL_LINK_SHARE`` of B_max.
 
     The collector counts payload (as TCP_INFO does), the link carries frames, so G is below
     B_max: 95.6 % of it for 1448-byte segments with 66 bytes of headers. Table 3's campus
@@ -119,10 +125,12 @@ class LinkGoodput:
 
     recent_bps: tuple[float, ...] = ()
 
-    def update(self, measured: StateVector) -> LinkGoodput:
-        """Fold in one sample (only a saturated one with both rates measured counts)."""
+    def update(self, measured: StateVector, capacity_bps: float) -> LinkGoodput:
+        """Fold in one sample: only one with both rates measured, a standing queue, and a
+        total of at least ``FULL_LINK_SHARE`` of B_max counts."""
         total = measured.dtn_rate_bps + measured.campus_rate_bps
-        if not (math.isfinite(total) and total > 0 and bottleneck_saturated(measured)):
+        full = math.isfinite(total) and total >= FULL_LINK_SHARE * capacity_bps
+        if not (full and bottleneck_saturated(measured)):
             return self
         return LinkGoodput((*self.recent_bps, total)[-LINK_GOODPUT_WINDOW:])
 

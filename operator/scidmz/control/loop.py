@@ -211,8 +211,8 @@ class Controller:
         self.last_fresh_s = received
         y = fill_missing(measured, self.history[-1] if self.history else FALLBACK_STATE)
         self.base_rtts = self.base_rtts.update(measured)
-        self.link_goodput = self.link_goodput.update(measured)
         s = self.settings
+        self.link_goodput = self.link_goodput.update(measured, s.setpoint.capacity_bps)
         target = s.setpoint.target_rate_bps
         error = y.dtn_rate_bps - target
         self._tracking.append((target, y.dtn_rate_bps))

@@ -43,9 +43,9 @@ PAPER_GAINS: dict[str, tuple[float, float, float]] = {
 # the two equal.
 TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
     "cubic": {
-        "mlc": (1.3605, 0.4021, 1.2093),
-        "pi": (0.8221, 0.0213, 0.4036),
-        "dtn": (1.5285, 1.499, 1.5542),
+        "mlc": (0.5146, 0.0, 0.0566),
+        "pi": (0.8307, 0.19, 2.5657),
+        "dtn": (1.2345, 1.1254, 1.7643),
     },
     "bbr": {
         "mlc": (0.6104, 0.7869, 1.387),

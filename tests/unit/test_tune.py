@@ -114,3 +114,26 @@ def test_tuning_episodes_cycle_through_table_5_campus_loads(monkeypatch, tmp_pat
     fitness = Fitness("cubic", "pi", tmp_path, paper_gains("cubic"), SearchSettings(episodes=5))
     assert fitness.iae((0.1, 0.2, 0.3)) == 0.0
     assert loads == [100, 50, 150, 200, 100]
+
+
+@pytest.mark.parametrize("name", ["pi", "mlc", "dtn"])
+def test_a_search_never_returns_worse_gains_than_those_in_force(monkeypatch, tmp_path, name):
+    # the real GA on a bowl whose bottom is the incumbent, away from the paper's gains and
+    # zero: one generation of random draws cannot find it, so only a search that starts
+    # from the gains in force returns them (a BBR `dtn` search returned worse ones)
+    from scidmz.learn.gains import Triple, TunedGains
+    from scidmz.learn.tune import Fitness, SearchSettings, tune_filter
+
+    incumbent = (2.1234, 0.4321, 2.7)
+    monkeypatch.setattr(
+        Fitness, "iae", lambda self, g: sum((a - b) ** 2 for a, b in zip(g, incumbent, strict=True))
+    )
+    paper = paper_gains("cubic")
+    kept = Triple(kp=incumbent[0], ki=incumbent[1], kw=incumbent[2])
+    fixed = TunedGains(
+        "cubic", *(kept if f == name else getattr(paper, f) for f in ("mlc", "pi", "dtn"))
+    )
+    search = SearchSettings(generations=1, population=4, parents_mating=2, seed=5)
+    result = tune_filter("cubic", name, tmp_path, fixed, search)
+    assert result.gains.as_tuple() == incumbent
+    assert result.iae_bits == 0.0

@@ -138,13 +138,21 @@ class BatchFitness:
         return {k: v for k, v in self.__dict__.items() if k != "_model"} | {"_model": None}
 
 
-def initial_population(search: SearchSettings, paper: tuple[float, float, float]) -> Any:
-    """Uniform in the gene range, plus the paper's gains and all-zero (the pure inverse /
-    the fixed split): a search never starts without its two obvious candidates."""
+def initial_population(
+    search: SearchSettings,
+    paper: tuple[float, float, float],
+    incumbent: tuple[float, float, float] | None = None,
+) -> Any:
+    """Uniform in the gene range, plus the paper's gains, all-zero (the pure inverse / the
+    fixed split) and the gains in force: a search never starts without its obvious
+    candidates, and with elitism it never returns worse gains than those it replaces (a
+    BBR `dtn` search without them ended at 4.39 Gbit beside an incumbent's 4.36)."""
     rng = np.random.default_rng(search.seed)
     population = rng.uniform(search.gene_low, search.gene_high, size=(search.population, 3))
     population[0] = paper
     population[1] = 0.0
+    if incumbent is not None and search.population > 2:
+        population[2] = np.clip(incumbent, search.gene_low, search.gene_high)
     return population
 
 
@@ -175,7 +183,9 @@ def tune_filter(
         num_parents_mating=search.parents_mating,
         fitness_func=BatchFitness(fitness, pool) if pool is not None else fitness,
         fitness_batch_size=search.population if pool is not None else None,
-        initial_population=initial_population(search, PAPER_GAINS[cca]),
+        initial_population=initial_population(
+            search, PAPER_GAINS[cca], getattr(fixed, name).as_tuple()
+        ),
         gene_type=float,
         gene_space=[{"low": search.gene_low, "high": search.gene_high}] * 3,
         parent_selection_type=search.selection,

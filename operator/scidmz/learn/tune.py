@@ -141,7 +141,7 @@ class BatchFitness:
 def initial_population(
     search: SearchSettings,
     paper: tuple[float, float, float],
-    incumbent: tuple[float, float, float] | None = None,
+    incumbent: tuple[float, float, float],
 ) -> Any:
     """Uniform in the gene range, plus the paper's gains, all-zero (the pure inverse / the
     fixed split) and the gains in force: a search never starts without its obvious
@@ -151,7 +151,7 @@ def initial_population(
     population = rng.uniform(search.gene_low, search.gene_high, size=(search.population, 3))
     population[0] = paper
     population[1] = 0.0
-    if incumbent is not None and search.population > 2:
+    if search.population > 2:
         population[2] = np.clip(incumbent, search.gene_low, search.gene_high)
     return population
 

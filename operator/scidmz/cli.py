@@ -176,7 +176,10 @@ def controller(
     ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
-    """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T."""
+    """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T.
+
+    The config file is watched: a new target rate, gains, limits or fail-safe settings are
+    taken live within a sample time (at once on SIGHUP); other changes need a restart."""
     import asyncio
 
     from scidmz.api.runtime import load_runtime_config
@@ -209,11 +212,14 @@ def controller(
             dtn_actuator = await open_dtn_actuator(runtime)
         except ConfigError as error:
             return str(error)
-        process = ControllerProcess(settings, actuator, inverse, port, dtn_actuator)
+        process = ControllerProcess(
+            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime)
+        )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, process.reload_requested.set)
         await process.serve(stop)
         return None
 

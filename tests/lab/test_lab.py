@@ -122,7 +122,9 @@ def test_traffic_without_a_lab_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_the_whole_loop_runs_on_real_packets(lab: Lab, tmp_path: Path) -> None:
     """target --source lab + collector + controller (tc on the lab's shaper): the collector's
-    view agrees with the kernel's, and u(t) moves the campus tbf."""
+    view agrees with the kernel's, and u(t) moves the campus tbf; a new R* mid-run reaches
+    the running controller through its config file (as `bench/lab_control.py --experiment
+    tracking` moves it)."""
     from scidmz.lab.loop import LabPolicy, load_policy, run_loop
 
     example = load_policy(Path(__file__).parents[2] / "examples" / "lab" / "cubic-300M.yaml")
@@ -135,10 +137,18 @@ def test_the_whole_loop_runs_on_real_packets(lab: Lab, tmp_path: Path) -> None:
             ),
         }
     )
-    summary = run_loop(LabPolicy("t", "default", spec), lab, 12.0, tmp_path, warmup_s=6.0)
+    schedule = [60e6] * 8 + [70e6] * 6
+    summary = run_loop(
+        LabPolicy("t", "default", spec), lab, 14.0, tmp_path, warmup_s=6.0, targets_bps=schedule
+    )
     accuracy = summary["accuracy"]
-    # trivial: u = B − R* = 40 Mb/s on the lab's campus tbf
-    assert summary["mean_u_bps"] == pytest.approx(40e6)
+    # trivial: u = B − R* on the lab's campus tbf: 40 Mb/s, then 30 once R* is 70 Mb/s
+    rows = list(csv.DictReader((tmp_path / "samples.csv").open()))
+    u = {round(float(r["t_s"])): float(r["campus_rate_limit_bps"]) for r in rows}
+    assert {u[t] for t in range(2, 8) if t in u} == {40e6}
+    assert {u[t] for t in range(10, 14) if t in u} == {30e6}
+    assert summary["target_rate_bps"] == pytest.approx((2 * 60e6 + 7 * 70e6) / 9)
+    assert "R* 70000000 bit/s" in (tmp_path / "logs" / "controller.log").read_text()
     assert accuracy["active_flows"]["collector"] == accuracy["active_flows"]["kernel"] == 10
     for rate in ("dtn_rate_bps", "campus_rate_bps"):
         pair = accuracy[rate]

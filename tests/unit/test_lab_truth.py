@@ -171,5 +171,22 @@ def test_active_flows_are_judged_against_both_classes_sum() -> None:
     )
     exact = lambda c, k: c == k  # noqa: E731
     assert settled_at(samples, truth, "active_flows", exact) == 1.0
-    summary = summarise(samples, truth, 1e8, warmup_s=2.0)
+    summary = summarise(samples, truth, lambda _: 1e8, warmup_s=2.0)
     assert summary["accuracy"]["active_flows"] == {"collector": 60.0, "kernel": 60.0}
+
+
+def test_tracking_is_judged_against_the_target_of_each_second() -> None:
+    """R*(t) from a per-second schedule: second k's rate against the target set at its end
+    (as the simulator's loop pairs them); a constant target would call this run 25 % off."""
+    from scidmz.lab.loop import schedule_lookup, summarise
+
+    delivered = [3e8, 3e8, 3e8, 5e8, 5e8]
+    samples = _rows({"dtn_rate_bps": delivered})
+    truth = _rows({"dtn_rate_bps": delivered}, t0=1.0)
+    steps = schedule_lookup([3e8, 3e8, 3e8, 3e8, 5e8, 5e8])
+    summary = summarise(samples, truth, steps, warmup_s=0.0)
+    assert summary["mrae_delivered"] == 0.0
+    assert summary["target_rate_bps"] == 3.8e8
+    assert summarise(samples, truth, lambda _: 3.8e8, warmup_s=0.0)["mrae_delivered"] > 0.2
+    # past its end, a schedule holds its last level
+    assert steps(60.0) == 5e8

@@ -222,6 +222,9 @@ class ControllerState(BaseModel):
     policy: str
     strategy: Strategy
     failsafe_active: bool
+    target_rate_bps: float | None = Field(
+        default=None, description="R* the controller decides on (taken live from its config)."
+    )
     campus_rate_limit_bps: float | None = None
     dtn_rate_limit_bps: float | None = None
     tracking: TrackingReport = TrackingReport()

@@ -137,6 +137,10 @@ class ControllerMetrics:
         self.samples = Counter(
             names.CONTROL_SAMPLES, "Samples received.", [*keys, "kind"], registry=registry
         )
+        self.config_reloads = Counter(
+            names.CONFIG_RELOADS, "Changed config files read, by result.", [*keys, "result"],
+            registry=registry,
+        )  # fmt: skip
         self.labels = labels
         self.actuator_errors.labels(*labels)  # exported as 0 from the start: alerts rate() it
 
@@ -359,6 +363,14 @@ class Controller:
             last_fresh_s=self.last_fresh_s,
         )
 
+    def reconfigure(self, settings: ControllerSettings) -> None:
+        """Decide on ``settings`` from the next sample (``control.live_config`` says which
+        fields may differ). The filters' state carries over, so a new target or gains move
+        u(t) from the rate in force by at most maxStep; a new fail-safe rate is applied at
+        the watchdog's next check while samples are stale."""
+        self.settings = settings
+        self._publish()
+
     # ---- fail-safe ------------------------------------------------------------------------
     async def check_staleness(self) -> bool:
         """Apply the fail-safe rate when no fresh sample came for staleAfter; True if so."""
@@ -449,9 +461,8 @@ class Controller:
             )  # fmt: skip
 
     async def _watch_forever(self) -> None:
-        period = min(self.settings.stale_after_s / 4, self.settings.sample_time_s)
-        while True:
-            await asyncio.sleep(period)
+        while True:  # the period follows a reloaded staleAfter
+            await asyncio.sleep(min(self.settings.stale_after_s / 4, self.settings.sample_time_s))
             await self.check_staleness()
 
     async def _subscribe_forever(self) -> None:
@@ -511,6 +522,7 @@ class Controller:
             policy=f"{self.settings.namespace}/{self.settings.policy}",
             strategy=self.settings.strategy,
             failsafe_active=self.failsafe_active,
+            target_rate_bps=self.settings.setpoint.target_rate_bps,
             campus_rate_limit_bps=self.applied_bps,
             dtn_rate_limit_bps=self.dtn_applied_bps if self.dtn_actuator is not None else None,
             tracking=TrackingReport(

@@ -1,11 +1,16 @@
-"""The controller as a process: HTTP (/metrics, /healthz, /readyz, /state), signals, loop."""
+"""The controller as a process: HTTP (/metrics, /healthz, /readyz, /state), signals, loop,
+and its config file watched for live changes (``control.live_config``)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from pathlib import Path
 
+from scidmz.api.runtime import ConfigError, RuntimeConfig, load_runtime_config
 from scidmz.control.actuators import Actuator
+from scidmz.control.live_config import plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.metrics.http import register_build_info, serve_http
@@ -21,9 +26,15 @@ class ControllerProcess:
         model: InverseModel | None,
         http_port: int,
         dtn_actuator: Actuator | None = None,
+        config: tuple[Path, RuntimeConfig] | None = None,
     ) -> None:
+        """``config``: the file the settings came from and its contents, watched for
+        changes (None: not watched)."""
         self.controller = Controller(settings, actuator, model, dtn_actuator=dtn_actuator)
         self.http_port = http_port
+        self.config = config
+        self.reload_requested = asyncio.Event()
+        """Set (e.g. on SIGHUP) to read the config file now instead of at the next poll."""
         register_build_info(self.controller.registry, "controller")
 
     async def _health(self, stop: asyncio.Event) -> None:
@@ -60,12 +71,69 @@ class ControllerProcess:
             s.policy, s.strategy, self.controller.actuator.name, s.collector_address,
             self.http_port,
         )  # fmt: skip
-        health = asyncio.create_task(self._health(stop))
+        tasks = [asyncio.create_task(self._health(stop))]
+        if self.config is not None:
+            tasks.append(asyncio.create_task(self._watch_config(*self.config)))
         try:
             await self.controller.run(stop)
         finally:
-            health.cancel()
+            for task in tasks:
+                task.cancel()
             await self.controller.actuator.close()
             if self.controller.dtn_actuator is not None:
                 await self.controller.dtn_actuator.close()
             http.shutdown()
+
+    async def _watch_config(self, path: Path, started_with: RuntimeConfig) -> None:
+        """Poll ``path`` every sample time (or at once on ``reload_requested``); a change
+        is validated as at start-up, and its live fields are taken (``live_config``). An
+        invalid file changes nothing: the controller runs on, and says why in its log and
+        in ``scidmz_controller_config_reloads_total{result="rejected"}``."""
+        seen = _read(path)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self.reload_requested.wait(), self.controller.settings.sample_time_s
+                )
+            self.reload_requested.clear()
+            current = _read(path)
+            if current == seen:
+                continue
+            seen = current
+            self.reload(path, started_with)
+
+    def reload(self, path: Path, started_with: RuntimeConfig) -> None:
+        """Take ``path``'s live changes into the running controller; ``started_with`` is
+        the config the process opened its actuators and model from."""
+        c = self.controller
+        counter = c.metrics.config_reloads
+        try:
+            wanted = load_runtime_config(path)
+            update = plan_reload(started_with, c.settings, wanted)
+        except ConfigError as error:
+            counter.labels(*c.metrics.labels, "rejected").inc()
+            log.error("config %s not taken, running on as before: %s", path, error)
+            return
+        if update.applied:
+            c.reconfigure(update.settings)
+            s = update.settings
+            log.info(
+                "config %s: took %s live (R* %.0f bit/s, fail-safe %.0f bit/s)",
+                path, ", ".join(update.applied), s.setpoint.target_rate_bps, s.failsafe_rate_bps,
+            )  # fmt: skip
+        if update.needs_restart:
+            counter.labels(*c.metrics.labels, "restart_needed").inc()
+            log.warning(
+                "config %s: %s changed and take effect only after a restart; running on the "
+                "old ones", path, ", ".join(update.needs_restart),
+            )  # fmt: skip
+        elif update.applied:
+            counter.labels(*c.metrics.labels, "applied").inc()
+
+
+def _read(path: Path) -> bytes | None:
+    """The file's bytes (None: unreadable now, e.g. mid-way through a ConfigMap update)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -15,11 +15,12 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,15 +251,35 @@ def run_loop(
     out: Path,
     progress: Callable[[str], None] = lambda _: None,
     warmup_s: float = 20.0,
+    targets_bps: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """Run the loop for ``duration_s`` after it delivers its first sample; writes
-    samples.csv, truth.csv, lab.png and summary.md in ``out``; returns the summary."""
+    samples.csv, truth.csv, lab.png and summary.md in ``out``; returns the summary.
+
+    ``targets_bps``: R*(t), one per second of traffic (None: the policy's). Each new level
+    goes to the controller as an operator would render it, by rewriting its config file
+    and sending SIGHUP (the controller takes a new target live); second k's delivered rate
+    is judged against ``targets_bps[k]``, set at its end, as the simulator's loop does."""
     ports = {name: free_port() for name in ("switch", "collector", "controller", "prometheus")}
     shaper = f"127.0.0.1:{free_port()}"
-    config = lab_config(
-        policy, lab, f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper
-    )
+    addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper)
+    schedule = list(targets_bps or [])
+    if schedule:
+        policy = retargeted(policy, schedule[0])
+    config = lab_config(policy, lab, *addresses)
     loop = start_loop(config, out / "logs", ports, lab.state_dir)
+    in_force = [config.target_rate_bps]
+    target_at = schedule_lookup(schedule or [config.target_rate_bps])
+
+    def retarget(t_s: float) -> None:
+        wanted = target_at(t_s)
+        if wanted == in_force[-1]:
+            return
+        rendered = lab_config(retargeted(policy, wanted), lab, *addresses)
+        (out / "logs" / "config.yaml").write_text(dump_runtime_config(rendered))
+        os.kill(loop.pid("controller"), signal.SIGHUP)
+        in_force.append(wanted)
+
     state_url = f"http://127.0.0.1:{ports['controller']}/state"
     rows: list[dict[str, Any]] = []
     try:
@@ -271,7 +292,9 @@ def run_loop(
         progress(f"loop up ({config.controller.strategy}); running {duration_s:.0f} s of traffic")
         truth: dict[str, Path] = {}
         recorder = threading.Thread(
-            target=lambda: truth.setdefault("path", record_truth(lab, duration_s, out)),
+            target=lambda: truth.setdefault(
+                "path", record_truth(lab, duration_s, out, on_tick=retarget)
+            ),
             name="truth",
         )
         started = time.monotonic()
@@ -299,15 +322,26 @@ def run_loop(
     truth_rows = list(csv.DictReader((out / "truth.csv").open()))
     # the flows end with the truth recording: later samples see them stop
     during = [row for row in rows if float(row["t_s"]) <= duration_s]
-    summary = summarise(during, truth_rows, config.target_rate_bps, warmup_s)
+    summary = summarise(during, truth_rows, target_at, warmup_s)
     summary |= {
         "policy": f"{policy.namespace}/{policy.name}",
         "strategy": config.controller.strategy,
         "tap_cpu_cores": tap_cpu,
         "capture": _capture(out / "logs" / "capture.json"),
     }
-    write_report(out, summary, rows, truth_rows, config.target_rate_bps)
+    write_report(out, summary, rows, truth_rows, target_at)
     return summary
+
+
+def retargeted(policy: LabPolicy, target_bps: float) -> LabPolicy:
+    """``policy`` with spec.targetRate = ``target_bps``, as a user would edit it."""
+    spec = policy.spec.model_copy(update={"target_rate": f"{target_bps:.0f}bps"})
+    return LabPolicy(policy.name, policy.namespace, spec)
+
+
+def schedule_lookup(schedule: Sequence[float]) -> Callable[[float], float]:
+    """R* at second ``t_s`` of a per-second schedule (its last level after its end)."""
+    return lambda t_s: schedule[max(0, min(round(t_s), len(schedule) - 1))]
 
 
 def _capture(path: Path) -> dict[str, Any]:
@@ -319,14 +353,7 @@ def _capture(path: Path) -> dict[str, Any]:
 
 
 def _floats(rows: list[dict[str, Any]], key: str, after_s: float) -> list[float]:
-    values = []
-    for row in rows:
-        value = row.get(key)
-        if float(row["t_s"]) >= after_s and value not in (None, ""):
-            number = float(value)
-            if math.isfinite(number):
-                values.append(number)
-    return values
+    return [value for _, value in _timed(rows, key, after_s)]
 
 
 def _mean(values: list[float]) -> float:
@@ -388,13 +415,34 @@ def settled_at(
     return settled
 
 
+def _timed(rows: list[dict[str, Any]], key: str, after_s: float) -> list[tuple[float, float]]:
+    """``(t, value)`` of ``key`` from ``after_s`` on, skipping missing and non-finite."""
+    timed = []
+    for row in rows:
+        value = row.get(key)
+        if float(row["t_s"]) >= after_s and value not in (None, ""):
+            number = float(value)
+            if math.isfinite(number):
+                timed.append((float(row["t_s"]), number))
+    return timed
+
+
+def _tracking(series: list[tuple[float, float]], target_at: Callable[[float], float]) -> float:
+    return mrae([target_at(t) for t, _ in series], [value for _, value in series])
+
+
 def summarise(
-    samples: list[dict[str, Any]], truth: list[dict[str, Any]], target_bps: float, warmup_s: float
+    samples: list[dict[str, Any]],
+    truth: list[dict[str, Any]],
+    target_at: Callable[[float], float],
+    warmup_s: float,
 ) -> dict[str, Any]:
-    """Tracking (from the kernel's delivered DTN rate and from the collector's) and the
-    collector's steady-state means beside the kernel's, after ``warmup_s``."""
-    delivered = _floats(truth, "dtn_rate_bps", warmup_s)
-    measured = _floats(samples, "dtn_rate_bps", warmup_s)
+    """Tracking of R*(t) (from the kernel's delivered DTN rate and from the collector's)
+    and the collector's steady-state means beside the kernel's, after ``warmup_s``."""
+    delivered_series = _timed(truth, "dtn_rate_bps", warmup_s)
+    measured_series = _timed(samples, "dtn_rate_bps", warmup_s)
+    delivered = [value for _, value in delivered_series]
+    targets = [target_at(t) for t, _ in delivered_series]
     accuracy = {}
     for collector_key, truth_key in ACCURACY_PAIRS.items():
         kernel = [value for _, value in _kernel_series(truth, truth_key, warmup_s)]
@@ -403,10 +451,10 @@ def summarise(
             "kernel": _mean(kernel),
         }
     return {
-        "target_rate_bps": target_bps,
+        "target_rate_bps": _mean(targets),
         "samples": len(samples),
-        "mrae_delivered": mrae([target_bps] * len(delivered), delivered),
-        "mrae_measured": mrae([target_bps] * len(measured), measured),
+        "mrae_delivered": _tracking(delivered_series, target_at),
+        "mrae_measured": _tracking(measured_series, target_at),
         "mean_dtn_delivered_bps": _mean(delivered),
         "mean_u_bps": _mean(_floats(samples, "campus_rate_limit_bps", warmup_s)),
         "accuracy": accuracy,
@@ -418,7 +466,7 @@ def write_report(
     summary: dict[str, Any],
     samples: list[dict[str, Any]],
     truth: list[dict[str, Any]],
-    target_bps: float,
+    target_at: Callable[[float], float],
 ) -> None:
     import matplotlib
 
@@ -441,7 +489,11 @@ def write_report(
     axes[0].plot(
         *series(truth, "dtn_offered_rate_bps", 1e-6), ":", label="DTN rate (kernel, offered)"
     )
-    axes[0].axhline(target_bps / 1e6, linestyle="--", color="k", label="target R*")
+    seconds = [float(row["t_s"]) for row in truth]
+    axes[0].step(
+        seconds, [target_at(t) / 1e6 for t in seconds], "--", where="pre", color="k",
+        label="target R*",
+    )  # fmt: skip
     axes[1].plot(*series(samples, "campus_rate_bps", 1e-6), label="campus rate (collector)")
     axes[1].plot(*series(truth, "campus_offered_rate_bps", 1e-6), ":", label="campus (kernel)")
     axes[1].step(*series(samples, "campus_rate_limit_bps", 1e-6), where="post", label="u(t)")
@@ -455,7 +507,8 @@ def write_report(
     lines = [
         f"# scidmz lab run: {summary['policy']} ({summary['strategy']})",
         "",
-        f"- target R*: {target_bps / 1e6:g} Mb/s; samples: {summary['samples']}",
+        f"- target R* (mean after warm-up): {summary['target_rate_bps'] / 1e6:.1f} Mb/s; "
+        f"samples: {summary['samples']}",
         f"- mean DTN rate delivered (kernel): {summary['mean_dtn_delivered_bps'] / 1e6:.1f} Mb/s",
         f"- MRAE vs R*: {summary['mrae_delivered']:.1%} (kernel), "
         f"{summary['mrae_measured']:.1%} (collector)",

@@ -54,6 +54,8 @@ TRACKING_IAE = "scidmz_tracking_iae_bytes"
 INFERENCE = "scidmz_model_inference_seconds"
 ACTUATOR_ERRORS = "scidmz_actuator_errors_total"
 CONTROL_SAMPLES = "scidmz_control_samples_total"
+CONFIG_RELOADS = "scidmz_controller_config_reloads_total"
+"""A changed config file read by the controller; result = applied | restart_needed | rejected."""
 
 # ---- the operator ---------------------------------------------------------------------------
 OPERATOR_RECONCILES = "scidmz_operator_reconciles_total"

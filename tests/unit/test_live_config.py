@@ -1,0 +1,131 @@
+"""A running controller takes a changed config: what it takes live, what needs a restart,
+what it refuses (``control.live_config``, ``Controller.reconfigure``)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import ConfigError, RuntimeConfig, resolve_runtime_config
+from scidmz.control.actuators import DryRunActuator
+from scidmz.control.antiwindup import Gains
+from scidmz.control.features import Setpoint
+from scidmz.control.live_config import live_update, plan_reload
+from scidmz.control.loop import Controller, DtnControl
+from scidmz.control.settings import controller_settings
+from tests.unit.test_controller_loop import MBPS, SETTINGS, Clock, _sample
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "dtntransferpolicy.yaml"
+
+
+def _rendered(**spec_changes: object) -> RuntimeConfig:
+    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | spec_changes
+    return resolve_runtime_config("p", "ns", 1, parse_spec(raw), "collector:1")
+
+
+def test_the_setpoint_gains_limits_and_failsafe_are_taken_live() -> None:
+    wanted = dataclasses.replace(
+        SETTINGS,
+        setpoint=Setpoint(700 * MBPS, 1000 * MBPS),
+        gains=Gains(0.5, 0.0, 0.0),
+        failsafe_rate_bps=300 * MBPS,
+        stale_after_s=5.0,
+    )
+    update = live_update(SETTINGS, wanted)
+    assert update.settings == wanted
+    assert set(update.applied) == {"setpoint", "gains", "failsafe_rate_bps", "stale_after_s"}
+    assert update.needs_restart == ()
+
+
+def test_what_the_controller_is_built_around_needs_a_restart_and_is_kept() -> None:
+    wanted = dataclasses.replace(
+        SETTINGS,
+        setpoint=Setpoint(700 * MBPS, 1000 * MBPS),
+        strategy="mlc",
+        sample_time_s=0.5,
+        collector_address="elsewhere:1",
+    )
+    update = live_update(SETTINGS, wanted)
+    assert update.applied == ("setpoint",)
+    assert set(update.needs_restart) == {"strategy", "sample_time_s", "collector_address"}
+    assert update.settings.strategy == "pi" and update.settings.sample_time_s == 1.0
+    assert update.settings.setpoint.target_rate_bps == 700 * MBPS
+    # a DTN filter comes with an actuator: it cannot appear in a running process
+    dtn = DtnControl(Gains(0.1, 0, 0), SETTINGS.limits, None)
+    with_dtn = dataclasses.replace(SETTINGS, dtn=dtn)
+    assert live_update(SETTINGS, with_dtn).needs_restart == ("dtn",)
+    assert live_update(SETTINGS, with_dtn).settings.dtn is None
+
+
+def test_a_new_target_rate_in_the_rendered_config_moves_the_setpoint_and_failsafe() -> None:
+    running = _rendered()
+    settings = controller_settings(running)
+    update = plan_reload(running, settings, _rendered(targetRate="700Mbps"))
+    assert set(update.applied) == {"setpoint", "failsafe_rate_bps"}  # failsafe: trivial
+    assert update.settings.setpoint.target_rate_bps == 7e8
+    assert update.settings.failsafe_rate_bps == pytest.approx(3e8)
+    assert update.needs_restart == ()
+    # nothing changed: nothing to do
+    assert plan_reload(running, settings, running).applied == ()
+
+
+def test_a_new_actuator_or_congestion_control_needs_a_restart() -> None:
+    running = _rendered()
+    settings = controller_settings(running)
+    dry = _rendered(actuator={"type": "dryRun"})
+    assert plan_reload(running, settings, dry).needs_restart == ("actuator or model",)
+    # bbr: another inverse model (and its tuned gains, which are taken)
+    bbr = plan_reload(running, settings, _rendered(dtn={**_spec_dtn(), "congestionControl": "bbr"}))
+    assert "actuator or model" in bbr.needs_restart
+    assert "gains" in bbr.applied
+
+
+def _spec_dtn() -> dict[str, object]:
+    dtn: dict[str, object] = yaml.safe_load(EXAMPLE.read_text())["spec"]["dtn"]
+    return dtn
+
+
+def test_limits_a_filter_refuses_are_rejected_naming_the_field() -> None:
+    running = _rendered()
+    controller = running.controller.model_copy(update={"min_rate_bps": 9e8, "max_rate_bps": 1e8})
+    wanted = running.model_copy(update={"controller": controller})
+    with pytest.raises(ConfigError, match=r"controller\.limits"):
+        plan_reload(running, controller_settings(running), wanted)
+
+
+def test_a_reconfigured_controller_decides_on_the_new_target_from_its_state() -> None:
+    """trivial follows B − R* at once (within maxStep); pi keeps its integral, so u moves
+    from the rate in force instead of restarting from the feed-forward."""
+
+    async def main() -> tuple[list[float], list[float]]:
+        trivial = dataclasses.replace(SETTINGS, strategy="trivial")
+        applied = []
+        for settings in (trivial, SETTINGS):
+            clock, actuator = Clock(), DryRunActuator()
+            controller = Controller(settings, actuator, clock=clock)
+            for k in range(5):
+                clock.now += 1.0
+                await controller.on_sample(_sample(k, 500))
+            before = controller.filter
+            controller.reconfigure(
+                dataclasses.replace(settings, setpoint=Setpoint(500 * MBPS, 1000 * MBPS))
+            )
+            assert controller.filter is before
+            assert controller.state().target_rate_bps == 500 * MBPS
+            clock.now += 1.0
+            await controller.on_sample(_sample(5, 500))
+            applied.append(actuator.applied)
+        return applied[0], applied[1]
+
+    trivial, pi = asyncio.run(main())
+    assert trivial[-2] == 400 * MBPS and trivial[-1] == 500 * MBPS
+    # pi: the DTN below 600 drove u far under 400; the integral carries over the new R*,
+    # so u stays near where it was (a restarted filter would head for B − R* = 500 and
+    # apply 70 + maxStep = 270 Mb/s)
+    assert pi[-2] < 100 * MBPS
+    assert abs(pi[-1] - pi[-2]) < 50 * MBPS

@@ -787,12 +787,20 @@ def bench_control(
     cca: Annotated[
         str | None, typer.Option(help="Only this DTN congestion control (default: both).")
     ] = None,
+    from_csv: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-csv",
+            help="Render the report from a saved episodes.csv instead of running the episodes.",
+        ),
+    ] = None,
 ) -> None:
     """The paper's §4 experiments and the ones it lacks, on the simulator, per controller
-    arm: a report with the targets, tables and CDFs."""
+    arm: a report with the targets, tables, paired comparisons and CDFs; every episode's
+    figures in episodes.csv beside it."""
     from scidmz.control.settings import default_models_dir
     from scidmz.learn.evaluation import TRANSFER_FLOWS, run_all
-    from scidmz.learn.report import markdown, plots
+    from scidmz.learn.report import episodes_csv, markdown, parse_episodes, plots
 
     count = seeds or (3 if quick else 10)
     flows = (100,) if quick else TRANSFER_FLOWS
@@ -801,17 +809,26 @@ def bench_control(
     if cca not in (None, "cubic", "bbr"):
         _fail(f"--cca must be cubic or bbr, not {cca!r}")
     out.mkdir(parents=True, exist_ok=True)
-    episodes = run_all(
-        models or default_models_dir(), count, flows,
-        progress=lambda what: typer.echo(f"  {what}", err=True),
-        ccas=(cca,) if cca else ("cubic", "bbr"), workers=workers,
-    )  # fmt: skip
     command = (
         "scidmz bench control"
         + (" --quick" if quick else "")
         + (f" --seeds {seeds}" if seeds else "")
         + (f" --cca {cca}" if cca else "")
     )
+    if from_csv is not None:
+        try:
+            episodes = parse_episodes(from_csv.read_text())
+        except (OSError, ValueError) as error:
+            _fail(f"--from-csv {from_csv}: {error}")
+            return
+        command = f"scidmz bench control --from-csv {from_csv}"
+    else:
+        episodes = run_all(
+            models or default_models_dir(), count, flows,
+            progress=lambda what: typer.echo(f"  {what}", err=True),
+            ccas=(cca,) if cca else ("cubic", "bbr"), workers=workers,
+        )  # fmt: skip
+        (out / "episodes.csv").write_text(episodes_csv(episodes))
     text = markdown(episodes, command)
     (out / "report.md").write_text(text)
     written = plots(episodes, out)

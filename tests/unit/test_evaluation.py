@@ -14,7 +14,7 @@ from scidmz.learn.closed_loop import ClockMismatchError, SimLoop, bench_settings
 from scidmz.learn.evaluation import Arm, Episode, mean_interval, steady, tracking, transfer
 from scidmz.learn.gains import Triple, TunedGains
 from scidmz.learn.identification import SimCollector
-from scidmz.learn.report import markdown, targets
+from scidmz.learn.report import episodes_csv, markdown, paired, parse_episodes, targets
 from scidmz.netsim.scenario import Scenario
 
 ZERO = Triple(kp=0, ki=0, kw=0)
@@ -129,6 +129,47 @@ def test_an_unfinished_transfer_fails_the_fct_target_and_shows_in_the_table():
     fct = found["cubic mlc, N_s = 100: FCT vs trivial ≤ −7.4%"]
     assert fct.measured == "-20.0%, 1 of 4 runs unfinished" and not fct.met
     assert "**1 of 2 unfinished**" in markdown(episodes, "test")
+
+
+def test_arms_are_paired_by_seed():
+    """A shift smaller than the seeds' scatter but on every seed is a sure difference when
+    paired; the same means with the pairing scrambled are not."""
+
+    def run(arm: str, seed: int, error: float) -> Episode:
+        return Episode("tracking", arm, "cubic", seed, 100, mrae=error)
+
+    base = [0.02, 0.09, 0.04, 0.12, 0.06, 0.03, 0.10, 0.05, 0.08, 0.07]
+    pi = [run("pi", s, e) for s, e in enumerate(base, start=1)]
+    mlc = [run("mlc", s, e - 0.004) for s, e in enumerate(base, start=1)]
+    sure = paired(mlc, pi, "mrae")
+    assert (sure.seeds, sure.lower) == (10, 10)
+    assert sure.mean_difference == pytest.approx(-0.004)
+    assert sure.p_value < 0.01  # exact Wilcoxon, 10 of 10 the same way: p = 2/1024
+    scrambled = [run("mlc", s, e - 0.004) for s, e in enumerate(reversed(base), start=1)]
+    loose = paired(scrambled, pi, "mrae")
+    assert loose.mean_difference == pytest.approx(-0.004) and loose.p_value > 0.3
+    assert abs(loose.half_width) > abs(loose.mean_difference)
+    # seeds only one side has, and NaN figures, are left out
+    assert paired(mlc[:3], pi[1:], "mrae").seeds == 2
+    assert paired(mlc, pi, "fct_s").seeds == 0
+    assert "lower on 10/10 seeds, p = 0.002" in sure.describe(100, "")
+    text = markdown(pi + mlc, "test")
+    assert "| cubic | mlc vs pi | tracking | -0.40 ± 0.00, lower on 10/10 seeds" in text
+
+
+def test_episodes_survive_their_csv():
+    episodes = [
+        Episode("transfer", "mlc+dtn", "bbr", 3, 150, mrae=0.05, fct_s=140.5, rate_ratio=0.98),
+        Episode("steady", "trivial", "cubic", 1, 100, u_std_fraction=0.0),
+    ]
+    again = parse_episodes(episodes_csv(episodes))
+    assert episodes_csv(again) == episodes_csv(episodes)
+    assert again[0].fct_s == 140.5 and again[0].campus_flows == 150
+    assert math.isnan(again[1].fct_s) and again[1].u_std_fraction == 0.0
+    with pytest.raises(ValueError, match="line 2"):
+        parse_episodes(episodes_csv(episodes).replace(",150,", ",many,"))
+    with pytest.raises(ValueError, match="missing"):
+        parse_episodes("experiment,arm\ntracking,mlc\n")
 
 
 def test_mean_interval():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from scidmz.learn.evaluation import TRANSFER_FLOWS, Episode, mean_interval
@@ -103,6 +103,49 @@ def _arms(episodes: list[Episode], cca: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """An arm against another on the same seeds (each seed: the same traffic, R*(t) and
+    random draws for both), on one field where lower is better."""
+
+    seeds: int
+    lower: int
+    """Seeds on which the arm's value is below the other's."""
+    mean_difference: float
+    half_width: float
+    """Of the 95 % interval of the mean difference (Student t on the paired differences)."""
+    p_value: float
+    """Wilcoxon signed-rank, two-sided (exact for small samples; NaN: no differences)."""
+
+    def describe(self, scale: float, unit: str) -> str:
+        if not self.seeds:
+            return "—"
+        p = "p —" if math.isnan(self.p_value) else f"p = {self.p_value:.3f}"
+        return (
+            f"{self.mean_difference * scale:+.2f} ± {self.half_width * scale:.2f}{unit}, "
+            f"lower on {self.lower}/{self.seeds} seeds, {p}"
+        )
+
+
+def paired(arm: list[Episode], other: list[Episode], field: str) -> Paired:
+    """``arm`` − ``other`` per seed, over the seeds both have a finite ``field`` for."""
+    from scipy.stats import wilcoxon
+
+    theirs = {e.seed: float(getattr(e, field)) for e in other}
+    differences = [
+        float(getattr(e, field)) - theirs[e.seed]
+        for e in arm
+        if e.seed in theirs and math.isfinite(float(getattr(e, field)) - theirs[e.seed])
+    ]
+    if not differences:
+        return Paired(0, 0, math.nan, math.nan, math.nan)
+    mean, half = mean_interval(differences)
+    p_value = math.nan
+    if any(d != 0 for d in differences):
+        p_value = float(wilcoxon(differences).pvalue)
+    return Paired(len(differences), sum(d < 0 for d in differences), mean, half, p_value)
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     measured: str
@@ -163,15 +206,18 @@ def targets(episodes: list[Episode]) -> list[Target]:
         )  # fmt: skip
         pi = arm.replace("mlc", "pi")
         for experiment in ("tracking", "transfer"):
-            ours = mean_of(
-                experiment, "cubic", arm, "mrae", 100 if experiment == "transfer" else None
-            )
-            theirs = mean_of(
-                experiment, "cubic", pi, "mrae", 100 if experiment == "transfer" else None
-            )
+            at = 100 if experiment == "transfer" else None
+            ours = mean_of(experiment, "cubic", arm, "mrae", at)
+            theirs = mean_of(experiment, "cubic", pi, "mrae", at)
+            pairs = paired(
+                _select(episodes, experiment, "cubic", arm, at),
+                _select(episodes, experiment, "cubic", pi, at), "mrae",
+            )  # fmt: skip
+            p = "" if math.isnan(pairs.p_value) else f", Wilcoxon p = {pairs.p_value:.3f}"
             add(
                 f"cubic {arm}, {experiment}: MRAE below {pi}'s",
-                f"{ours:.2%} vs {theirs:.2%}", ours < theirs,
+                f"{ours:.2%} vs {theirs:.2%} (lower on {pairs.lower}/{pairs.seeds} seeds{p})",
+                ours < theirs,
             )  # fmt: skip
         used = [
             relative(
@@ -280,6 +326,7 @@ def markdown(episodes: list[Episode], command: str) -> str:
                     for name, _, scale, unit in metrics
                 ]
                 lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    lines += paired_section(episodes)
     lines += [
         "",
         "Paper, MLC against trivial: MRAE −4.1 % (cubic) / −4.5 % (bbr); FCT −7.4 % / −21.72 %",
@@ -287,6 +334,85 @@ def markdown(episodes: list[Episode], command: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def episodes_csv(episodes: list[Episode]) -> str:
+    """Every episode's figures, one row each (NaN where an experiment has no such figure),
+    so the report can be rendered again, or checked, without running the episodes."""
+    import csv
+    import io
+
+    names = [f.name for f in fields(Episode)]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(names)
+    writer.writerows([getattr(e, name) for name in names] for e in episodes)
+    return buffer.getvalue()
+
+
+def parse_episodes(text: str) -> list[Episode]:
+    """``episodes_csv``'s rows back; raises ValueError naming a bad row."""
+    import csv
+
+    kinds = {f.name: f.type for f in fields(Episode)}
+    episodes = []
+    rows = csv.DictReader(text.splitlines())
+    missing = set(kinds) - set(rows.fieldnames or [])
+    if missing:
+        raise ValueError(f"episodes: columns {sorted(missing)} missing")
+    for number, row in enumerate(rows, start=2):
+        try:
+            values: dict[str, object] = {
+                name: row[name] if kind == "str" else int(row[name]) if kind == "int"
+                else float(row[name])
+                for name, kind in kinds.items()
+            }  # fmt: skip
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"episodes line {number}: {error}") from None
+        episodes.append(Episode(**values))  # type: ignore[arg-type]
+    return episodes
+
+
+PAIRINGS = (("mlc", "pi"), ("mlc", "trivial"), ("pi", "trivial"), ("mlc+dtn", "pi+dtn"))
+"""Which arm is set against which, seed by seed, in ``paired_section``."""
+
+
+def paired_section(episodes: list[Episode]) -> list[str]:
+    """Every pairing, on the same seeds: is a difference of means more than seed noise?"""
+    lines = [
+        "",
+        "## Paired by seed",
+        "",
+        "Each seed runs every arm on the same traffic and R*(t), so arms are compared seed by "
+        "seed: the mean difference (arm − other) with its 95 % interval, the seeds on which "
+        "the arm is lower (better), and the two-sided Wilcoxon signed-rank p-value. An "
+        "interval that spans 0 (or p ≥ 0.05) means the difference of means is within what "
+        "the seeds scatter.",
+        "",
+        "| DTN | arm vs other | experiment | MRAE (points) | FCT |",
+        "|---|---|---|---:|---:|",
+    ]
+    flows_seen = sorted({e.campus_flows for e in episodes if e.experiment == "transfer"})
+    cases: list[tuple[str, int | None]] = [("tracking", None), ("demand", None)]
+    cases += [("transfer", n) for n in flows_seen]
+    for cca in ("cubic", "bbr"):
+        arms = _arms(episodes, cca)
+        for arm, other in PAIRINGS:
+            if arm not in arms or other not in arms:
+                continue
+            for experiment, flows in cases:
+                ours = _select(episodes, experiment, cca, arm, flows)
+                theirs = _select(episodes, experiment, cca, other, flows)
+                if not ours or not theirs:
+                    continue
+                error = paired(ours, theirs, "mrae").describe(100, "")
+                fct = (
+                    paired(ours, theirs, "fct_s").describe(1, " s")
+                    if experiment == "transfer" else ""
+                )  # fmt: skip
+                where = f"{experiment}" + (f", N_s = {flows}" if flows else "")
+                lines.append(f"| {cca} | {arm} vs {other} | {where} | {error} | {fct} |")
+    return lines
 
 
 def plots(episodes: list[Episode], out_dir: Path) -> list[Path]:
@@ -325,4 +451,12 @@ def plots(episodes: list[Episode], out_dir: Path) -> list[Path]:
     return written
 
 
-__all__ = ["TRANSFER_FLOWS", "markdown", "plots", "targets"]
+__all__ = [
+    "TRANSFER_FLOWS",
+    "episodes_csv",
+    "markdown",
+    "paired",
+    "parse_episodes",
+    "plots",
+    "targets",
+]

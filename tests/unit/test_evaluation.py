@@ -152,6 +152,7 @@ def test_arms_are_paired_by_seed():
     # seeds only one side has, and NaN figures, are left out
     assert paired(mlc[:3], pi[1:], "mrae").seeds == 2
     assert paired(mlc, pi, "fct_s").seeds == 0
+    assert paired(pi, pi, "mrae").describe(100, "") == "identical on 10/10 seeds"
     assert "lower on 10/10 seeds, p = 0.002" in sure.describe(100, "")
     text = markdown(pi + mlc, "test")
     assert "| cubic | mlc vs pi | tracking | -0.40 ± 0.00, lower on 10/10 seeds" in text
@@ -198,3 +199,29 @@ class _Null:
 
     async def close(self) -> None:
         return
+
+
+def test_the_report_renders_again_from_saved_episodes(tmp_path):
+    from typer.testing import CliRunner
+
+    from scidmz.cli import app
+
+    episodes = [
+        Episode("tracking", arm, "cubic", seed, 100, mrae=error * seed, utilisation=0.95)
+        for arm, error in (("trivial", 0.05), ("mlc", 0.03)) for seed in (1, 2, 3)
+    ]  # fmt: skip
+    saved = tmp_path / "episodes.csv"
+    saved.write_text(episodes_csv(episodes))
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app, ["bench", "control", "--from-csv", str(saved), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "(3 seeds)" in text and "| cubic | mlc vs trivial | tracking |" in text
+    assert not (out / "episodes.csv").exists()  # nothing was run, nothing re-saved
+    broken = tmp_path / "broken.csv"
+    broken.write_text("experiment,arm\ntracking,mlc\n")
+    for bad in (broken, tmp_path / "missing.csv"):
+        result = CliRunner().invoke(app, ["bench", "control", "--from-csv", str(bad)])
+        assert result.exit_code == 2 and str(bad) in result.output

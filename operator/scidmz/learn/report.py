@@ -119,7 +119,9 @@ class Paired:
     def describe(self, scale: float, unit: str) -> str:
         if not self.seeds:
             return "—"
-        p = "p —" if math.isnan(self.p_value) else f"p = {self.p_value:.3f}"
+        if math.isnan(self.p_value):  # no seed differs
+            return f"identical on {self.seeds}/{self.seeds} seeds"
+        p = f"p = {self.p_value:.3f}"
         return (
             f"{self.mean_difference * scale:+.2f} ± {self.half_width * scale:.2f}{unit}, "
             f"lower on {self.lower}/{self.seeds} seeds, {p}"
@@ -264,7 +266,8 @@ def markdown(episodes: list[Episode], command: str) -> str:
     lines = [
         "# Control quality on the simulator (issue 11, paper §4.2–4.5)",
         "",
-        f"`{command}`; mean ± 95 % interval over seeds. In brackets: the change against the",
+        f"`{command}` ({len({e.seed for e in episodes})} seeds); mean ± 95 % interval over "
+        "seeds. In brackets: the change against the",
         "fixed baseline with the same actuators (`trivial`: the paper's campus token bucket at",
         "B − R*; `trivial+dtn`: that bucket plus the DTN paced at R*). The controller runs on",
         "the simulated clock (its dt is checked against the simulator's every sample).",

@@ -145,3 +145,49 @@ def test_the_wire_decoder_agrees_with_protobuf():
     assert struct_members(odd, 3).shape == (3, 3)
     truncated = np.frombuffer(_random_digest(rng, 5, 3).SerializeToString()[:-2], dtype=np.uint8)
     assert decode_structs(truncated, np.zeros((5, 3), dtype=np.int64)) == -1
+
+
+def test_a_late_answer_moves_a_samples_boundary_by_half_the_call_at_most():
+    """The switch reads its counters somewhere inside the Read call; the collector stamps
+    them at the call's midpoint, so a slow call (a loaded host) shifts the interval by half
+    its duration, not all of it, and the rate of 100 MB in 1 s is not read as ~10 % off."""
+    import asyncio
+
+    from scidmz.telemetry.collector import Collector
+    from tests.telemetry.harness import settings
+
+    class Clock:
+        now = 100.0
+
+        def __call__(self) -> float:
+            return self.now
+
+    class SlowSwitch:
+        """Counters taken at the middle of every Read; the answer takes ``call_s``."""
+
+        def __init__(self, clock: Clock) -> None:
+            self.clock, self.dtn_bytes, self.call_s = clock, 0, 0.0
+
+        async def read(self, request: object, timeout: float) -> list[p4r.Entity]:
+            self.clock.now += self.call_s / 2
+            # 100 MB/s on the DTN class: the counter as it stands at this moment
+            counted = int((self.clock.now - 100.0) * 100e6)
+            self.clock.now += self.call_s / 2
+            return [_counter(contract.CLASS_DTN, counted), _counter(contract.CLASS_CAMPUS, 0)]
+
+    async def rates() -> list[float]:
+        clock = Clock()
+        switch = SlowSwitch(clock)
+        collector = Collector(settings("unused:1"), clock=clock)
+        collector._ready, collector._ids = switch, IDS  # type: ignore[assignment]
+        seen = []
+        for call_s in (0.0, 0.0, 0.2, 0.0):  # one read answered 200 ms late
+            switch.call_s = call_s
+            await collector.sample_once()
+            if collector.snapshot is not None:
+                seen.append(collector.snapshot.state.dtn_rate_bps)
+            clock.now += 1.0 - call_s
+        return seen
+
+    measured = asyncio.run(rates())
+    assert [round(r / 8e8, 3) for r in measured[1:]] == [1.0, 1.0, 1.0]

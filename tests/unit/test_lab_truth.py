@@ -190,3 +190,19 @@ def test_tracking_is_judged_against_the_target_of_each_second() -> None:
     assert summarise(samples, truth, lambda _: 3.8e8, warmup_s=0.0)["mrae_delivered"] > 0.2
     # past its end, a schedule holds its last level
     assert steps(60.0) == 5e8
+
+
+def test_a_target_schedule_the_api_would_refuse_is_refused_before_the_loop_starts(
+    tmp_path,
+) -> None:
+    import types
+    from pathlib import Path
+
+    from scidmz.lab.cli import lab_scenario
+    from scidmz.lab.loop import load_policy, run_loop
+
+    policy = load_policy(Path(__file__).parents[2] / "examples" / "lab" / "cubic-1G.yaml")
+    lab = types.SimpleNamespace(scenario=lab_scenario(None, {"bottleneck.capacity_bps": "1Gbps"}))
+    with pytest.raises(LabError, match="1200000000 bit/s is no target here"):
+        run_loop(policy, lab, 10.0, tmp_path, targets_bps=[6e8, 1.2e9])  # type: ignore[arg-type]
+    assert not (tmp_path / "logs").exists()  # no process was started

@@ -264,6 +264,11 @@ def run_loop(
     shaper = f"127.0.0.1:{free_port()}"
     addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper)
     schedule = list(targets_bps or [])
+    for level in sorted(set(schedule)):  # refused before anything starts, not mid-run
+        try:
+            lab_config(retargeted(policy, level), lab, *addresses)
+        except ValueError as error:
+            raise LabError(f"targets_bps: {level:.0f} bit/s is no target here: {error}") from None
     if schedule:
         policy = retargeted(policy, schedule[0])
     config = lab_config(policy, lab, *addresses)

@@ -174,6 +174,28 @@ def test_a_new_target_reaches_the_running_controller_on_real_tcp(lab: Lab, tmp_p
     assert "R* 50000000 bit/s" in (tmp_path / "logs" / "controller.log").read_text()
 
 
+def test_lowering_the_campus_shaper_never_wedges_it(lab: Lab, tmp_path: Path) -> None:
+    """u lowered 40 -> 30 Mb/s five times while 8 campus flows send 16-segment GSO packets
+    (~23 kB). Linux's tbf keeps what is queued across a change, and a queued packet larger
+    than the new bucket can never gather enough tokens: with a 15 kB floor the bucket went
+    25 -> 18.75 kB and the shaper stopped for good (sent 0, backlog frozen; 6 of 11 single
+    lowerings). The shaper must keep sending every second."""
+    from scidmz.lab.loop import LabPolicy, run_loop
+
+    schedule = [60e6] * 4 + [70e6, 60e6] * 5
+    run_loop(
+        LabPolicy("t", "default", _trivial_100m()), lab, 14.0, tmp_path, warmup_s=4.0,
+        targets_bps=schedule,
+    )  # fmt: skip
+    truth = list(csv.DictReader((tmp_path / "truth.csv").open()))
+    limits = {float(row["campus_rate_limit_bps"]) for row in truth}
+    assert {30e6, 40e6} <= limits
+    late = [row for row in truth if float(row["t_s"]) >= 5.0]
+    assert len(late) >= 8
+    for row in late:
+        assert float(row["shaper_sent_rate_bps"]) > 0.5 * float(row["campus_rate_limit_bps"]), row
+
+
 def test_a_tap_on_a_missing_interface_is_refused_by_name(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,

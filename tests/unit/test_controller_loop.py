@@ -148,7 +148,8 @@ def test_tbf_parameters_are_sized_from_the_rate():
     assert fast["burst"] == 625_000  # 5 ms at the rate
     assert fast["limit"] == 1_250_000 + 625_000  # 10 ms queue + the bucket
     assert tbf_parameters(0)["rate"] == "8000bit"  # tbf cannot do zero
-    assert tbf_parameters(1e6)["burst"] == 15_000
+    assert tbf_parameters(1e6)["burst"] == 65_536  # the largest GSO packet, at any rate
+    assert tbf_parameters(1e6, largest_packet_bytes=185_000)["burst"] == 185_000  # BIG TCP
 
 
 def _onnx_model(path: Path, inputs: int, metadata: dict[str, str] | None = None) -> Path:

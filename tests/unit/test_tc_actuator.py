@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -48,6 +49,31 @@ def test_tbf_is_created_then_changed_in_place(netns):
     handle = re.search(r"qdisc tbf (\w+):", first).group(1)
     assert f"qdisc tbf {handle}: root" in second and "rate 150Mbit" in second  # replaced
     assert "rate 8Kbit" in third  # u = 0: tbf's floor
+
+
+def test_the_bucket_holds_the_largest_packet_an_interface_may_queue(netns):
+    """A tbf bucket smaller than a queued packet never sends it again (see
+    ``contract.tbf.LARGEST_PACKET_BYTES``): at a low rate the bucket is 64 KiB, and more
+    where an interface of the namespace allows bigger GRO packets (BIG TCP)."""
+
+    async def bucket_at(rate_bps):
+        actuator = await TcActuator.open("campus0", netns)
+        try:
+            await actuator.apply(rate_bps)
+        finally:
+            await actuator.close()
+        shown = subprocess.run(
+            ["ip", "netns", "exec", netns, "tc", "-j", "qdisc", "show", "dev", "campus0"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        return json.loads(shown)[0]["options"]["burst"]
+
+    # the kernel keeps the bucket as time at the rate: it reads back a few bytes short
+    assert asyncio.run(bucket_at(30e6)) == pytest.approx(65_536, abs=8)  # 5 ms: 18,750 B
+    _ip = ["ip", "netns", "exec", netns, "ip", "link", "set", "dev", "campus0"]
+    subprocess.run([*_ip, "gro_max_size", "185000"], check=True, capture_output=True)
+    assert asyncio.run(bucket_at(30e6)) == pytest.approx(185_000, abs=8)
+    assert asyncio.run(bucket_at(1e9)) == pytest.approx(625_000, abs=8)  # 5 ms at the rate
 
 
 def test_a_missing_interface_is_refused_at_start(netns):

@@ -16,8 +16,17 @@ TBF_MAX_RATE_BPS = 8.0 * (2**32 - 1)
 """tbf's 32-bit rate field in bytes/s, as pyroute2 writes it (~34 Gbit/s)."""
 TBF_BURST_S = 0.005
 """Bucket depth as time at the rate: above one timer tick (4 ms at HZ = 250)."""
-TBF_MIN_BURST_BYTES = 15_000
-"""At least ten full frames, so a low rate still passes a TSO burst without splitting it."""
+LARGEST_PACKET_BYTES = 65_536
+"""The largest packet Linux hands a qdisc without BIG TCP: a GSO/GRO super-packet of up to
+``gso_max_size`` / ``gro_max_size``, 65,536 bytes by default (IPv4's 16-bit total length).
+
+The bucket is never smaller than this, and not only so a TSO burst passes unsplit. Linux's
+``tbf_change`` keeps the packets already queued, and ``tbf_dequeue`` caps the tokens at the
+bucket: a queued packet larger than a new, smaller bucket can never be sent, and the shaper
+stops for good. The lab hit it lowering u from 40 to 30 Mb/s with a 15 kB floor (bucket
+25 -> 18.75 kB, 16-segment GSO packets of ~23 kB): sent frozen, 56 kB in 4 packets queued,
+all campus flows at 0 until the end (6 of 11 runs). A bucket that always holds the largest
+packet cannot be wedged by any change of rate."""
 TBF_QUEUE_S = 0.010
 """The tbf queue limit, beyond the bucket, as time at the rate."""
 
@@ -32,10 +41,11 @@ class TbfSize:
     limit_bytes: int
 
 
-def tbf_size(rate_bps: float) -> TbfSize:
+def tbf_size(rate_bps: float, largest_packet_bytes: int = LARGEST_PACKET_BYTES) -> TbfSize:
     """The bucket and queue the actuators give a tbf at ``rate_bps``: burst = 5 ms at the
-    rate (≥ 15 kB), limit = 10 ms at the rate + burst."""
+    rate, and at least ``largest_packet_bytes`` (the largest packet the host's interfaces
+    may hand the qdisc; see ``LARGEST_PACKET_BYTES``); limit = 10 ms at the rate + burst."""
     rate = min(max(rate_bps, TBF_MIN_RATE_BPS), TBF_MAX_RATE_BPS)
-    burst = max(int(rate / 8 * TBF_BURST_S), TBF_MIN_BURST_BYTES)
+    burst = max(int(rate / 8 * TBF_BURST_S), largest_packet_bytes, LARGEST_PACKET_BYTES)
     limit = int(rate / 8 * TBF_QUEUE_S) + burst
     return TbfSize(rate_bps=rate, burst_bytes=burst, limit_bytes=limit)

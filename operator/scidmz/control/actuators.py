@@ -16,7 +16,12 @@ from typing import Any, Protocol
 
 import grpc
 
-from scidmz.contract.tbf import TBF_MAX_RATE_BPS, TBF_MIN_RATE_BPS, tbf_size
+from scidmz.contract.tbf import (
+    LARGEST_PACKET_BYTES,
+    TBF_MAX_RATE_BPS,
+    TBF_MIN_RATE_BPS,
+    tbf_size,
+)
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -169,15 +174,35 @@ TC_H_ROOT = 0xFFFFFFFF
 """The parent of a root qdisc in netlink."""
 
 
-def tbf_parameters(rate_bps: float) -> dict[str, object]:
+def tbf_parameters(
+    rate_bps: float, largest_packet_bytes: int = LARGEST_PACKET_BYTES
+) -> dict[str, object]:
     """pyroute2 ``tc('replace', 'tbf', ...)`` arguments for a rate: burst and queue limit
-    sized from it."""
-    size = tbf_size(rate_bps)
+    sized from it, the bucket never below the largest packet the host may queue."""
+    size = tbf_size(rate_bps, largest_packet_bytes)
     return {
         "rate": f"{int(size.rate_bps)}bit",
         "burst": size.burst_bytes,
         "limit": size.limit_bytes,
     }
+
+
+async def _largest_packet_bytes(ipr: object) -> int:
+    """The largest GSO/GRO packet any interface of the namespace may hand the shaper's
+    qdisc (forwarded packets are as large as their ingress's GRO allows): the tbf's
+    bucket must hold it (``contract.tbf.LARGEST_PACKET_BYTES``). BIG TCP raises these
+    limits past 64 KiB. Unreadable: the default 64 KiB, and said so."""
+    try:
+        sizes = [
+            int(size)
+            async for link in await ipr.get_links()  # type: ignore[attr-defined]
+            for size in (link.get_attr("IFLA_GSO_MAX_SIZE"), link.get_attr("IFLA_GRO_MAX_SIZE"))
+            if size
+        ]
+    except Exception as error:  # pyroute2 raises NetlinkError and friends
+        log.warning("tc: interfaces' GSO/GRO sizes unreadable (%s); bucket >= 64 KiB", error)
+        return LARGEST_PACKET_BYTES
+    return max([LARGEST_PACKET_BYTES, *sizes])
 
 
 class TcActuator:
@@ -187,10 +212,17 @@ class TcActuator:
 
     name = "tc"
 
-    def __init__(self, interface: str, ipr: object, index: int) -> None:
+    def __init__(
+        self,
+        interface: str,
+        ipr: object,
+        index: int,
+        largest_packet_bytes: int = LARGEST_PACKET_BYTES,
+    ) -> None:
         self.interface = interface
         self._ipr = ipr
         self._index = index
+        self.largest_packet_bytes = largest_packet_bytes
 
     @classmethod
     async def open(cls, interface: str, netns: str | None = None) -> TcActuator:
@@ -207,12 +239,12 @@ class TcActuator:
             ipr.close()
             where = f" in network namespace {netns}" if netns else ""
             raise ActuatorError(f"interface {interface} does not exist{where}")
-        return cls(interface, ipr, links[0])
+        return cls(interface, ipr, links[0], await _largest_packet_bytes(ipr))
 
     async def apply(self, rate_bps: float) -> float:
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ActuatorError(f"rate must be finite and >= 0, got {rate_bps}")
-        parameters = tbf_parameters(rate_bps)
+        parameters = tbf_parameters(rate_bps, self.largest_packet_bytes)
         try:
             await self._ipr.tc("replace", "tbf", self._index, **parameters)  # type: ignore[attr-defined]
         except Exception as error:  # pyroute2 raises NetlinkError and friends

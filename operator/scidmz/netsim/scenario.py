@@ -135,7 +135,7 @@ class Shaper(_Model):
         default=None,
         gt=0,
         description="Bucket depth; default: as the tc actuator sizes it at each u "
-        "(5 ms at u, at least 15 kB).",
+        "(5 ms at u, at least 64 KiB: the largest GSO packet).",
     )
     queue_bytes: Bytes | None = Field(
         default=None,

@@ -809,12 +809,6 @@ def bench_control(
     if cca not in (None, "cubic", "bbr"):
         _fail(f"--cca must be cubic or bbr, not {cca!r}")
     out.mkdir(parents=True, exist_ok=True)
-    command = (
-        "scidmz bench control"
-        + (" --quick" if quick else "")
-        + (f" --seeds {seeds}" if seeds else "")
-        + (f" --cca {cca}" if cca else "")
-    )
     if from_csv is not None:
         try:
             episodes = parse_episodes(from_csv.read_text())
@@ -823,6 +817,12 @@ def bench_control(
             return
         command = f"scidmz bench control --from-csv {from_csv}"
     else:
+        command = (
+            "scidmz bench control"
+            + (" --quick" if quick else "")
+            + (f" --seeds {seeds}" if seeds else "")
+            + (f" --cca {cca}" if cca else "")
+        )
         episodes = run_all(
             models or default_models_dir(), count, flows,
             progress=lambda what: typer.echo(f"  {what}", err=True),

@@ -377,22 +377,31 @@ ACCURACY_PAIRS = {
 """Each collector variable and the truth column it is judged against."""
 
 
+def _timed(rows: list[dict[str, Any]], key: str, after_s: float) -> list[tuple[float, float]]:
+    """``(t, value)`` of ``key`` from ``after_s`` on, skipping missing and non-finite."""
+    timed = []
+    for row in rows:
+        value = row.get(key)
+        if float(row["t_s"]) >= after_s and value not in (None, ""):
+            number = float(value)
+            if math.isfinite(number):
+                timed.append((float(row["t_s"]), number))
+    return timed
+
+
 def _kernel_series(
     truth: list[dict[str, Any]], truth_key: str, after_s: float
 ) -> list[tuple[float, float]]:
-    """``(t, value)`` of a truth column; the active flows are both classes' sum."""
-    keys = (
-        ("dtn_active_flows", "campus_active_flows") if truth_key == "active_flows" else (truth_key,)
-    )
-    series: list[tuple[float, float]] = []
-    for row in truth:
-        values = ["" if row.get(key) is None else str(row[key]) for key in keys]
-        if float(row["t_s"]) < after_s or "" in values:
-            continue
-        value = math.fsum(float(v) for v in values)
-        if math.isfinite(value):
-            series.append((float(row["t_s"]), value))
-    return series
+    """``(t, value)`` of a truth column; the active flows are both classes' sum (a second
+    missing either class is skipped)."""
+    if truth_key != "active_flows":
+        return _timed(truth, truth_key, after_s)
+    dtn = dict(_timed(truth, "dtn_active_flows", after_s))
+    return [
+        (t, dtn[t] + campus)
+        for t, campus in _timed(truth, "campus_active_flows", after_s)
+        if t in dtn
+    ]
 
 
 def settled_at(
@@ -406,30 +415,17 @@ def settled_at(
     last paired second is not within. Shows how long an estimator takes to converge, e.g.
     algorithm 4's campus-RTT EWMA from its first mean, taken while the queue still fills."""
     kernel = {round(t): value for t, value in _kernel_series(truth, ACCURACY_PAIRS[key], 0.0)}
-    paired = []
-    for row in samples:
-        value = row.get(key)
-        second = round(float(row["t_s"]))
-        if value not in (None, "") and second in kernel and math.isfinite(float(value)):
-            paired.append((second, within(float(value), kernel[second])))
+    paired = [
+        (round(t), within(value, kernel[round(t)]))
+        for t, value in _timed(samples, key, -math.inf)
+        if round(t) in kernel
+    ]
     settled = math.nan
     for second, ok in reversed(paired):
         if not ok:
             break
         settled = float(second)
     return settled
-
-
-def _timed(rows: list[dict[str, Any]], key: str, after_s: float) -> list[tuple[float, float]]:
-    """``(t, value)`` of ``key`` from ``after_s`` on, skipping missing and non-finite."""
-    timed = []
-    for row in rows:
-        value = row.get(key)
-        if float(row["t_s"]) >= after_s and value not in (None, ""):
-            number = float(value)
-            if math.isfinite(number):
-                timed.append((float(row["t_s"]), number))
-    return timed
 
 
 def _tracking(series: list[tuple[float, float]], target_at: Callable[[float], float]) -> float:

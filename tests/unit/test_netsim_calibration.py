@@ -1,5 +1,6 @@
 """The twin's calibration against real Linux TCP (issue 13): frames, the shaper that follows u,
-loss trains of whole GSO bursts, the tail-loss probe and BBR's probe-rtt."""
+loss trains of whole GSO bursts, the tail-loss probe, BBR's probe-rtt and its ACK-aggregation
+allowance."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,12 @@ import pytest
 from scidmz.contract.tbf import tbf_size
 from scidmz.control.actuators import tbf_parameters
 from scidmz.netsim import layout
-from scidmz.netsim.congestion import _slide_rate, grow_windows
+from scidmz.netsim.congestion import (
+    _slide_rate,
+    _update_ack_aggregation,
+    bbr_step,
+    grow_windows,
+)
 from scidmz.netsim.kernel import _tail_drop
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.simulator import Simulator
@@ -199,3 +205,80 @@ def test_bbr_samples_the_delivery_rate_over_a_sliding_round():
         _slide_rate(flow_f, flow_i, bw_filter, 0, step * dt, acked, round_length)
     assert flow_f[layout.BTL_BW, 0] >= 0.85 * per_step / dt
     assert flow_f[layout.BTL_BW, 0] <= 1.0 * per_step / dt + 1e-6
+
+
+def _bbr_column(bw_bytes_s: float, cwnd_segs: float) -> tuple[np.ndarray, np.ndarray]:
+    flow_f = np.zeros((layout.N_FLOW_F, 1))
+    flow_i = np.zeros((layout.N_FLOW_I, 1), dtype=np.int64)
+    flow_f[layout.BTL_BW, 0] = bw_bytes_s
+    flow_f[layout.CWND, 0] = cwnd_segs
+    return flow_f, flow_i
+
+
+def _extra(flow_f: np.ndarray) -> float:
+    return float(max(flow_f[layout.EXTRA_ACKED0, 0], flow_f[layout.EXTRA_ACKED0 + 1, 0]))
+
+
+def test_acks_ahead_of_the_bandwidth_estimate_count_as_aggregation():
+    """Linux bbr_update_ack_aggregation: a round of ACKs at 1.25 x the estimate (what the
+    probe-bw phase at gain 1.25 returns from a full FIFO) leaves 0.25 x bw x the round as
+    extra; ACKs at the estimate leave about one step's worth (each epoch ends at once)."""
+    bw, dt = 1e7, 0.001  # 10 MB/s: 10 kB per 1 ms step
+    steady, _ = _bbr_column(bw, 1e6)
+    for step in range(1, 200):
+        _update_ack_aggregation(steady, _, 0, step * dt, bw * dt, MSS, False)
+    assert _extra(steady) == pytest.approx(bw * dt, rel=0.01)
+
+    probing, flow_i = _bbr_column(bw, 1e6)
+    for step in range(1, 101):
+        _update_ack_aggregation(probing, flow_i, 0, step * dt, 1.25 * bw * dt, MSS, False)
+    assert _extra(probing) == pytest.approx(0.25 * bw * 0.099 + 1.25 * bw * dt, rel=0.02)
+
+    capped, flow_i = _bbr_column(bw, 100.0)  # Linux caps an epoch's extra at cwnd
+    for step in range(1, 101):
+        _update_ack_aggregation(capped, flow_i, 0, step * dt, 1.25 * bw * dt, MSS, False)
+    assert _extra(capped) == pytest.approx(100 * MSS)
+
+
+def test_the_aggregation_estimate_forgets_after_two_five_round_windows():
+    """The max of two windows of five rounds each: a burst stays in the estimate for at
+    least five rounds, and is gone after ten rounds of ACKs that never run ahead."""
+    bw, dt = 1e7, 0.001
+    flow_f, flow_i = _bbr_column(bw, 1e6)
+    for step in range(1, 101):
+        _update_ack_aggregation(flow_f, flow_i, 0, step * dt, 1.25 * bw * dt, MSS, False)
+    burst = _extra(flow_f)
+    now, seen = 0.1, []
+    for _ in range(10):
+        for step in range(100):  # a round of ACKs at 0.9 x the estimate
+            now += dt
+            _update_ack_aggregation(flow_f, flow_i, 0, now, 0.9 * bw * dt, MSS, step == 0)
+        seen.append(_extra(flow_f))
+    assert seen[:4] == [burst] * 4
+    assert seen[-1] == pytest.approx(0.9 * bw * dt, rel=0.01)
+
+
+def test_bbr_widens_its_window_by_the_aggregation_estimate_up_to_100_ms_of_bandwidth():
+    """cwnd target = 2 BDP + 3 + min(extra_acked, bw x 100 ms) once the pipe is full
+    (Linux bbr_set_cwnd and bbr_ack_aggregation_cwnd)."""
+    bw, min_rtt = 1e7, 0.1
+    targets = []
+    for extra in (0.0, 0.02 * bw, 0.5 * bw):
+        flow_f, flow_i = _bbr_column(bw, 1e6)
+        flow_i[layout.CC, 0] = layout.BBR
+        flow_i[layout.MODE, 0] = layout.PROBE_BW
+        flow_i[layout.FILLED_PIPE, 0] = 1
+        flow_f[layout.MIN_RTT, 0] = min_rtt
+        flow_f[layout.MIN_RTT_AT, 0] = 0.0
+        flow_f[layout.SRTT, 0] = 0.2
+        flow_f[layout.ROUND_T, 0] = 0.95
+        flow_f[layout.CYCLE_T, 0] = 0.95
+        flow_f[layout.EXTRA_ACKED0, 0] = extra
+        flow_f[layout.ACK_EPOCH_T, 0] = 1.0  # the step's own ACKs start an epoch: no new extra
+        bw_filter = np.full((1, 10), bw)
+        bbr_step(flow_f, flow_i, bw_filter, 0, 1.0, 0.0, 0.0, MSS)
+        targets.append(flow_f[layout.CWND, 0])
+    bdp_segs = bw * min_rtt / MSS
+    assert targets[0] == pytest.approx(2 * bdp_segs + 3)
+    assert targets[1] == pytest.approx(2 * bdp_segs + 3 + 0.02 * bw / MSS)
+    assert targets[2] == pytest.approx(2 * bdp_segs + 3 + 0.1 * bw / MSS)  # the 100 ms cap

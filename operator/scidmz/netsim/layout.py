@@ -50,7 +50,10 @@ PACING_CREDIT = 37  # unused pacing budget carried into the next step, bytes
 CWND_LIMITED = 38  # 1 when the window limited the last send; 0: NIC/app, pacing or DTN cap did
 RATE_Q0 = 39  # BBR: bytes acknowledged in each 1/8 of the last round (8 rows) ...
 RATE_T0 = 47  # ... and when each began (8 rows): a sliding one-round delivery rate
-N_FLOW_F = 55
+ACK_EPOCH_T = 55  # BBR: start of the ACK-aggregation epoch (s)
+ACK_EPOCH_ACKED = 56  # BBR: bytes acknowledged in that epoch
+EXTRA_ACKED0 = 57  # BBR: max excess acknowledged bytes in each of two windows (2 rows)
+N_FLOW_F = 59
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -67,7 +70,9 @@ SERIAL = 10  # unique id of the flow occupying this column (columns of short flo
 KIND = 11  # LONG, SHORT, DTN_STREAM
 TAIL_PROBED = 12  # 1 once a pending loss with nothing after it has waited for the tail probe
 RATE_Q = 13  # BBR: the part (0-7) of the sliding delivery-rate window being filled
-N_FLOW_I = 14
+EXTRA_ACKED_IDX = 14  # BBR: which of the two EXTRA_ACKED windows is filling
+EXTRA_ACKED_ROUNDS = 15  # BBR: rounds into that window
+N_FLOW_I = 16
 
 CAMPUS = 0
 DTN = 1

@@ -1,7 +1,7 @@
 """The closed loop on real TCP beside the simulator's, for the same scenarios (issues 11, 12).
 
     .venv/bin/python bench/lab_control.py [--runs 5] [--strategies trivial,pi,mlc]
-        [--experiments steady,tracking] [--write]
+        [--experiments steady,tracking] [--cca cubic|bbr] [--write]
 
 The scenario is the paper's testbed: B = 1 Gb/s with a 100 ms drop-tail buffer, 100 Cubic
 campus flows over 10 ms, a Cubic DTN with 8 streams over 100 ms, the shipped cubic model and
@@ -13,6 +13,11 @@ gains, 20 s of warm-up then 120 s measured. Two experiments, each the simulator 
   seed = run (`evaluation.random_targets`, `evaluation.tracking`). The lab moves R* as a
   user would: the controller's config file is rewritten as the operator renders it and
   the running controller takes it (SIGHUP).
+
+``--cca bbr``: the DTN runs BBR and every strategy also drives the DTN cap (a tbf on the
+DTN's egress, the controller's second filter; `examples/lab/bbr-1G.yaml`), with the shipped
+bbr model and gains; the simulator runs the same arms (``trivial+dtn``, ``pi+dtn``,
+``mlc+dtn``). Results go to `bench/results/lab_control_bbr.md`.
 
 On the lab: `scidmz lab run` with `examples/lab/cubic-1G.yaml` (target = the packet tap,
 the campus tc actuator on the lab's shaper); MRAE from the kernel's delivered DTN rate
@@ -44,8 +49,14 @@ from scidmz.learn.evaluation import (
 )
 from scidmz.learn.gains import load_gains
 
-RESULTS = Path(__file__).parent / "results" / "lab_control.md"
-POLICY = Path(__file__).parents[1] / "examples" / "lab" / "cubic-1G.yaml"
+RESULTS = {
+    "cubic": Path(__file__).parent / "results" / "lab_control.md",
+    "bbr": Path(__file__).parent / "results" / "lab_control_bbr.md",
+}
+POLICY = {
+    "cubic": Path(__file__).parents[1] / "examples" / "lab" / "cubic-1G.yaml",
+    "bbr": Path(__file__).parents[1] / "examples" / "lab" / "bbr-1G.yaml",
+}
 SIMULATED = {"steady": steady, "tracking": tracking}
 DESCRIBED = {
     "steady": "constant R* = 600 Mb/s",
@@ -75,6 +86,7 @@ def main() -> int:
     parser.add_argument("--strategies", default="trivial,pi,mlc")
     parser.add_argument("--experiments", default="steady,tracking")
     parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-control"))
+    parser.add_argument("--cca", choices=sorted(POLICY), default="cubic")
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     strategies = args.strategies.split(",")
@@ -83,12 +95,15 @@ def main() -> int:
     if unknown:
         parser.error(f"--experiments: unknown {unknown}; choose from {sorted(SIMULATED)}")
     models = load_models(default_models_dir())
-    gains = load_gains(default_models_dir(), "cubic")
+    gains = load_gains(default_models_dir(), args.cca)
+    dtn_cap = args.cca == "bbr"  # BBR ignores the campus shaper: the DTN cap holds it
     results: Results = {}
     for experiment in experiments:
         for strategy in strategies:
             sim = [
-                SIMULATED[experiment](Arm(strategy), "cubic", seed, gains, models["cubic"])
+                SIMULATED[experiment](
+                    Arm(strategy, dtn_cap), args.cca, seed, gains, models[args.cca]
+                )
                 for seed in range(1, args.runs + 1)
             ]
             results.setdefault(experiment, {})[strategy] = {
@@ -97,14 +112,16 @@ def main() -> int:
             }
             print(f"sim {experiment} {strategy}: MRAE {mean_sd([e.mrae for e in sim])}")
     runner.down()
-    scenario = lab_scenario(None, {"bottleneck.capacity_bps": "1Gbps"})
+    scenario = lab_scenario(
+        None, {"bottleneck.capacity_bps": "1Gbps", "dtn.congestion_control": args.cca}
+    )
     lab = runner.up(scenario, progress=print)
     try:
         for run in range(1, args.runs + 1):
             for experiment in experiments:
                 for strategy in strategies:
                     summary = run_loop(
-                        load_policy(POLICY, strategy), lab, WARMUP + MEASURED,
+                        load_policy(POLICY[args.cca], strategy), lab, WARMUP + MEASURED,
                         args.out / f"{experiment}-{strategy}-{run}", warmup_s=WARMUP,
                         targets_bps=schedule(experiment, run),
                     )  # fmt: skip
@@ -127,8 +144,8 @@ def main() -> int:
     report = render(results, args)
     print(report)
     if args.write:
-        RESULTS.write_text(report)
-        print(f"wrote {RESULTS}")
+        RESULTS[args.cca].write_text(report)
+        print(f"wrote {RESULTS[args.cca]}")
     return 0
 
 
@@ -142,34 +159,49 @@ def render(results: Results, args: argparse.Namespace) -> str:
     def ratio(values: list[float]) -> str:
         return f"{statistics.mean(values):.3f}" if values else "—"
 
+    dtn = (
+        "a BBR DTN with 8 streams (100 ms), every strategy also driving the DTN cap "
+        "(the `+dtn` arms: a tbf on the DTN's egress)"
+        if args.cca == "bbr"
+        else "a Cubic DTN with 8 streams (100 ms)"
+    )
     lines = [
         "# The closed loop on real TCP and on the simulator (issues 11, 12)",
         "",
         f"`python bench/lab_control.py --runs {args.runs} --strategies {args.strategies} "
-        f"--experiments {args.experiments}`: B = 1 Gb/s, 100 Cubic campus flows (10 ms), a "
-        f"Cubic DTN with 8 streams (100 ms), {WARMUP} s warm-up + {MEASURED} s measured; "
+        f"--experiments {args.experiments} --cca {args.cca}`: B = 1 Gb/s, 100 Cubic campus "
+        f"flows (10 ms), {dtn}, {WARMUP} s warm-up + {MEASURED} s measured; "
         "mean ± sd over the runs (lab) or seeds (simulator). Lab MRAE from the kernel's "
         "delivered DTN rate; the collector's own in brackets. DTN/R* is the mean DTN rate "
-        "over the mean R*. 'Beats trivial' counts the lab runs whose MRAE is below trivial's "
-        "run on the same schedule.",
+        "over the mean R*. 'Beats trivial' ('beats pi') counts the lab runs whose MRAE is "
+        "below trivial's (pi's) run on the same schedule.",
     ]
     for experiment, strategies in results.items():
         lines += [
             "",
             f"## {experiment}: {DESCRIBED[experiment]}",
             "",
-            "| strategy | MRAE, lab | MRAE, simulator | beats trivial, lab | DTN/R*, lab "
-            "| DTN/R*, simulator | mean u, lab |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            "| strategy | MRAE, lab | MRAE, simulator | beats trivial, lab | beats pi, lab "
+            "| DTN/R*, lab | DTN/R*, simulator | mean u, lab |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
-        trivial = strategies.get("trivial", {}).get("lab_mrae", [])
+        baselines = {
+            name: strategies.get(name, {}).get("lab_mrae", []) for name in ("trivial", "pi")
+        }
         for strategy, entry in strategies.items():
             lab_u = entry.get("lab_u", [])
-            wins = paired_wins(entry.get("lab_mrae", []), trivial) if strategy != "trivial" else ""
+            wins = [
+                paired_wins(entry.get("lab_mrae", []), baselines[name])
+                if strategy != name and baselines[name]
+                else ""
+                for name in ("trivial", "pi")
+            ]
+            shown = strategy + ("+dtn" if args.cca == "bbr" else "")
             lines.append(
-                f"| {strategy} | {mean_sd(entry.get('lab_mrae', []))} "
+                f"| {shown} | {mean_sd(entry.get('lab_mrae', []))} "
                 f"({mean_sd(entry.get('lab_mrae_measured', []))}) | {mean_sd(entry['sim_mrae'])} "
-                f"| {wins} | {ratio(entry.get('lab_ratio', []))} | {ratio(entry['sim_ratio'])} | "
+                f"| {wins[0]} | {wins[1]} | {ratio(entry.get('lab_ratio', []))} "
+                f"| {ratio(entry['sim_ratio'])} | "
                 + (f"{statistics.mean(lab_u) / 1e6:.0f} Mb/s |" if lab_u else "— |")
             )
     lines.append("")

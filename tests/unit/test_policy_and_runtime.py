@@ -38,7 +38,11 @@ def test_every_spec_field_has_a_description():
     assert missing == []
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "examples").glob("*.yaml")))
+@pytest.mark.parametrize(
+    "path",
+    sorted((REPO / "examples").glob("*.yaml"))
+    + sorted((REPO / "examples" / "lab").glob("*-*.yaml")),
+)
 def test_examples_are_valid(path):
     spec = parse_spec(yaml.safe_load(path.read_text())["spec"])
     assert spec.target_rate
@@ -197,3 +201,29 @@ def test_digest_hold_reaches_the_switch_plan(example_policy, tmp_path):
         spec = {**example_policy["spec"], "sampleTime": "1s", "telemetry": {"digestHold": bad}}
         with pytest.raises(ValidationError, match=message):
             parse_spec(spec)
+
+
+def test_the_dtn_shaper_agent_gets_the_policys_failsafe_and_a_quiet_time_past_the_controllers():
+    """One rule for the operator's DTN-shaper Deployment and the lab (whose agent once
+    lacked --failsafe-rate and exited 2 before it capped anything)."""
+    from scidmz.api.runtime import shaper_agent_args
+
+    raw = yaml.safe_load((REPO / "examples" / "lab" / "bbr-1G.yaml").read_text())
+    config = resolve_runtime_config("p", "ns", 1, parse_spec(raw["spec"]), "c:1", "s:2")
+    args = shaper_agent_args(config, "0.0.0.0:9470")
+    assert args[:3] == ["shaper", "--interface", "d0"]
+    assert args[args.index("--failsafe-rate") + 1] == "600000000bps"  # 'target': R*
+    quiet = config.failsafe.stale_after_s + 2 * config.sample_time_s
+    assert args[args.index("--stale-after") + 1] == f"{quiet:g}s"
+    campus_only = resolve_runtime_config(
+        "p",
+        "ns",
+        1,
+        parse_spec(
+            yaml.safe_load((REPO / "examples" / "lab" / "cubic-1G.yaml").read_text())["spec"]
+        ),
+        "c:1",
+        "s:2",
+    )
+    with pytest.raises(ValueError, match=r"actuator\.dtn\.type: tc"):
+        shaper_agent_args(campus_only, "0.0.0.0:9470")

@@ -372,3 +372,21 @@ def dump_runtime_config(config: RuntimeConfig) -> str:
 def load_runtime_config(path: Path) -> RuntimeConfig:
     """Read and validate a config file; raise :class:`ConfigError` naming what is wrong."""
     return load_yaml_model(path, RuntimeConfig, "config", ConfigError)
+
+
+def shaper_agent_args(config: RuntimeConfig, listen: str) -> list[str]:
+    """``scidmz shaper`` arguments for the policy's tc DTN actuator, wherever it runs (the
+    operator's DTN-shaper Deployment, the lab): its interface, its own fail-safe cap and
+    when to apply it, once the controller has been quiet for staleAfter + 2T (the
+    controller's own fail-safe comes first)."""
+    dtn = config.actuator.dtn
+    if dtn is None or dtn.type != "tc" or dtn.tc_interface is None:
+        raise ValueError("the policy has no tc DTN actuator (actuator.dtn.type: tc)")
+    quiet_s = config.failsafe.stale_after_s + 2 * config.sample_time_s
+    return [
+        "shaper",
+        "--interface", dtn.tc_interface,
+        "--failsafe-rate", f"{dtn.failsafe_rate_bps:.0f}bps",
+        "--stale-after", f"{quiet_s:g}s",
+        "--listen", listen,
+    ]  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from scidmz import __version__
 from scidmz.api.policy import GROUP, KIND, VERSION
-from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config
+from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config, shaper_agent_args
 
 MANAGED_BY: Final = "scidmz-operator"
 CONFIG_MOUNT: Final = "/etc/scidmz"
@@ -338,14 +338,7 @@ def build_dtn_shaper_deployment(
     container = _container(
         DTN_SHAPER, settings, settings.shaper_http_port, [grpc], _tc_security_context()
     )
-    quiet_s = config.failsafe.stale_after_s + 2 * config.sample_time_s
-    container["args"] = [
-        "shaper",
-        "--interface", str(dtn.tc_interface),
-        "--failsafe-rate", f"{dtn.failsafe_rate_bps:.0f}bps",
-        "--stale-after", f"{quiet_s:g}s",
-        "--listen", f"0.0.0.0:{settings.shaper_grpc_port}",
-    ]  # fmt: skip
+    container["args"] = shaper_agent_args(config, f"0.0.0.0:{settings.shaper_grpc_port}")
     extra = _on_host_network_of(dtn.tc_node_name)
     return _deployment(ref, DTN_SHAPER, config, paused, settings, container, extra)
 

@@ -34,6 +34,7 @@ from scidmz.api.runtime import (
     RuntimeConfig,
     dump_runtime_config,
     resolve_runtime_config,
+    shaper_agent_args,
 )
 from scidmz.control.quality import mrae
 from scidmz.lab import topology
@@ -120,6 +121,24 @@ def lab_config(
     )
 
 
+def _wait_past_setpriv(
+    process: subprocess.Popen[bytes], argv: list[str], timeout_s: float = 2.0
+) -> None:
+    """Until setpriv has set the death signal and exec'd ``argv`` (Popen returns before the
+    child has even exec'd setpriv): a parent killed in between (a loaded host, a bench
+    stopped at once) left the child running for good, 5 times in 40 in a tight loop."""
+    cmdline = Path(f"/proc/{process.pid}/cmdline")
+    expected = b"\0".join(os.fsencode(arg) for arg in argv) + b"\0"
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            if cmdline.read_bytes() == expected:
+                return
+        except OSError:
+            return
+        time.sleep(0.002)
+
+
 class Processes:
     """The loop's processes; :meth:`stop` ends them all."""
 
@@ -141,6 +160,7 @@ class Processes:
             env=self.env,
         )
         self.processes.append((name, process))
+        _wait_past_setpriv(process, argv)
 
     def scidmz(self, name: str, *args: str) -> None:
         self.spawn(name, [sys.executable, "-m", "scidmz.cli", *args])
@@ -187,8 +207,8 @@ def start_loop(
     dtn = config.actuator.dtn
     if dtn is not None and dtn.type == "tc":
         loop.scidmz(
-            "shaper", "shaper", "--interface", topology.DTN_CAP[1], "--netns", topology.DTN_CAP[0],
-            "--listen", dtn.address or "",
+            "shaper", *shaper_agent_args(config, dtn.address or ""),
+            "--netns", topology.DTN_CAP[0], "--http-port", str(ports["shaper"]),
         )  # fmt: skip
     loop.scidmz(
         "controller", "controller", "--config", str(path), "--http-port", str(ports["controller"]),
@@ -260,7 +280,9 @@ def run_loop(
     goes to the controller as an operator would render it, by rewriting its config file
     and sending SIGHUP (the controller takes a new target live); second k's delivered rate
     is judged against ``targets_bps[k]``, set at its end, as the simulator's loop does."""
-    ports = {name: free_port() for name in ("switch", "collector", "controller", "prometheus")}
+    ports = {
+        name: free_port() for name in ("switch", "collector", "controller", "prometheus", "shaper")
+    }
     shaper = f"127.0.0.1:{free_port()}"
     addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper)
     schedule = list(targets_bps or [])

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,13 +23,9 @@ from scidmz.lab.runner import Lab
 from scidmz.lab.topology import LabError
 from scidmz.lab.traffic import client_summary, record_truth
 from scidmz.netsim.scenario import Scenario
+from tests.lab.conftest import NEEDS_ROOT_AND_IPERF3, lab_for_module
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        shutil.which("iperf3") is None, reason="iperf3 missing (make test installs it)"
-    ),
-]
+pytestmark = NEEDS_ROOT_AND_IPERF3
 
 SCENARIO = Scenario.model_validate(
     {
@@ -51,11 +45,7 @@ def _lab_processes() -> list[str]:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    runner.down()
-    state = tmp_path_factory.mktemp("lab-state")
-    built = runner.up(SCENARIO, state_dir=state)
-    yield built
-    runner.down(state)
+    yield from lab_for_module(SCENARIO, tmp_path_factory)
 
 
 def test_base_rtts_come_from_the_delay_line(lab: Lab) -> None:

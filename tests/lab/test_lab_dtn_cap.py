@@ -5,24 +5,18 @@ bbr` runs it at 1 Gb/s. Short runs at 100 Mb/s so they fit CI's two cores."""
 from __future__ import annotations
 
 import csv
-import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from scidmz.lab import runner, topology
+from scidmz.lab import topology
 from scidmz.lab.runner import Lab
 from scidmz.netsim.scenario import Scenario
+from tests.lab.conftest import NEEDS_ROOT_AND_IPERF3, lab_for_module
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        shutil.which("iperf3") is None, reason="iperf3 missing (make test installs it)"
-    ),
-]
+pytestmark = NEEDS_ROOT_AND_IPERF3
 
 SCENARIO = Scenario.model_validate(
     {
@@ -36,11 +30,7 @@ POLICY = Path(__file__).parents[2] / "examples" / "lab" / "bbr-1G.yaml"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    runner.down()
-    state = tmp_path_factory.mktemp("lab-state")
-    built = runner.up(SCENARIO, state_dir=state)
-    yield built
-    runner.down(state)
+    yield from lab_for_module(SCENARIO, tmp_path_factory)
 
 
 def _dtn_cap_qdisc() -> str:

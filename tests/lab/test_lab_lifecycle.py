@@ -4,7 +4,6 @@ test_lab.py because each of these tears the lab down."""
 from __future__ import annotations
 
 import csv
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,13 +13,9 @@ import pytest
 from scidmz.lab import runner, topology
 from scidmz.lab.topology import LabError
 from scidmz.netsim.scenario import Scenario
+from tests.lab.conftest import NEEDS_ROOT_AND_IPERF3
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
-    pytest.mark.skipif(
-        shutil.which("iperf3") is None, reason="iperf3 missing (make test installs it)"
-    ),
-]
+pytestmark = NEEDS_ROOT_AND_IPERF3
 
 SCENARIO = Scenario.model_validate(
     {"bottleneck": {"capacity_bps": "100Mbps"}, "campus": {"long_flows": 2}, "dtn": {"streams": 1}}

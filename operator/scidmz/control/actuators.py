@@ -191,7 +191,8 @@ async def _largest_packet_bytes(ipr: object) -> int:
     """The largest GSO/GRO packet any interface of the namespace may hand the shaper's
     qdisc (forwarded packets are as large as their ingress's GRO allows): the tbf's
     bucket must hold it (``contract.tbf.LARGEST_PACKET_BYTES``). BIG TCP raises these
-    limits past 64 KiB. Unreadable: the default 64 KiB, and said so."""
+    limits past 64 KiB. Read when the actuator opens (raising them later needs a
+    controller restart); unreadable: the default 64 KiB, and said so."""
     try:
         sizes = [
             int(size)

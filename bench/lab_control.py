@@ -67,6 +67,12 @@ Results = dict[str, dict[str, dict[str, list[float]]]]
 """experiment → strategy → figure → one value per run."""
 
 
+def arm(strategy: str, cca: str) -> Arm:
+    """The arm a strategy runs as: BBR ignores the campus shaper, so with a BBR DTN every
+    strategy also drives the DTN cap (as `examples/lab/bbr-1G.yaml` does)."""
+    return Arm(strategy, dtn_actuator=cca == "bbr")
+
+
 def mean_sd(values: list[float]) -> str:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
@@ -96,13 +102,12 @@ def main() -> int:
         parser.error(f"--experiments: unknown {unknown}; choose from {sorted(SIMULATED)}")
     models = load_models(default_models_dir())
     gains = load_gains(default_models_dir(), args.cca)
-    dtn_cap = args.cca == "bbr"  # BBR ignores the campus shaper: the DTN cap holds it
     results: Results = {}
     for experiment in experiments:
         for strategy in strategies:
             sim = [
                 SIMULATED[experiment](
-                    Arm(strategy, dtn_cap), args.cca, seed, gains, models[args.cca]
+                    arm(strategy, args.cca), args.cca, seed, gains, models[args.cca]
                 )
                 for seed in range(1, args.runs + 1)
             ]
@@ -196,9 +201,8 @@ def render(results: Results, args: argparse.Namespace) -> str:
                 else ""
                 for name in ("trivial", "pi")
             ]
-            shown = strategy + ("+dtn" if args.cca == "bbr" else "")
             lines.append(
-                f"| {shown} | {mean_sd(entry.get('lab_mrae', []))} "
+                f"| {arm(strategy, args.cca).name} | {mean_sd(entry.get('lab_mrae', []))} "
                 f"({mean_sd(entry.get('lab_mrae_measured', []))}) | {mean_sd(entry['sim_mrae'])} "
                 f"| {wins[0]} | {wins[1]} | {ratio(entry.get('lab_ratio', []))} "
                 f"| {ratio(entry['sim_ratio'])} | "

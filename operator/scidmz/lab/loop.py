@@ -286,9 +286,14 @@ def run_loop(
     shaper = f"127.0.0.1:{free_port()}"
     addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper)
     schedule = list(targets_bps or [])
-    for level in sorted(set(schedule)):  # refused before anything starts, not mid-run
+    # every level rendered (and refused) before anything starts, not mid-run in the truth
+    # recorder's thread, which then only writes the file
+    rendered: dict[float, str] = {}
+    for level in sorted(set(schedule)):
         try:
-            lab_config(retargeted(policy, level), lab, *addresses)
+            rendered[level] = dump_runtime_config(
+                lab_config(retargeted(policy, level), lab, *addresses)
+            )
         except ValueError as error:
             raise LabError(f"targets_bps: {level:.0f} bit/s is no target here: {error}") from None
     if schedule:
@@ -302,8 +307,7 @@ def run_loop(
         wanted = target_at(t_s)
         if wanted == in_force[-1]:
             return
-        rendered = lab_config(retargeted(policy, wanted), lab, *addresses)
-        (out / "logs" / "config.yaml").write_text(dump_runtime_config(rendered))
+        (out / "logs" / "config.yaml").write_text(rendered[wanted])
         os.kill(loop.pid("controller"), signal.SIGHUP)
         in_force.append(wanted)
 

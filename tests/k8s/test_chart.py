@@ -110,6 +110,27 @@ def test_install_upgrade_uninstall(plane):
         return pods == ["Running"] * count
 
     wait_for(lambda: running(2), 60, "two operator pods Running (kwok)")
+    # the installed RBAC grants what the operator's client does (the apiserver runs RBAC)
+    account = plane.kubectl(
+        "get", "serviceaccount", "-n", namespace, "-l", "app.kubernetes.io/instance=scidmz",
+        "-o", "jsonpath={.items[0].metadata.name}",
+    ).stdout.strip()  # fmt: skip
+    user = f"system:serviceaccount:{namespace}:{account}"
+
+    def can(verb: str, resource: str) -> bool:
+        answer = plane.kubectl(
+            "auth", "can-i", verb, resource, "-n", namespace, "--as", user, check=False
+        )
+        return answer.stdout.strip() == "yes"
+
+    needed = [
+        ("patch", "deployments.apps"), ("delete", "deployments.apps"),
+        ("patch", "configmaps"), ("patch", "services"), ("get", "secrets"),
+        ("patch", "dtntransferpolicies.scidmz.io/status"), ("create", "events"),
+        ("list", "pods"), ("patch", "pods"),
+    ]  # fmt: skip
+    assert [need for need in needed if not can(*need)] == []
+    assert not can("delete", "pods") and not can("create", "pods") and not can("list", "secrets")
     dashboards = plane.kubectl(
         "get", "configmaps", "-n", namespace, "-l", "grafana_dashboard=1", "-o", "name"
     ).stdout.split()

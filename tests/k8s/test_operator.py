@@ -73,23 +73,58 @@ def test_create_makes_children_and_ready_status(operator, kube, example_policy):
     assert "scidmz.io/last-handled-configuration" in annotations
 
 
-def test_update_rewrites_config_and_rolls_workloads(operator, kube, example_policy):
+def _pods(kube, name, component):
+    return kube.names(
+        "pod", f"{CHILD_SELECTOR.format(name=name)},app.kubernetes.io/component={component}"
+    )
+
+
+def _live_hash(obj):
+    return (obj["metadata"].get("annotations") or {}).get("scidmz.io/live-config-hash")
+
+
+def test_a_new_target_rate_reaches_the_running_pods_and_a_new_strategy_rolls_them(
+    operator, kube, example_policy
+):
     kube.apply(_policy(example_policy, "beta"))
     wait_for(lambda: _ready(kube, "beta"), 10, "beta Ready")
-    config_before = kube.get("configmap", "beta-config")["data"]["config.yaml"]
-    template_before = kube.get("deployment", "beta-controller")["spec"]["template"]
+    wait_for(lambda: len(_pods(kube, "beta", "controller")) == 1, 30, "the controller pod")
+    (controller_pod,) = _pods(kube, "beta", "controller")
+    (collector_pod,) = _pods(kube, "beta", "collector")
+    config_before = kube.get("configmap", "beta-config")
+    templates = {
+        d: kube.get("deployment", d)["spec"]["template"]
+        for d in ("beta-controller", "beta-collector")
+    }
     rs_before = kube.names("replicaset", "app.kubernetes.io/instance=beta")
 
+    # R* is taken live: the ConfigMap changes, the pods stay, and the running controller
+    # pod is annotated so its kubelet refreshes the mounted file at once
     kube.apply(_policy(example_policy, "beta", targetRate="750Mbps"))
-    wait_for(
-        lambda: "750000000.0" in kube.get("configmap", "beta-config")["data"]["config.yaml"],
+    config_map = wait_for(
+        lambda: (
+            (c := kube.get("configmap", "beta-config"))
+            and "750000000.0" in c["data"]["config.yaml"]
+            and c
+        ),
         10,
         "ConfigMap updated",
     )
-    assert kube.get("configmap", "beta-config")["data"]["config.yaml"] != config_before
-    template_after = kube.get("deployment", "beta-controller")["spec"]["template"]
-    assert template_after["metadata"]["annotations"] != template_before["metadata"]["annotations"]
-    # A new ReplicaSet per Deployment means the pods were rolled.
+    assert _live_hash(config_map) != _live_hash(config_before)
+    wait_for(
+        lambda: _live_hash(kube.get("pod", controller_pod)) == _live_hash(config_map),
+        10,
+        "the controller pod nudged",
+    )
+    assert _live_hash(kube.get("pod", collector_pod)) is None  # the collector reads no R*
+    wait_for(lambda: kube.get("dtp", "beta")["status"].get("observedGeneration") == 2, 10, "gen 2")
+    for deployment, template in templates.items():
+        assert kube.get("deployment", deployment)["spec"]["template"] == template
+    assert kube.names("replicaset", "app.kubernetes.io/instance=beta") == rs_before
+    assert _pods(kube, "beta", "controller") == [controller_pod]
+
+    # the strategy is what the controller is built around: a new ReplicaSet per Deployment
+    kube.apply(_policy(example_policy, "beta", targetRate="750Mbps", controller={"strategy": "pi"}))
     wait_for(
         lambda: (
             len(kube.names("replicaset", "app.kubernetes.io/instance=beta")) == len(rs_before) + 2
@@ -99,7 +134,7 @@ def test_update_rewrites_config_and_rolls_workloads(operator, kube, example_poli
     )
     wait_for(lambda: _ready(kube, "beta"), 10, "Ready again after the roll")
     policy = kube.get("dtp", "beta")
-    assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"] == 2
+    assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"] == 3
 
 
 def test_paused_scales_workloads_to_zero(operator, kube, example_policy):

@@ -11,7 +11,12 @@ import pytest
 import yaml
 
 from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import ConfigError, RuntimeConfig, resolve_runtime_config
+from scidmz.api.runtime import (
+    ConfigError,
+    RuntimeConfig,
+    resolve_runtime_config,
+    restart_relevant,
+)
 from scidmz.control.actuators import DryRunActuator
 from scidmz.control.antiwindup import Gains
 from scidmz.control.features import Setpoint
@@ -129,3 +134,81 @@ def test_a_reconfigured_controller_decides_on_the_new_target_from_its_state() ->
     # apply 70 + maxStep = 270 Mb/s)
     assert pi[-2] < 100 * MBPS
     assert abs(pi[-1] - pi[-2]) < 50 * MBPS
+
+
+WITH_DTN_CAP = {"actuator": {"type": "sim", "dtn": {"type": "sim", "sim": {"address": "t:1"}}}}
+
+
+def _controller(**changes: object) -> dict[str, object]:
+    """The example's controller section with ``changes`` (camelCase keys)."""
+    controller: dict[str, object] = yaml.safe_load(EXAMPLE.read_text())["spec"]["controller"]
+    return {"controller": controller | changes}
+
+
+LIVE_SPEC_CHANGES: dict[str, dict[str, object]] = {
+    "targetRate": {"targetRate": "700Mbps"},
+    "bottleneckCapacity": {"bottleneckCapacity": "2Gbps"},
+    "gains": _controller(gains={"kp": 0.3, "ki": 0.1, "kw": 0.2}),
+    "limits": _controller(limits={"min": "50Mbps", "max": "900Mbps", "maxStep": "100Mbps"}),
+    "desired RTTs": _controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}),
+    "failsafe": {"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}},
+}
+"""Spec changes a running controller takes live (the example policy, one at a time)."""
+RESTART_SPEC_CHANGES: dict[str, dict[str, object]] = {
+    "strategy": _controller(strategy="pi"),
+    "desired-state mode": _controller(desiredState={"mode": "table3"}),
+    "sampleTime": {"sampleTime": "2s"},
+    "congestion control": {"dtn": {**_spec_dtn(), "congestionControl": "bbr"}},
+    "actuator": {"actuator": {"type": "dryRun"}},
+    "a DTN cap": WITH_DTN_CAP,
+    "switch": {"switch": {**yaml.safe_load(EXAMPLE.read_text())["spec"]["switch"],
+                          "address": "elsewhere:9559"}},
+}  # fmt: skip
+"""Spec changes the controller is built around: the pods must be rolled."""
+COLLECTOR_SPEC_CHANGES: dict[str, dict[str, object]] = {
+    "telemetry": {"telemetry": {"rttSmoothing": 0.5}},
+}
+"""Spec changes only the collector reads (it takes nothing live): the pods are rolled."""
+
+
+@pytest.mark.parametrize(
+    ("change", "restart"),
+    [(c, False) for c in LIVE_SPEC_CHANGES.values()]
+    + [(c, True) for c in RESTART_SPEC_CHANGES.values()],
+    ids=[*LIVE_SPEC_CHANGES, *RESTART_SPEC_CHANGES],
+)
+def test_what_the_operator_rolls_is_what_the_controller_cannot_take_live(
+    change: dict[str, object], restart: bool
+) -> None:
+    """``api.runtime.restart_relevant`` (the operator's reason to roll the pods) and
+    ``plan_reload`` (the running controller's) agree on every change the controller
+    reads; the generation, which every spec change bumps, is not a reason."""
+    running = _rendered()
+    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | change
+    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(raw), "collector:1")
+    update = plan_reload(running, controller_settings(running), wanted)
+    assert (restart_relevant(running) != restart_relevant(wanted)) is restart
+    assert (update.needs_restart != ()) is restart
+    assert restart or update.applied
+
+
+@pytest.mark.parametrize("change", COLLECTOR_SPEC_CHANGES.values(), ids=[*COLLECTOR_SPEC_CHANGES])
+def test_what_only_the_collector_reads_rolls_the_pods(change: dict[str, object]) -> None:
+    running = _rendered()
+    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | change
+    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(raw), "collector:1")
+    assert restart_relevant(running) != restart_relevant(wanted)
+    update = plan_reload(running, controller_settings(running), wanted)
+    assert update.applied == update.needs_restart == ()
+
+
+def test_the_dtn_caps_gains_and_failsafe_are_live_too() -> None:
+    with_cap = yaml.safe_load(EXAMPLE.read_text())["spec"] | WITH_DTN_CAP
+    running = resolve_runtime_config("p", "ns", 1, parse_spec(with_cap), "collector:1")
+    dtn = {**WITH_DTN_CAP["actuator"]["dtn"], "gains": {"kp": 0.2, "ki": 0.1, "kw": 0.1},  # type: ignore[index]
+           "failsafeRate": "550Mbps"}  # fmt: skip
+    changed = with_cap | {"actuator": {"type": "sim", "dtn": dtn}}
+    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(changed), "collector:1")
+    update = plan_reload(running, controller_settings(running), wanted)
+    assert update.applied == ("dtn",) and update.needs_restart == ()
+    assert restart_relevant(running) == restart_relevant(wanted)

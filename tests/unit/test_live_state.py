@@ -13,6 +13,7 @@ def test_state_and_tracking_in_api_units():
         ControllerState.model_validate({
             **BASE,
             "campus_rate_limit_bps": 4.018e8,
+            "target_rate_bps": 6e8,
             "state": {
                 "dtn_rate_bps": 5.982e8, "campus_rate_bps": 3.9e8, "dtn_rtt_s": 0.1013,
                 "campus_rtt_s": 0.0112, "dtn_queuing_delay_s": 0.0013,
@@ -31,6 +32,7 @@ def test_state_and_tracking_in_api_units():
         "dtnQueuingDelay": "1.3ms",
         "activeFlows": 108,
         "campusRateLimit": "401.8Mbps",
+        "targetRate": "600Mbps",
         "sampledAt": "2026-11-22T07:00:00Z",
     }
     assert live["tracking"] == {"mrae": 0.0421, "window": "120s"}

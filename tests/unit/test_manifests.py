@@ -6,6 +6,7 @@ from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import resolve_runtime_config
 from scidmz.k8s.manifests import (
     CONFIG_HASH_ANNOTATION,
+    LIVE_CONFIG_ANNOTATION,
     TLS_MOUNT,
     PolicyRef,
     WorkloadSettings,
@@ -14,15 +15,20 @@ from scidmz.k8s.manifests import (
     collector_address,
     dtn_shaper_address,
 )
+from tests.unit.test_live_config import (
+    COLLECTOR_SPEC_CHANGES,
+    LIVE_SPEC_CHANGES,
+    RESTART_SPEC_CHANGES,
+)
 
 REF = PolicyRef(name="paper-testbed", namespace="science", uid="1234")
 SETTINGS = WorkloadSettings(image="example.org/scidmz:test")
 
 
-def _children(spec_dict, paused=False):
+def _children(spec_dict, paused=False, generation=1):
     spec = parse_spec(spec_dict)
     config = resolve_runtime_config(
-        REF.name, REF.namespace, 1, spec, collector_address(REF, SETTINGS),
+        REF.name, REF.namespace, generation, spec, collector_address(REF, SETTINGS),
         dtn_shaper_address(REF, SETTINGS),
     )  # fmt: skip
     return {
@@ -92,17 +98,34 @@ def test_paused_scales_to_zero(example_policy):
     assert paused["Deployment/paper-testbed-collector"]["spec"]["replicas"] == 0
 
 
-def test_spec_change_changes_config_and_rolls_pods(example_policy):
+WORKLOADS = ("Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller")
+
+
+@pytest.mark.parametrize("change", LIVE_SPEC_CHANGES.values(), ids=[*LIVE_SPEC_CHANGES])
+def test_a_live_change_rewrites_the_config_and_leaves_the_pods_running(example_policy, change):
     before = _children(example_policy["spec"])
-    changed = dict(example_policy["spec"], targetRate="700Mbps")
-    after = _children(changed)
+    after = _children({**example_policy["spec"], **change}, generation=2)
     key = "ConfigMap/paper-testbed-config"
     assert before[key]["data"] != after[key]["data"]
-    assert "target_rate_bps: 700000000.0" in after[key]["data"]["config.yaml"]
-    for dep in ("Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller"):
-        a = before[dep]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
-        b = after[dep]["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
-        assert a != b
+    hashes = [c[key]["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION] for c in (before, after)]
+    assert hashes[0] != hashes[1]
+    for workload in WORKLOADS:
+        assert before[workload] == after[workload]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [*RESTART_SPEC_CHANGES.values(), *COLLECTOR_SPEC_CHANGES.values()],
+    ids=[*RESTART_SPEC_CHANGES, *COLLECTOR_SPEC_CHANGES],
+)
+def test_a_change_the_processes_are_built_around_rolls_the_pods(example_policy, change):
+    before = _children(example_policy["spec"])
+    after = _children({**example_policy["spec"], **change}, generation=2)
+    for workload in WORKLOADS:
+        if workload in after:
+            a = before[workload]["spec"]["template"]["metadata"]["annotations"]
+            b = after[workload]["spec"]["template"]["metadata"]["annotations"]
+            assert a[CONFIG_HASH_ANNOTATION] != b[CONFIG_HASH_ANNOTATION]
 
 
 def test_same_spec_renders_identical_objects(example_policy):

@@ -742,6 +742,14 @@ class StateStatus(ApiModel):
     campus_rate_limit: str | None = Field(
         default=None, description="u(t), the applied campus rate limit."
     )
+    target_rate: str | None = Field(
+        default=None,
+        description=(
+            "R* the running controller decides on. A new spec.targetRate is taken without "
+            "a restart and shows here once the controller has read its updated ConfigMap "
+            "(seconds; at most the kubelet's sync period)."
+        ),
+    )
     sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
 
 

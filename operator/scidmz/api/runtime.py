@@ -9,7 +9,7 @@ rewritten when the policy really changed).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -367,6 +367,39 @@ def _dtn_actuator(
 def dump_runtime_config(config: RuntimeConfig) -> str:
     """Deterministic YAML (stable key order) so unchanged policies render identical bytes."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=True)
+
+
+LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("generation",),
+    ("target_rate_bps",),
+    ("bottleneck_capacity_bps",),
+    ("controller", "gains"),
+    ("controller", "min_rate_bps"),
+    ("controller", "max_rate_bps"),
+    ("controller", "max_step_bps"),
+    ("controller", "desired_dtn_rtt_s"),
+    ("controller", "desired_campus_rtt_s"),
+    ("failsafe", "stale_after_s"),
+    ("failsafe", "rate_bps"),
+    ("actuator", "dtn", "gains"),
+    ("actuator", "dtn", "failsafe_rate_bps"),
+)
+"""Parts of a runtime config a running controller takes from its reloaded file
+(``control.live_config``), and the generation, which only labels the file. The collector
+reads none of them."""
+
+
+def restart_relevant(config: RuntimeConfig) -> dict[str, Any]:
+    """``config`` without its ``LIVE_CONFIG_FIELDS``: what the processes are built around.
+    Two configs that agree here differ only in what a running controller takes live, so the
+    operator rolls the pods only when this changes."""
+    data: dict[str, Any] = config.model_dump(mode="json")
+    for path in LIVE_CONFIG_FIELDS:
+        parent = data
+        for key in path[:-1]:
+            parent = parent.get(key) or {}
+        parent.pop(path[-1], None)
+    return data
 
 
 def load_runtime_config(path: Path) -> RuntimeConfig:

@@ -26,6 +26,7 @@ _PLURALS: Final[dict[str, str]] = {
     "Secret": "secrets",
     "Event": "events",
     "Deployment": "deployments",
+    "Pod": "pods",
     "DTNTransferPolicy": PLURAL,
 }
 
@@ -154,6 +155,23 @@ class KubeClient:
             if error.is_not_found:
                 return None
             raise
+
+    def list_names(
+        self, api_version: str, kind: str, namespace: str, labels: dict[str, str]
+    ) -> list[str]:
+        """Names of the objects whose labels include ``labels``."""
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        path = resource_path(api_version, kind, namespace)
+        listed = self._call("GET", path, query=[("labelSelector", selector)])
+        return sorted(item["metadata"]["name"] for item in listed.get("items") or [])
+
+    def annotate(
+        self, api_version: str, kind: str, namespace: str, name: str, annotations: dict[str, str]
+    ) -> None:
+        """Merge-patch ``annotations`` into the object's metadata (other keys kept)."""
+        path = resource_path(api_version, kind, namespace, name)
+        body = {"metadata": {"annotations": annotations}}
+        self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
 
     def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """DELETE the object; False if it did not exist."""

@@ -47,6 +47,7 @@ def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, 
             campus_queuing_delay=_duration(state.campus_queuing_delay_s),
             active_flows=round(flows) if flows is not None else None,
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
+            target_rate=_rate(controller.target_rate_bps),
             sampled_at=state.sampled_at,
         )
         fields = status.model_dump(by_alias=True, exclude_none=True)

@@ -12,15 +12,29 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
+import yaml
+
 from scidmz import __version__
 from scidmz.api.policy import GROUP, KIND, VERSION
-from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config, shaper_agent_args
+from scidmz.api.runtime import (
+    CONFIG_KEY,
+    RuntimeConfig,
+    dump_runtime_config,
+    restart_relevant,
+    shaper_agent_args,
+)
 
 MANAGED_BY: Final = "scidmz-operator"
 CONFIG_MOUNT: Final = "/etc/scidmz"
 PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
 TLS_MOUNT: Final = "/etc/scidmz-tls"
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
+"""On the pod template: the hash of what the processes are built around
+(``restart_hash``); a change rolls the pods."""
+LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
+"""On a running controller pod: the hash of the whole config (``config_hash``) the operator
+last nudged it for. Writing it makes the kubelet sync the pod, which refreshes the mounted
+ConfigMap at once instead of at its next periodic sync (up to a minute)."""
 POLICY_LABEL: Final = f"{GROUP}/policy"
 COLLECTOR: Final = "collector"
 CONTROLLER: Final = "controller"
@@ -123,14 +137,26 @@ def _metadata(ref: PolicyRef, name: str, component: str) -> dict[str, Any]:
 
 
 def config_hash(config: RuntimeConfig) -> str:
+    """The hash of the ConfigMap's config file."""
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
+def restart_hash(config: RuntimeConfig) -> str:
+    """The hash of the config without what a running controller takes live (the target
+    rate, capacity, gains, limits, fail-safe settings, desired RTTs): a new target rate
+    reaches the running controller through its mounted ConfigMap and keeps the filter's
+    state, its history and learned base RTTs; anything else rolls the pods."""
+    text = yaml.safe_dump(restart_relevant(config), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def build_config_map(ref: PolicyRef, config: RuntimeConfig) -> dict[str, Any]:
+    metadata = _metadata(ref, child_name(ref.name, "config"), "config")
+    metadata["annotations"] = {LIVE_CONFIG_ANNOTATION: config_hash(config)}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(ref, child_name(ref.name, "config"), "config"),
+        "metadata": metadata,
         "data": {CONFIG_KEY: dump_runtime_config(config)},
     }
 
@@ -215,7 +241,7 @@ def _deployment(
             "template": {
                 "metadata": {
                     "labels": common_labels(ref, component),
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash(config)},
+                    "annotations": {CONFIG_HASH_ANNOTATION: restart_hash(config)},
                 },
                 "spec": pod_spec,
             },

@@ -24,12 +24,14 @@ from scidmz.k8s.manifests import (
     COLLECTOR,
     CONTROLLER,
     DTN_SHAPER,
+    LIVE_CONFIG_ANNOTATION,
     PolicyRef,
     WorkloadSettings,
     build_children,
     child_name,
     collector_address,
     dtn_shaper_address,
+    selector_labels,
 )
 from scidmz.k8s.status import (
     Outcome,
@@ -125,12 +127,33 @@ def render_children(
     return build_children(ref, config, spec.paused, settings)
 
 
-def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> None:
-    """Dry-run every object first, so a rejected object leaves no partial set behind."""
+def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dry-run every object first, so a rejected object leaves no partial set behind.
+    Returns the objects as the server stored them, in order."""
     for obj in objects:
         client.apply(obj, dry_run=True)
-    for obj in objects:
-        client.apply(obj)
+    return [client.apply(obj) for obj in objects]
+
+
+def nudge_controller_pods(client: KubeClient, ref: PolicyRef, live_config_hash: str) -> list[str]:
+    """Annotate the policy's running controller pods with the new config's hash. The
+    controller takes a new target rate, gains, limits and fail-safe settings from its
+    mounted ConfigMap without a restart, but the kubelet refreshes that file only when it
+    syncs the pod: at its periodic sync (1 min by default) or at once when the pod's
+    metadata changes, which this write does. Returns the pods annotated; a pod gone in
+    between is skipped."""
+    labels = selector_labels(ref, CONTROLLER)
+    annotation = {LIVE_CONFIG_ANNOTATION: live_config_hash}
+    nudged = []
+    for pod in client.list_names("v1", "Pod", ref.namespace, labels):
+        try:
+            client.annotate("v1", "Pod", ref.namespace, pod, annotation)
+        except KubeApiError as error:
+            if not error.is_not_found:
+                raise
+            continue
+        nudged.append(pod)
+    return nudged
 
 
 OPTIONAL_CHILDREN = (("apps/v1", "Deployment", DTN_SHAPER), ("v1", "Service", DTN_SHAPER))
@@ -153,17 +176,31 @@ def reconcile_policy(
 ) -> Outcome:
     """Apply the policy's children. Raises :class:`SpecRefused` or :class:`KubeApiError`."""
     spec = parse_policy_spec(body)
-    namespace = body["metadata"]["namespace"]
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
     check_references(client, namespace, spec)
     children = render_children(body, spec, settings)
-    apply_all_or_nothing(client, children)
-    prune_optional_children(client, body["metadata"]["name"], namespace, children)
+    config_map = next(c for c in children if c["kind"] == "ConfigMap")
+    stored = client.get("v1", "ConfigMap", namespace, config_map["metadata"]["name"])
+    applied = apply_all_or_nothing(client, children)
+    prune_optional_children(client, name, namespace, children)
+    stored_after = applied[children.index(config_map)]
+    if stored is not None and _version(stored) != _version(stored_after) and not spec.paused:
+        live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
+        ref = PolicyRef(name=name, namespace=namespace, uid=meta["uid"])
+        nudged = nudge_controller_pods(client, ref, live_hash)
+        log.info("%s/%s: new config %s, controller pods nudged: %s", namespace, name,
+                 live_hash, ", ".join(nudged) or "none")  # fmt: skip
     return Outcome(
         True,
         "Applied",
         f"{len(children)} objects applied",
-        int(body["metadata"].get("generation", 1)),
+        int(meta.get("generation", 1)),
     )
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
 
 
 def refresh_status(

@@ -44,11 +44,13 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.contract.compiled import compiled, compiled_inline
-from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss
+from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss, on_timeout, timeout_after
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
     ACK_SHAPER_DELAY,
     ACKED,
+    ARRIVALS_EWMA,
+    BACKOFF,
     BASE_RTT,
     BASE_STEPS,
     BBR,
@@ -63,6 +65,7 @@ from scidmz.netsim.layout import (
     CYCLE_IDX,
     DEFERRED,
     DROPPED,
+    DROPS_EWMA,
     DTN,
     DTN_RATE_LIMIT,
     DTN_TOKENS,
@@ -147,7 +150,9 @@ from scidmz.netsim.layout import (
     SAMPLE_RTT_W,
     SENT,
     SERIAL,
+    SHAPER_ARRIVALS_EWMA,
     SHAPER_DROPPED,
+    SHAPER_DROPS_EWMA,
     SHAPER_QUEUE,
     SHORT,
     SIZE,
@@ -175,6 +180,10 @@ from scidmz.netsim.layout import (
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+_PROBE_LOSS_WINDOW_S = 0.02
+"""A tail-loss probe is lost with the share of arrivals dropped over about this long (the
+moving averages DROPS_EWMA / ARRIVALS_EWMA): a drop-tail queue that has just been full."""
 
 _DONE_TOLERANCE_BYTES = 1.0
 """A flow with less than a byte unacknowledged is done: no segment is that small, and the
@@ -267,6 +276,11 @@ def _drop(flow_f: FloatArray, i: int, dropped: float, now: float) -> None:
     if flow_f[LOST_PENDING, i] <= 0.0:
         flow_f[LOSS_AT, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
     flow_f[LOST_PENDING, i] += dropped
+
+
+@compiled
+def _fraction(part: float, whole: float) -> float:
+    return min(part / whole, 1.0) if whole > 0.0 else 0.0
 
 
 @compiled
@@ -605,6 +619,7 @@ def advance(
     idle = params[P_IDLE]
     payload = params[P_PAYLOAD]
     min_tso = params[P_MIN_TSO] * mss
+    smoothing = min(dt / _PROBE_LOSS_WINDOW_S, 1.0)
     event_room = events.shape[1] - 3 * n_flows - 8
     send = scratch[0]
     arrive = scratch[1]
@@ -656,10 +671,15 @@ def advance(
         )  # fmt: skip
         grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows)
 
+        probe_lost_dtn = _fraction(glob_f[DROPS_EWMA], glob_f[ARRIVALS_EWMA])
+        shaper_passed = 1.0 - _fraction(glob_f[SHAPER_DROPS_EWMA], glob_f[SHAPER_ARRIVALS_EWMA])
+        probe_lost_campus = 1.0 - shaper_passed * (1.0 - probe_lost_dtn)
         for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
             pacing[i] = np.inf
             if flow_i[RUNNING, i] == 0:
                 continue
+            if acked_now[i] > 0.0:
+                flow_i[BACKOFF, i] = 0
             if (
                 flow_f[LOST_PENDING, i] > 0.0
                 and now >= flow_f[LOSS_AT, i]
@@ -668,17 +688,29 @@ def advance(
             ):
                 # Nothing sent after the loss is in flight: no SACK arrives to show it, and
                 # the sender learns of it only from its tail-loss probe, two SRTTs after its
-                # last send (RACK-TLP, RFC 8985 §7.2): one more SRTT of silence.
-                flow_i[TAIL_PROBED, i] = 1
-                flow_f[LOSS_AT, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+                # last send (RACK-TLP, RFC 8985 §7.2): one more SRTT of silence. A lost
+                # probe (or, after a timeout, a lost retransmission: no probe in the Loss
+                # state) leaves it to the retransmission timer, counted from the head's send.
+                lost_p = probe_lost_dtn if flow_i[CLASS, i] == DTN else probe_lost_campus
+                srtt = max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+                if flow_i[BACKOFF, i] > 0 or _uniform(glob_i) < lost_p:
+                    flow_i[TAIL_PROBED, i] = 2
+                    flow_f[LOSS_AT, i] = now - srtt + timeout_after(flow_f, flow_i, i)
+                else:
+                    flow_i[TAIL_PROBED, i] = 1
+                    flow_f[LOSS_AT, i] = now + srtt
             if flow_f[LOST_PENDING, i] > 0.0 and now >= flow_f[LOSS_AT, i]:
+                timed_out = flow_i[TAIL_PROBED, i] == 2
                 flow_i[TAIL_PROBED, i] = 0
                 lost = flow_f[LOST_PENDING, i]
                 flow_f[LOST_PENDING, i] = 0.0
                 flow_f[INFLIGHT, i] -= lost
                 flow_f[REMAINING, i] += lost
                 flow_f[ROUND_LOST, i] += lost
-                on_loss(flow_f, flow_i, i, now)
+                if timed_out:
+                    on_timeout(flow_f, flow_i, i, now)
+                else:
+                    on_loss(flow_f, flow_i, i, now)
             if flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES:
                 flow_i[RUNNING, i] = 0
                 fct = now - flow_f[START_T, i]
@@ -761,6 +793,10 @@ def advance(
             glob_f[SHAPER_QUEUE] = max(glob_f[SHAPER_QUEUE] - released, 0.0)
         glob_f[TOKENS] = min(params[P_BURST], tokens - released)
         glob_f[SHAPER_DROPPED] += shaper_drops
+        glob_f[SHAPER_DROPS_EWMA] += smoothing * (shaper_drops - glob_f[SHAPER_DROPS_EWMA])
+        glob_f[SHAPER_ARRIVALS_EWMA] += smoothing * (
+            offered + shaper_drops - glob_f[SHAPER_ARRIVALS_EWMA]
+        )
 
         # 5. the tap (counters, the activity rule) and the bottleneck's drop-tail admission
         for i in range(n_campus, n_flows):
@@ -789,6 +825,8 @@ def advance(
             )  # fmt: skip
             arriving -= drop_dtn + drop_campus
         glob_f[BOTTLENECK_DROPPED] += drop_dtn + drop_campus
+        glob_f[DROPS_EWMA] += smoothing * (drop_dtn + drop_campus - glob_f[DROPS_EWMA])
+        glob_f[ARRIVALS_EWMA] += smoothing * (tap_campus + tap_dtn - glob_f[ARRIVALS_EWMA])
         fifo_push(bn_slots, bn_step, bn_total, bn_cursor, arrive, arriving, n_flows, step)
         glob_f[QUEUE] += arriving
         served, _ = fifo_pop(

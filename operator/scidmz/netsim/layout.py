@@ -68,11 +68,12 @@ ROUND_COUNT = 8  # BBR rounds so far
 TAP_ACTIVE = 9  # the tap's activity rule counts this flow as active
 SERIAL = 10  # unique id of the flow occupying this column (columns of short flows are reused)
 KIND = 11  # LONG, SHORT, DTN_STREAM
-TAIL_PROBED = 12  # 1 once a pending loss with nothing after it has waited for the tail probe
+TAIL_PROBED = 12  # pending loss with nothing after it: 1 tail probe sent, 2 waits for the RTO
 RATE_Q = 13  # BBR: the part (0-7) of the sliding delivery-rate window being filled
 EXTRA_ACKED_IDX = 14  # BBR: which of the two EXTRA_ACKED windows is filling
 EXTRA_ACKED_ROUNDS = 15  # BBR: rounds into that window
-N_FLOW_I = 16
+BACKOFF = 16  # retransmission timeouts since data was last acknowledged (RTO doubles each)
+N_FLOW_I = 17
 
 CAMPUS = 0
 DTN = 1
@@ -112,7 +113,11 @@ RETIRED_ACKED = 15
 RETIRED_DROPPED = 16
 DTN_RATE_LIMIT = 17  # the DTN's sending-rate cap (its host's pacing / tbf), bytes/s; inf = none
 DTN_TOKENS = 18  # the DTN cap's token-bucket content, bytes
-N_GLOB_F = 19
+DROPS_EWMA = 19  # bottleneck drops per step, moving average (a probe's loss probability ...)
+ARRIVALS_EWMA = 20  # ... is DROPS_EWMA / ARRIVALS_EWMA)
+SHAPER_DROPS_EWMA = 21  # the same at the campus shaper
+SHAPER_ARRIVALS_EWMA = 22
+N_GLOB_F = 23
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------
 STEP = 0

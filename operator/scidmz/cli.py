@@ -232,12 +232,22 @@ def controller(
 def shaper(
     interface: Annotated[str, typer.Option(help="Interface whose egress tbf carries the rate.")],
     failsafe_rate: Annotated[
-        str, typer.Option(help="Rate applied when no SetRate came for --stale-after, e.g. 600Mbps.")
-    ],
+        str | None,
+        typer.Option(help="Rate applied when no SetRate came for --stale-after, e.g. 600Mbps."),
+    ] = None,
     listen: Annotated[str, typer.Option(help="host:port of scidmz.v1.Shaper.")] = "0.0.0.0:9470",
     stale_after: Annotated[
-        str, typer.Option(help="Apply the fail-safe rate after this long without a rate.")
-    ] = "10s",
+        str | None,
+        typer.Option(help="Apply the fail-safe rate after this long without a rate (10s)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="The policy's runtime config (what the operator mounts): the fail-safe is "
+            "actuator.dtn's failsafe rate after staleAfter + 2T, followed live as the file "
+            "changes. Instead of --failsafe-rate and --stale-after."
+        ),
+    ] = None,
     http_port: Annotated[
         int | None,
         typer.Option(
@@ -256,16 +266,28 @@ def shaper(
     from scidmz.control.actuators import ActuatorError, TcActuator
 
     _configure_logging(verbose)
-    try:
-        rate = parse_rate(failsafe_rate)
-        stale = parse_duration(stale_after)
-    except UnitError as error:
-        _fail(f"--failsafe-rate / --stale-after: {error}")
-        return
-    if not 0 < stale <= 3600:
-        _fail(f"--stale-after must be > 0 and at most 60m, got {stale_after}")
-    if not 0 < rate <= MAX_RATE_BPS:
-        _fail(f"--failsafe-rate must be above 0 and at most 10Tbps, got {failsafe_rate}")
+    if config is not None:
+        if failsafe_rate is not None or stale_after is not None:
+            _fail("--config gives the fail-safe: drop --failsafe-rate and --stale-after")
+        try:
+            rate, stale = _shaper_failsafe_from(config)
+        except ValueError as error:
+            _fail(f"--config: {error}")
+            return
+    else:
+        if failsafe_rate is None:
+            _fail("--failsafe-rate (or --config) is required")
+            return
+        try:
+            rate = parse_rate(failsafe_rate)
+            stale = parse_duration(stale_after or "10s")
+        except UnitError as error:
+            _fail(f"--failsafe-rate / --stale-after: {error}")
+            return
+        if not 0 < stale <= 3600:
+            _fail(f"--stale-after must be > 0 and at most 60m, got {stale_after}")
+        if not 0 < rate <= MAX_RATE_BPS:
+            _fail(f"--failsafe-rate must be above 0 and at most 10Tbps, got {failsafe_rate}")
     port = _http_port(http_port, 9471)
 
     async def main() -> str | None:
@@ -274,7 +296,7 @@ def shaper(
         import grpc
         from prometheus_client import CollectorRegistry
 
-        from scidmz.control.shaper import ShaperService
+        from scidmz.control.shaper import ShaperService, follow_config
         from scidmz.metrics.http import Health, register_build_info, serve_http
         from scidmz.proto import telemetry_pb2_grpc
 
@@ -311,9 +333,16 @@ def shaper(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"shaper on {interface}: scidmz.v1.Shaper at {listen}", err=True)
+        follower = (
+            asyncio.create_task(follow_config(service, config, _shaper_failsafe_from))
+            if config is not None
+            else None
+        )
         try:
             await service.watch(stop)
         finally:
+            if follower is not None:
+                follower.cancel()
             await server.stop(0.5)
             await actuator.close()
             http.shutdown()
@@ -322,6 +351,14 @@ def shaper(
     message = asyncio.run(main())
     if message:
         _fail(message)
+
+
+def _shaper_failsafe_from(path: Path) -> tuple[float, float]:
+    """The DTN agent's fail-safe (cap, quiet time) from a runtime config; ValueError
+    (``ConfigError``) naming what is wrong."""
+    from scidmz.api.runtime import load_runtime_config, shaper_failsafe
+
+    return shaper_failsafe(load_runtime_config(path))
 
 
 @app.command()

@@ -193,6 +193,24 @@ def test_a_tc_dtn_actuator_runs_a_shaper_on_the_dtn_host_and_is_pruned(
     ).stdout  # fmt: skip
     assert nodes.split() == ["dtn-1"]
     assert kube.get("service", "theta-dtn-shaper")["spec"]["ports"][0]["port"] == 9470
+    # a new R* (the agent's fail-safe cap, with failsafeRate 'target'): the agent keeps
+    # running and is nudged to re-read its ConfigMap, as the controller is
+    (shaper_pod,) = _pods(kube, "theta", "dtn-shaper")
+    rs_before = kube.names("replicaset", "app.kubernetes.io/instance=theta")
+    kube.apply(
+        _policy(example_policy, "theta", targetRate="500Mbps", actuator={"type": "sim", "dtn": dtn})
+    )
+    config_map = wait_for(
+        lambda: (c := kube.get("configmap", "theta-config")) and "500000000.0" in str(c) and c,
+        10,
+        "the ConfigMap rewritten",
+    )
+    wait_for(
+        lambda: _live_hash(kube.get("pod", shaper_pod)) == _live_hash(config_map),
+        10,
+        "the dtn-shaper pod nudged",
+    )
+    assert kube.names("replicaset", "app.kubernetes.io/instance=theta") == rs_before
     # the same policy with a simulated DTN actuator needs no agent: it is removed
     kube.apply(_policy(example_policy, "theta", actuator={"type": "sim", "dtn": {"type": "sim"}}))
     wait_for(

@@ -12,9 +12,13 @@ import sys
 import time
 
 import pytest
+import yaml
 
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import CONFIG_KEY, dump_runtime_config, resolve_runtime_config
 from scidmz.control.actuators import ActuatorError, ShaperActuator
-from scidmz.testenv.cluster import free_port, wait_http_ok
+from scidmz.testenv.cluster import REPO_ROOT, free_port, wait_http_ok
+from scidmz.testenv.projection import project_like_kubelet
 from tests.netns import veth_netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
@@ -128,3 +132,57 @@ def test_bad_input_exits_2_naming_the_option(netns, args, message):
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert _rate(netns) is None  # nothing half-applied
+
+
+def _policy_config(**spec_changes: object) -> str:
+    """The lab's BBR policy (a tc DTN actuator) on this test's interface, rendered."""
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "lab" / "bbr-1G.yaml").read_text())["spec"]
+    raw["actuator"]["dtn"]["tc"]["interface"] = "dtn0"
+    raw["failsafe"] = {"staleAfter": "1s"}
+    spec = parse_spec(raw | spec_changes)
+    return dump_runtime_config(resolve_runtime_config("p", "ns", 1, spec, "c:1", "s:2"))
+
+
+def test_with_the_policys_config_the_agent_follows_its_failsafe_live(netns, tmp_path):
+    """As the operator runs it: the fail-safe ('target': R*, after staleAfter + 2T) comes
+    from the mounted ConfigMap, and a new R* reaches the running agent (no restart)."""
+    volume = tmp_path / "config"
+    project_like_kubelet(volume, {CONFIG_KEY: _policy_config()})
+    proc, _, _ = _shaper(netns, "--config", str(volume / CONFIG_KEY))
+    try:
+        assert _rate(netns) == "600Mbit"
+        project_like_kubelet(volume, {CONFIG_KEY: _policy_config(targetRate="500Mbps")})
+        assert _wait_rate(netns, "500Mbit", 5) == "500Mbit"  # the fail-safe in force moves
+        # a file that does not validate changes nothing: the agent runs on
+        project_like_kubelet(volume, {CONFIG_KEY: "target_rate_bps: fast\n"})
+        time.sleep(2.5)
+        assert proc.poll() is None and _rate(netns) == "500Mbit"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert "not taken, running on as before" in stderr
+
+
+def test_the_config_and_the_failsafe_options_exclude_each_other(netns, tmp_path):
+    path = tmp_path / CONFIG_KEY
+    path.write_text(_policy_config())
+    campus_only = tmp_path / "campus-only.yaml"
+    raw = yaml.safe_load((REPO_ROOT / "examples" / "lab" / "cubic-1G.yaml").read_text())["spec"]
+    config = resolve_runtime_config("p", "ns", 1, parse_spec(raw), "c:1", "s:2")
+    campus_only.write_text(dump_runtime_config(config))
+    for extra, message in (
+        (["--config", str(path), "--failsafe-rate", "1Gbps"], "drop --failsafe-rate"),
+        (["--config", str(campus_only)], "--config: the policy has no tc DTN actuator"),
+        (["--config", str(tmp_path / "missing.yaml")], "--config:"),
+        ([], "--failsafe-rate (or --config) is required"),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "scidmz.cli", "shaper", "--interface", "dtn0", *extra,
+             "--netns", netns, "--listen", f"127.0.0.1:{free_port()}",
+             "--http-port", str(free_port())],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2, (extra, proc.stderr)
+        assert message in proc.stderr, (extra, proc.stderr)
+    assert _rate(netns) is None

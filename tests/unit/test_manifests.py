@@ -166,10 +166,14 @@ def test_a_tc_dtn_actuator_gets_a_shaper_on_the_dtn_host(example_policy):
     service = children["Service/paper-testbed-dtn-shaper"]
     pod = shaper["spec"]["template"]["spec"]
     container = pod["containers"][0]
+    # the fail-safe comes from the mounted ConfigMap, followed live
     assert container["args"] == [
-        "shaper", "--interface", "ens1f0", "--failsafe-rate", "600000000bps",
-        "--stale-after", "5s", "--listen", "0.0.0.0:9470",
+        "shaper", "--interface", "ens1f0", "--config", "/etc/scidmz/config.yaml",
+        "--listen", "0.0.0.0:9470",
     ]  # fmt: skip
+    assert {"name": "config", "mountPath": "/etc/scidmz", "readOnly": True} in container[
+        "volumeMounts"
+    ]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
     assert pod["hostNetwork"] is True
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -186,6 +190,18 @@ def test_a_tc_dtn_actuator_gets_a_shaper_on_the_dtn_host(example_policy):
     assert order.index("Deployment/paper-testbed-dtn-shaper") < order.index(
         "Deployment/paper-testbed-controller"
     )
+
+
+def test_a_new_target_rate_leaves_the_dtn_shaper_running(example_policy):
+    """With failsafeRate 'target' the agent's fail-safe cap is R*: it reads it from the
+    ConfigMap, so its Deployment does not change (nor roll) with R*."""
+    spec = copy.deepcopy(example_policy["spec"])
+    spec["actuator"]["dtn"] = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    key = "Deployment/paper-testbed-dtn-shaper"
+    before = _children(spec)[key]
+    assert _children({**spec, "targetRate": "700Mbps"}, generation=2)[key] == before
+    failsafe = {**spec, "failsafe": {"staleAfter": "9s", "rate": "trivial"}}
+    assert _children(failsafe, generation=3)[key] == before
 
 
 @pytest.mark.parametrize("kind", ["sim", "dryRun"])

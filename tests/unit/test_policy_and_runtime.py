@@ -206,7 +206,7 @@ def test_digest_hold_reaches_the_switch_plan(example_policy, tmp_path):
 def test_the_dtn_shaper_agent_gets_the_policys_failsafe_and_a_quiet_time_past_the_controllers():
     """One rule for the operator's DTN-shaper Deployment and the lab (whose agent once
     lacked --failsafe-rate and exited 2 before it capped anything)."""
-    from scidmz.api.runtime import shaper_agent_args
+    from scidmz.api.runtime import shaper_agent_args, shaper_failsafe
 
     raw = yaml.safe_load((REPO / "examples" / "lab" / "bbr-1G.yaml").read_text())
     config = resolve_runtime_config("p", "ns", 1, parse_spec(raw["spec"]), "c:1", "s:2")
@@ -227,3 +227,10 @@ def test_the_dtn_shaper_agent_gets_the_policys_failsafe_and_a_quiet_time_past_th
     )
     with pytest.raises(ValueError, match=r"actuator\.dtn\.type: tc"):
         shaper_agent_args(campus_only, "0.0.0.0:9470")
+    # from a mounted config file instead: no fail-safe options, the file gives them
+    mounted = shaper_agent_args(config, "0.0.0.0:9470", "/etc/scidmz/config.yaml")
+    assert mounted == [
+        "shaper", "--interface", "d0", "--config", "/etc/scidmz/config.yaml",
+        "--listen", "0.0.0.0:9470",
+    ]  # fmt: skip
+    assert shaper_failsafe(config) == (6e8, quiet)

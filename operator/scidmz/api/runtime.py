@@ -402,24 +402,48 @@ def restart_relevant(config: RuntimeConfig) -> dict[str, Any]:
     return data
 
 
+def read_config_bytes(path: Path) -> bytes | None:
+    """A config file's bytes, to tell whether it changed (None: unreadable now, e.g.
+    mid-way through a ConfigMap update)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
 def load_runtime_config(path: Path) -> RuntimeConfig:
     """Read and validate a config file; raise :class:`ConfigError` naming what is wrong."""
     return load_yaml_model(path, RuntimeConfig, "config", ConfigError)
 
 
-def shaper_agent_args(config: RuntimeConfig, listen: str) -> list[str]:
-    """``scidmz shaper`` arguments for the policy's tc DTN actuator, wherever it runs (the
-    operator's DTN-shaper Deployment, the lab): its interface, its own fail-safe cap and
-    when to apply it, once the controller has been quiet for staleAfter + 2T (the
-    controller's own fail-safe comes first)."""
+def _tc_dtn(config: RuntimeConfig) -> tuple[DtnActuatorConfig, str]:
+    """The tc DTN actuator and its interface; ValueError when the policy has none."""
     dtn = config.actuator.dtn
     if dtn is None or dtn.type != "tc" or dtn.tc_interface is None:
         raise ValueError("the policy has no tc DTN actuator (actuator.dtn.type: tc)")
-    quiet_s = config.failsafe.stale_after_s + 2 * config.sample_time_s
-    return [
-        "shaper",
-        "--interface", dtn.tc_interface,
-        "--failsafe-rate", f"{dtn.failsafe_rate_bps:.0f}bps",
-        "--stale-after", f"{quiet_s:g}s",
-        "--listen", listen,
-    ]  # fmt: skip
+    return dtn, dtn.tc_interface
+
+
+def shaper_failsafe(config: RuntimeConfig) -> tuple[float, float]:
+    """The tc DTN actuator's agent's own fail-safe: the cap (``actuator.dtn.failsafeRate``)
+    and how long the controller must have been quiet before it applies it, staleAfter + 2T
+    (the controller's own fail-safe comes first). ValueError without a tc DTN actuator."""
+    dtn, _ = _tc_dtn(config)
+    return dtn.failsafe_rate_bps, config.failsafe.stale_after_s + 2 * config.sample_time_s
+
+
+def shaper_agent_args(
+    config: RuntimeConfig, listen: str, config_path: str | None = None
+) -> list[str]:
+    """``scidmz shaper`` arguments for the policy's tc DTN actuator, wherever it runs: its
+    interface and its own fail-safe (``shaper_failsafe``). With ``config_path`` (the
+    operator's Deployment, which mounts the policy's ConfigMap there) the agent reads its
+    fail-safe from that file and follows it live, so a new target rate does not roll the
+    pod; without it (the lab) the fail-safe is given as options."""
+    rate, quiet_s = shaper_failsafe(config)
+    args = ["shaper", "--interface", _tc_dtn(config)[1]]
+    if config_path is not None:
+        args += ["--config", config_path]
+    else:
+        args += ["--failsafe-rate", f"{rate:.0f}bps", "--stale-after", f"{quiet_s:g}s"]
+    return [*args, "--listen", listen]

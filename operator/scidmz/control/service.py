@@ -8,7 +8,7 @@ import contextlib
 import logging
 from pathlib import Path
 
-from scidmz.api.runtime import ConfigError, RuntimeConfig, load_runtime_config
+from scidmz.api.runtime import ConfigError, RuntimeConfig, load_runtime_config, read_config_bytes
 from scidmz.control.actuators import Actuator
 from scidmz.control.live_config import plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
@@ -89,14 +89,14 @@ class ControllerProcess:
         is validated as at start-up, and its live fields are taken (``live_config``). An
         invalid file changes nothing: the controller runs on, and says why in its log and
         in ``scidmz_controller_config_reloads_total{result="rejected"}``."""
-        seen = _read(path)
+        seen = read_config_bytes(path)
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self.reload_requested.wait(), self.controller.settings.sample_time_s
                 )
             self.reload_requested.clear()
-            current = _read(path)
+            current = read_config_bytes(path)
             if current == seen:
                 continue
             seen = current
@@ -129,11 +129,3 @@ class ControllerProcess:
             )  # fmt: skip
         elif update.applied:
             counter.labels(*c.metrics.labels, "applied").inc()
-
-
-def _read(path: Path) -> bytes | None:
-    """The file's bytes (None: unreadable now, e.g. mid-way through a ConfigMap update)."""
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None

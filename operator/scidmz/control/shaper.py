@@ -5,7 +5,9 @@ shapes the campus, so the controller cannot own both qdiscs. This agent owns one
 serves ``scidmz.v1.Shaper/SetRate`` (a ``TcActuator`` underneath, the same netlink code
 as the campus actuator) and keeps its own fail-safe, so a controller that dies or is cut
 off never leaves a stale cap behind: with no ``SetRate`` for ``stale_after_s`` it applies
-``failsafe_rate_bps`` (and again on shutdown).
+``failsafe_rate_bps`` (and again on shutdown). Run by the operator it reads both from the
+policy's mounted ConfigMap and follows the file (``follow_config``): with ``failsafeRate:
+target`` the fail-safe cap is R*, and a new R* reaches the agent without a restart.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
 
+from scidmz.api.runtime import read_config_bytes
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
@@ -88,12 +92,47 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
             log.warning("no rate for %.1f s: fail-safe rate applied", self.stale_after_s)
         self.failsafe_active = True
 
+    async def retune(self, failsafe_rate_bps: float, stale_after_s: float) -> None:
+        """Take a new fail-safe cap and quiet time; a fail-safe in force moves to the new
+        cap at once."""
+        if (failsafe_rate_bps, stale_after_s) == (self.failsafe_rate_bps, self.stale_after_s):
+            return
+        self.failsafe_rate_bps, self.stale_after_s = failsafe_rate_bps, stale_after_s
+        log.info(
+            "fail-safe now %.0f bit/s after %.1f s without a rate", failsafe_rate_bps, stale_after_s
+        )
+        if self.failsafe_active:
+            await self.apply_failsafe()
+
     async def watch(self, stop: asyncio.Event) -> None:
         """Check staleness until ``stop``; then leave the fail-safe rate in force."""
-        period = self.stale_after_s / 4
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), period)
+                await asyncio.wait_for(stop.wait(), self.stale_after_s / 4)
             except TimeoutError:
                 await self.check_staleness()
         await self.apply_failsafe()
+
+
+async def follow_config(
+    service: ShaperService,
+    path: Path,
+    load: Callable[[Path], tuple[float, float]],
+    period_s: float = 1.0,
+) -> None:
+    """Read ``path`` every ``period_s`` and retune ``service`` with ``load(path)`` (the
+    fail-safe cap and quiet time) when the file changes. A file ``load`` refuses (a
+    ``ValueError``) changes nothing: the agent runs on and says why."""
+    seen = read_config_bytes(path)
+    while True:
+        await asyncio.sleep(period_s)
+        current = read_config_bytes(path)
+        if current is None or current == seen:
+            continue
+        seen = current
+        try:
+            failsafe_rate_bps, stale_after_s = load(path)
+        except ValueError as error:
+            log.error("config %s not taken, running on as before: %s", path, error)
+            continue
+        await service.retune(failsafe_rate_bps, stale_after_s)

@@ -32,9 +32,10 @@ CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 """On the pod template: the hash of what the processes are built around
 (``restart_hash``); a change rolls the pods."""
 LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
-"""On a running controller pod: the hash of the whole config (``config_hash``) the operator
-last nudged it for. Writing it makes the kubelet sync the pod, which refreshes the mounted
-ConfigMap at once instead of at its next periodic sync (up to a minute)."""
+"""On a running controller (and DTN shaper) pod: the hash of the whole config
+(``config_hash``) the operator last nudged it for. Writing it makes the kubelet sync the
+pod, which refreshes the mounted ConfigMap at once instead of at its next periodic sync (up
+to a minute)."""
 POLICY_LABEL: Final = f"{GROUP}/policy"
 COLLECTOR: Final = "collector"
 CONTROLLER: Final = "controller"
@@ -356,7 +357,8 @@ def build_dtn_shaper_deployment(
     ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
 ) -> dict[str, Any] | None:
     """`scidmz shaper` on the DTN host for a tc DTN actuator (None for other types). It
-    holds the fail-safe cap itself when the controller has been quiet for staleAfter + 2T."""
+    holds the fail-safe cap itself when the controller has been quiet for staleAfter + 2T,
+    both read from the mounted ConfigMap and followed live (no roll for a new R*)."""
     dtn = config.actuator.dtn
     if dtn is None or dtn.type != "tc":
         return None
@@ -364,7 +366,9 @@ def build_dtn_shaper_deployment(
     container = _container(
         DTN_SHAPER, settings, settings.shaper_http_port, [grpc], _tc_security_context()
     )
-    container["args"] = shaper_agent_args(config, f"0.0.0.0:{settings.shaper_grpc_port}")
+    container["args"] = shaper_agent_args(
+        config, f"0.0.0.0:{settings.shaper_grpc_port}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"
+    )
     extra = _on_host_network_of(dtn.tc_node_name)
     return _deployment(ref, DTN_SHAPER, config, paused, settings, container, extra)
 

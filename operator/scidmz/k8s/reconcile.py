@@ -135,24 +135,30 @@ def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> l
     return [client.apply(obj) for obj in objects]
 
 
-def nudge_controller_pods(client: KubeClient, ref: PolicyRef, live_config_hash: str) -> list[str]:
-    """Annotate the policy's running controller pods with the new config's hash. The
-    controller takes a new target rate, gains, limits and fail-safe settings from its
-    mounted ConfigMap without a restart, but the kubelet refreshes that file only when it
-    syncs the pod: at its periodic sync (1 min by default) or at once when the pod's
-    metadata changes, which this write does. Returns the pods annotated; a pod gone in
-    between is skipped."""
-    labels = selector_labels(ref, CONTROLLER)
+LIVE_COMPONENTS = (CONTROLLER, DTN_SHAPER)
+"""Workloads that follow their mounted ConfigMap live: the controller (R*, gains, limits,
+fail-safe settings) and the DTN shaper agent (its fail-safe cap)."""
+
+
+def nudge_live_pods(client: KubeClient, ref: PolicyRef, live_config_hash: str) -> list[str]:
+    """Annotate the policy's running controller and DTN-shaper pods with the new config's
+    hash. They take a new target rate (and the other live settings) from their mounted
+    ConfigMap without a restart, but the kubelet refreshes that file only when it syncs the
+    pod: at its periodic sync (1 min by default) or at once when the pod's metadata
+    changes, which this write does. Returns the pods annotated; a pod gone in between is
+    skipped."""
     annotation = {LIVE_CONFIG_ANNOTATION: live_config_hash}
     nudged = []
-    for pod in client.list_names("v1", "Pod", ref.namespace, labels):
-        try:
-            client.annotate("v1", "Pod", ref.namespace, pod, annotation)
-        except KubeApiError as error:
-            if not error.is_not_found:
-                raise
-            continue
-        nudged.append(pod)
+    for component in LIVE_COMPONENTS:
+        labels = selector_labels(ref, component)
+        for pod in client.list_names("v1", "Pod", ref.namespace, labels):
+            try:
+                client.annotate("v1", "Pod", ref.namespace, pod, annotation)
+            except KubeApiError as error:
+                if not error.is_not_found:
+                    raise
+                continue
+            nudged.append(pod)
     return nudged
 
 
@@ -188,8 +194,8 @@ def reconcile_policy(
     if stored is not None and _version(stored) != _version(stored_after) and not spec.paused:
         live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
         ref = PolicyRef(name=name, namespace=namespace, uid=meta["uid"])
-        nudged = nudge_controller_pods(client, ref, live_hash)
-        log.info("%s/%s: new config %s, controller pods nudged: %s", namespace, name,
+        nudged = nudge_live_pods(client, ref, live_hash)
+        log.info("%s/%s: new config %s, pods nudged: %s", namespace, name,
                  live_hash, ", ".join(nudged) or "none")  # fmt: skip
     return Outcome(
         True,

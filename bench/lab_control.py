@@ -94,6 +94,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-control"))
     parser.add_argument("--cca", choices=sorted(POLICY), default="cubic")
     parser.add_argument("--write", action="store_true")
+    parser.add_argument(
+        "--results", type=Path, default=None,
+        help="Where --write puts the report (default bench/results/lab_control[_bbr].md).",
+    )  # fmt: skip
     args = parser.parse_args()
     strategies = args.strategies.split(",")
     experiments = args.experiments.split(",")
@@ -149,8 +153,9 @@ def main() -> int:
     report = render(results, args)
     print(report)
     if args.write:
-        RESULTS[args.cca].write_text(report)
-        print(f"wrote {RESULTS[args.cca]}")
+        path = args.results or RESULTS[args.cca]
+        path.write_text(report)
+        print(f"wrote {path}")
     return 0
 
 

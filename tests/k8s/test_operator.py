@@ -6,6 +6,8 @@ import copy
 import time
 import urllib.request
 
+import pytest
+
 from tests.k8s.conftest import Operator, wait_for
 
 CHILD_SELECTOR = "app.kubernetes.io/instance={name}"
@@ -382,3 +384,45 @@ def test_a_killed_active_replica_is_replaced_and_a_change_still_applied():
     assert result.ready_before == 5 and result.ready_after == 5, result
     assert result.takeover_s is not None, result  # the standby resumed
     assert result.reconciled_s is not None, result  # and applied the change made after the kill
+
+
+def test_a_pod_nudge_refused_by_rbac_leaves_the_reconcile_alone(plane, kube):
+    """An operator whose RBAC lacks pods patch (e.g. an old Role) still reconciles: the
+    nudge only hastens the kubelet's own refresh of the mounted ConfigMap."""
+    import kubernetes
+
+    from scidmz.k8s.client import KubeApiError, KubeClient
+    from scidmz.k8s.manifests import CONTROLLER, PolicyRef, selector_labels
+    from scidmz.k8s.reconcile import nudge_live_pods
+
+    ns = kube.namespace
+    plane.kubectl("create", "serviceaccount", "no-pod-patch", "-n", ns)
+    plane.kubectl("create", "role", "pods-list", "--verb=list", "--resource=pods", "-n", ns)
+    plane.kubectl(
+        "create", "rolebinding", "pods-list", "--role=pods-list",
+        f"--serviceaccount={ns}:no-pod-patch", "-n", ns,
+    )  # fmt: skip
+    token = plane.kubectl("create", "token", "no-pod-patch", "-n", ns).stdout.strip()
+    configuration = kubernetes.client.Configuration()
+    configuration.host = plane.server
+    configuration.ssl_ca_cert = str(plane.pki.ca_cert)
+    configuration.api_key = {"BearerToken": token}
+    configuration.api_key_prefix = {"BearerToken": "Bearer"}
+    ref = PolicyRef(name="iota", namespace=ns, uid="0")
+    pod = {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "iota-controller-x", "labels": selector_labels(ref, CONTROLLER)},
+        "spec": {"containers": [{"name": "c", "image": "example.org/none"}]},
+    }  # fmt: skip
+    kube.apply(pod)
+    client = KubeClient(kubernetes.client.ApiClient(configuration))
+    try:
+        labels = selector_labels(ref, CONTROLLER)
+        assert client.list_names("v1", "Pod", ns, labels) == ["iota-controller-x"]
+        with pytest.raises(KubeApiError) as refused:
+            client.annotate("v1", "Pod", ns, "iota-controller-x", {"a": "b"})
+        assert refused.value.status == 403
+        assert nudge_live_pods(client, ref, "0123456789abcdef") == []  # logged, not raised
+    finally:
+        client.close()
+    assert _live_hash(kube.get("pod", "iota-controller-x")) is None

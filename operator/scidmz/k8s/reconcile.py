@@ -146,19 +146,27 @@ def nudge_live_pods(client: KubeClient, ref: PolicyRef, live_config_hash: str) -
     ConfigMap without a restart, but the kubelet refreshes that file only when it syncs the
     pod: at its periodic sync (1 min by default) or at once when the pod's metadata
     changes, which this write does. Returns the pods annotated; a pod gone in between is
-    skipped."""
+    skipped. The nudge only hastens what the kubelet does anyway, so it never fails the
+    reconcile: an error (e.g. RBAC without pods patch) is logged and the pods get the new
+    file at the kubelet's next sync."""
     annotation = {LIVE_CONFIG_ANNOTATION: live_config_hash}
     nudged = []
-    for component in LIVE_COMPONENTS:
-        labels = selector_labels(ref, component)
-        for pod in client.list_names("v1", "Pod", ref.namespace, labels):
-            try:
-                client.annotate("v1", "Pod", ref.namespace, pod, annotation)
-            except KubeApiError as error:
-                if not error.is_not_found:
-                    raise
-                continue
-            nudged.append(pod)
+    try:
+        for component in LIVE_COMPONENTS:
+            labels = selector_labels(ref, component)
+            for pod in client.list_names("v1", "Pod", ref.namespace, labels):
+                try:
+                    client.annotate("v1", "Pod", ref.namespace, pod, annotation)
+                except KubeApiError as error:
+                    if not error.is_not_found:
+                        raise
+                    continue
+                nudged.append(pod)
+    except KubeApiError as error:
+        log.warning(
+            "%s/%s: pods not nudged (%s); they take the new config at the kubelet's next "
+            "sync (up to a minute)", ref.namespace, ref.name, error,
+        )  # fmt: skip
     return nudged
 
 

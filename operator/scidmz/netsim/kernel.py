@@ -284,6 +284,17 @@ def _fraction(part: float, whole: float) -> float:
 
 
 @compiled
+def _probe_loss(glob_f: FloatArray, traffic_class: int) -> float:
+    """Chance that a tail-loss probe of this class is dropped: the bottleneck's recent drop
+    fraction, and for the campus also the shaper's in front of it."""
+    bottleneck = _fraction(glob_f[DROPS_EWMA], glob_f[ARRIVALS_EWMA])
+    if traffic_class == DTN:
+        return bottleneck
+    shaper = _fraction(glob_f[SHAPER_DROPS_EWMA], glob_f[SHAPER_ARRIVALS_EWMA])
+    return 1.0 - (1.0 - shaper) * (1.0 - bottleneck)
+
+
+@compiled
 def _uniform(glob_i: IntArray) -> float:
     """xorshift32 in an int64 cell (no overflow), for deterministic per-simulator draws."""
     x = glob_i[RNG_STATE]
@@ -671,15 +682,12 @@ def advance(
         )  # fmt: skip
         grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows)
 
-        probe_lost_dtn = _fraction(glob_f[DROPS_EWMA], glob_f[ARRIVALS_EWMA])
-        shaper_passed = 1.0 - _fraction(glob_f[SHAPER_DROPS_EWMA], glob_f[SHAPER_ARRIVALS_EWMA])
-        probe_lost_campus = 1.0 - shaper_passed * (1.0 - probe_lost_dtn)
         for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
             pacing[i] = np.inf
             if flow_i[RUNNING, i] == 0:
                 continue
-            if acked_now[i] > 0.0:
-                flow_i[BACKOFF, i] = 0
+            if flow_i[BACKOFF, i] > 0 and acked_now[i] > 0.0:
+                flow_i[BACKOFF, i] = 0  # new data acknowledged: the timeouts' backoff is over
             if (
                 flow_f[LOST_PENDING, i] > 0.0
                 and now >= flow_f[LOSS_AT, i]
@@ -691,9 +699,10 @@ def advance(
                 # last send (RACK-TLP, RFC 8985 §7.2): one more SRTT of silence. A lost
                 # probe (or, after a timeout, a lost retransmission: no probe in the Loss
                 # state) leaves it to the retransmission timer, counted from the head's send.
-                lost_p = probe_lost_dtn if flow_i[CLASS, i] == DTN else probe_lost_campus
                 srtt = max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
-                if flow_i[BACKOFF, i] > 0 or _uniform(glob_i) < lost_p:
+                if flow_i[BACKOFF, i] > 0 or _uniform(glob_i) < _probe_loss(
+                    glob_f, flow_i[CLASS, i]
+                ):
                     flow_i[TAIL_PROBED, i] = 2
                     flow_f[LOSS_AT, i] = now - srtt + timeout_after(flow_f, flow_i, i)
                 else:

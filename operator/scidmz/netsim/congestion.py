@@ -7,7 +7,9 @@ one pass, the other functions handle one column ``i``.
 Sources and simplifications:
 
 * **Reno** — RFC 5681: slow start (cwnd += acked), congestion avoidance (cwnd += 1 per window),
-  halving on loss; one reduction per round trip (NewReno-style recovery, RFC 6582).
+  halving on loss; one reduction per round trip (NewReno-style recovery, RFC 6582). Windows
+  grow fluidly but a reduction lands on whole segments, as Linux's integer arithmetic does
+  (``reduced_window``).
 * **Cubic** — RFC 9438 as Linux ``tcp_cubic.c`` implements it: C = 0.4, β = 0.7, fast
   convergence (§4.7), the Reno-friendly region with α = 3(1−β)/(1+β) throughout (RFC 9438
   §4.3 raises α to 1 once W_est passes W_max; Linux does not, and with it the 10 ms class
@@ -202,6 +204,15 @@ def grow_windows(
 
 
 @compiled
+def reduced_window(cwnd: float, beta: float) -> float:
+    """The window after a multiplicative decrease, in whole segments as Linux computes it
+    (``tcp_reno_ssthresh``: cwnd >> 1; ``bictcp_recalc_ssthresh``: cwnd · β / 1024 in
+    integers), at least two. Between losses the twin's window grows fluidly; at the small
+    windows beside a BBR DTN (3–5 segments) the rounding is 10–20 % of the window."""
+    return float(max(math.floor(math.floor(cwnd) * beta), MIN_CWND))
+
+
+@compiled
 def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     """Multiplicative decrease, once per round trip (RFC 5681 §3.2, RFC 9438 §4.6–4.7)."""
     cc = flow_i[CC, i]
@@ -211,13 +222,13 @@ def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
         return
     cwnd = flow_f[CWND, i]
     if cc == RENO:
-        cwnd = max(cwnd * 0.5, MIN_CWND)
+        cwnd = reduced_window(cwnd, 0.5)
     else:
         if cwnd < flow_f[W_MAX, i]:
             flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0
         else:
             flow_f[W_MAX, i] = cwnd
-        cwnd = max(cwnd * CUBIC_BETA, MIN_CWND)
+        cwnd = reduced_window(cwnd, CUBIC_BETA)
         flow_f[EPOCH_T, i] = -1.0
     flow_f[CWND, i] = cwnd
     flow_f[SSTHRESH, i] = cwnd
@@ -236,11 +247,11 @@ def on_timeout(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     cwnd = flow_f[CWND, i]
     if first:
         if flow_i[CC, i] == RENO:
-            flow_f[SSTHRESH, i] = max(cwnd * 0.5, MIN_CWND)
+            flow_f[SSTHRESH, i] = reduced_window(cwnd, 0.5)
         else:  # bictcp_recalc_ssthresh, fast convergence included
             fast = cwnd < flow_f[W_MAX, i]
             flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0 if fast else cwnd
-            flow_f[SSTHRESH, i] = max(cwnd * CUBIC_BETA, MIN_CWND)
+            flow_f[SSTHRESH, i] = reduced_window(cwnd, CUBIC_BETA)
     flow_f[CWND, i] = 1.0
     flow_f[EPOCH_T, i] = -1.0
     flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])

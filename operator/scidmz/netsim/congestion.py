@@ -220,19 +220,23 @@ def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
         return
     if now < flow_f[RECOVERY_UNTIL, i]:
         return
-    cwnd = flow_f[CWND, i]
-    if cc == RENO:
-        cwnd = reduced_window(cwnd, 0.5)
-    else:
-        if cwnd < flow_f[W_MAX, i]:
-            flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0
-        else:
-            flow_f[W_MAX, i] = cwnd
-        cwnd = reduced_window(cwnd, CUBIC_BETA)
-        flow_f[EPOCH_T, i] = -1.0
+    cwnd = _ssthresh(flow_f, flow_i, i)
+    flow_f[EPOCH_T, i] = -1.0
     flow_f[CWND, i] = cwnd
     flow_f[SSTHRESH, i] = cwnd
     flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+
+
+@compiled
+def _ssthresh(flow_f: FloatRows, flow_i: IntRows, i: int) -> float:
+    """A loss-based sender's window after a decrease (Linux ``tcp_reno_ssthresh``,
+    ``bictcp_recalc_ssthresh``); Cubic also remembers W_max, with fast convergence."""
+    cwnd = flow_f[CWND, i]
+    if flow_i[CC, i] == RENO:
+        return reduced_window(cwnd, 0.5)
+    fast = cwnd < flow_f[W_MAX, i]
+    flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0 if fast else cwnd
+    return reduced_window(cwnd, CUBIC_BETA)
 
 
 @compiled
@@ -244,14 +248,8 @@ def on_timeout(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     flow_i[BACKOFF, i] = min(flow_i[BACKOFF, i] + 1, MAX_BACKOFF)
     if flow_i[CC, i] >= BBR:
         return
-    cwnd = flow_f[CWND, i]
     if first:
-        if flow_i[CC, i] == RENO:
-            flow_f[SSTHRESH, i] = reduced_window(cwnd, 0.5)
-        else:  # bictcp_recalc_ssthresh, fast convergence included
-            fast = cwnd < flow_f[W_MAX, i]
-            flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0 if fast else cwnd
-            flow_f[SSTHRESH, i] = reduced_window(cwnd, CUBIC_BETA)
+        flow_f[SSTHRESH, i] = _ssthresh(flow_f, flow_i, i)
     flow_f[CWND, i] = 1.0
     flow_f[EPOCH_T, i] = -1.0
     flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])

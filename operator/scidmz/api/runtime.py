@@ -440,10 +440,11 @@ def shaper_agent_args(
     operator's Deployment, which mounts the policy's ConfigMap there) the agent reads its
     fail-safe from that file and follows it live, so a new target rate does not roll the
     pod; without it (the lab) the fail-safe is given as options."""
-    rate, quiet_s = shaper_failsafe(config)
-    args = ["shaper", "--interface", _tc_dtn(config)[1]]
+    _, interface = _tc_dtn(config)
+    args = ["shaper", "--interface", interface]
     if config_path is not None:
         args += ["--config", config_path]
     else:
+        rate, quiet_s = shaper_failsafe(config)
         args += ["--failsafe-rate", f"{rate:.0f}bps", "--stale-after", f"{quiet_s:g}s"]
     return [*args, "--listen", listen]

@@ -739,6 +739,13 @@ def tune(
     population: Annotated[int, typer.Option(help="Solutions per population (paper: 30).")] = 30,
     parents: Annotated[int, typer.Option(help="Parents mating (paper: 15).")] = 15,
     episodes: Annotated[int, typer.Option(help="120 s runs averaged per fitness.")] = 1,
+    steady_episodes: Annotated[
+        int,
+        typer.Option(
+            help="Runs at a constant R* (600 Mb/s) added to the fitness; 0: the paper's "
+            "fitness (tracking only)."
+        ),
+    ] = 0,
     seed: Annotated[int, typer.Option(help="Seeds the GA and the tuning runs.")] = 1,
     workers: Annotated[int, typer.Option(help="Worker processes for the fitness.")] = 1,
 ) -> None:
@@ -761,12 +768,14 @@ def tune(
         _fail("--generations must be >= 1, --population >= 2, 1 <= --parents <= --population")
     if episodes < 1 or workers < 1:
         _fail("--episodes and --workers must be >= 1")
+    if steady_episodes < 0:
+        _fail("--steady-episodes must be >= 0")
     folder = models or default_models_dir()
     if ("mlc" in chosen or "dtn" in chosen) and not (folder / cca / "inverse.onnx").is_file():
         _fail(f"tuning mlc or dtn needs {folder / cca / 'inverse.onnx'} (scidmz train)")
     search = SearchSettings(
         generations=generations, parents_mating=parents, population=population,
-        episodes=episodes, seed=seed, workers=workers,
+        episodes=episodes, steady_episodes=steady_episodes, seed=seed, workers=workers,
     )  # fmt: skip
     columns = (
         TextColumn("{task.description}"),
@@ -790,7 +799,9 @@ def tune(
         gains, results = run_tuning(cca, folder, search, chosen, progress)
     command = (
         f"scidmz tune --cca {cca} --filters {','.join(chosen)} --generations {generations} "
-        f"--population {population} --parents {parents} --episodes {episodes} --seed {seed}"
+        f"--population {population} --parents {parents} --episodes {episodes} "
+        + (f"--steady-episodes {steady_episodes} " if steady_episodes else "")
+        + f"--seed {seed}"
     )
     path = folder / cca / GAINS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -200,3 +200,5 @@ def test_kubectl_explain_documents_the_api(plane):
     assert "anti-windup" in out.lower() or "u(t)" in out
     limits = plane.kubectl("explain", "dtp.spec.controller.limits.maxStep").stdout
     assert "slew" in limits
+    band = plane.kubectl("explain", "dtp.spec.controller.limits.integralBand").stdout
+    assert "conditional integration" in band and "5% of bottleneckCapacity" in band

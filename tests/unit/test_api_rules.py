@@ -127,6 +127,7 @@ CHANGES = st.fixed_dictionaries(
         "controller.limits.min": RATES,
         "controller.limits.max": RATES,
         "controller.limits.maxStep": RATES,
+        "controller.limits.integralBand": RATES,
         "controller.desiredState.dtnRtt": DURATIONS,
         "failsafe.staleAfter": DURATIONS,
         "failsafe.rate": st.one_of(st.just("trivial"), RATES),

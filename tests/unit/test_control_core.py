@@ -1,5 +1,6 @@
 """The anti-windup filter (figure 5), y_d (table 3), the 22 features (eq. 1), MRAE and IAE."""
 
+import itertools
 import math
 
 import pytest
@@ -33,6 +34,69 @@ def test_unsaturated_step_is_model_plus_pi():
     state, out = step(state, -40 * MBPS, 400 * MBPS, 0.5, gains, LIMITS)
     assert out.u_bps == pytest.approx((400 - 20 - 80) * MBPS)
     assert state.integral_bps == pytest.approx(-120 * MBPS)  # dt is injected: 0.5·2·(−40)
+
+
+def test_the_integral_only_accumulates_inside_the_band():
+    """Conditional integration: the ramp after an R* step (|e| beyond the band) is not
+    summed; a small steady error is, as in figure 5; an infinite band is figure 5."""
+    gains = Gains(kp=0.5, ki=0.2, kw=0.1)
+    banded = Limits(0.0, 1000 * MBPS, 200 * MBPS, integral_band_bps=50 * MBPS)
+    state = FilterState(applied_bps=400 * MBPS)
+    for _ in range(5):  # the DTN ramping 300 Mb/s under a new R*
+        state, out = step(state, -300 * MBPS, 400 * MBPS, 1.0, gains, banded)
+        assert not out.saturated
+    assert state.integral_bps == 0.0
+    for _ in range(5):  # settled 10 Mb/s under R*: the bias is integrated away
+        state, _ = step(state, -10 * MBPS, 400 * MBPS, 1.0, gains, banded)
+    assert state.integral_bps == pytest.approx(5 * 0.2 * -10 * MBPS)
+    state, _ = step(state, 50 * MBPS, 400 * MBPS, 1.0, gains, banded)  # the edge: included
+    assert state.integral_bps == pytest.approx((-10 + 10) * MBPS)
+    always = FilterState(applied_bps=400 * MBPS)
+    for _ in range(5):
+        always, _ = step(always, -300 * MBPS, 400 * MBPS, 1.0, gains, LIMITS)
+    assert always.integral_bps == pytest.approx(5 * 0.2 * -300 * MBPS)
+
+
+def test_outside_the_band_the_integral_only_unwinds_toward_zero():
+    gains = Gains(kp=0.0, ki=0.2, kw=1.0)
+    banded = Limits(0.0, 1000 * MBPS, 200 * MBPS, integral_band_bps=50 * MBPS)
+    # saturated at max while far above target: T·Ki·e winds up, the back-calculation
+    # unwinds more; only their sum's move toward zero is taken
+    state = FilterState(integral_bps=300 * MBPS, applied_bps=1000 * MBPS)
+    state, out = step(state, 400 * MBPS, 900 * MBPS, 1.0, gains, banded)
+    assert out.windup_bps == pytest.approx(-200 * MBPS)  # ū = 1200 clamped to 1000
+    assert state.integral_bps == pytest.approx((300 + 0.2 * 400 + math.expm1(-1.0) * 200) * MBPS)
+    # held on a floor (w > 0) with the DTN ramping far under target: nothing winds in
+    floor = Limits(400 * MBPS, 1000 * MBPS, 200 * MBPS, integral_band_bps=50 * MBPS)
+    state, out = step(FilterState(applied_bps=400 * MBPS), -537 * MBPS, 400 * MBPS, 1.0,
+                      Gains(0.26, 0.067, 2.13), floor)  # fmt: skip
+    assert out.saturated and out.windup_bps > 0
+    assert state.integral_bps == 0.0
+
+
+def test_an_integral_wound_in_before_the_error_left_the_band_unwinds():
+    """The lab's dead end: an integral of +116 Mb/s held u above B − R* and the DTN
+    110 Mb/s under R*, outside the band, for 120 s. It now unwinds at T·Ki·e and stops
+    at zero; once the error is back inside the band, figure 5 takes over."""
+    gains = Gains(kp=0.26, ki=0.067, kw=2.13)
+    banded = Limits(0.0, 1000 * MBPS, 200 * MBPS, integral_band_bps=50 * MBPS)
+    state = FilterState(integral_bps=116 * MBPS, applied_bps=486 * MBPS)
+    trace = []
+    for _ in range(25):
+        state, _ = step(state, -110 * MBPS, 400 * MBPS, 1.0, gains, banded)
+        trace.append(state.integral_bps)
+    assert trace[0] == pytest.approx((116 - 0.067 * 110) * MBPS)
+    assert all(b <= a for a, b in itertools.pairwise(trace))
+    assert trace[-1] == 0.0  # stopped at zero, not past it
+    state, _ = step(state, -20 * MBPS, 400 * MBPS, 1.0, gains, banded)
+    assert state.integral_bps == pytest.approx(-0.067 * 20 * MBPS)
+
+
+def test_limits_keep_their_band_when_a_floor_or_ceiling_moves():
+    banded = Limits(0.0, 1000 * MBPS, 200 * MBPS, integral_band_bps=30 * MBPS)
+    assert banded.with_floor(100 * MBPS).integral_band_bps == 30 * MBPS
+    assert banded.with_ceiling(700 * MBPS).integral_band_bps == 30 * MBPS
+    assert banded.with_ceiling(700 * MBPS).max_bps == 700 * MBPS
 
 
 def test_a_dtn_below_target_lowers_the_campus_rate():
@@ -127,6 +191,10 @@ def test_bad_gains_and_limits_are_named():
         Limits(800 * MBPS, 200 * MBPS, 100 * MBPS)
     with pytest.raises(ControlConfigError, match="maxStep"):
         Limits(0.0, 1.0, 0.0)
+    with pytest.raises(ControlConfigError, match="integralBand"):
+        Limits(0.0, 1.0, 1.0, integral_band_bps=0.0)
+    with pytest.raises(ControlConfigError, match="integralBand"):
+        Limits(0.0, 1.0, 1.0, integral_band_bps=math.nan)
     with pytest.raises(ValueError, match="finite"):
         step(FilterState(), math.nan, 0.0, 1.0, Gains(0, 0, 0), LIMITS)
 

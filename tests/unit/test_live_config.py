@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,7 @@ LIVE_SPEC_CHANGES: dict[str, dict[str, object]] = {
     "bottleneckCapacity": {"bottleneckCapacity": "2Gbps"},
     "gains": _controller(gains={"kp": 0.3, "ki": 0.1, "kw": 0.2}),
     "limits": _controller(limits={"min": "50Mbps", "max": "900Mbps", "maxStep": "100Mbps"}),
+    "integral band": _controller(limits={"integralBand": "20Mbps"}),
     "desired RTTs": _controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}),
     "failsafe": {"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}},
 }
@@ -212,3 +214,18 @@ def test_the_dtn_caps_gains_and_failsafe_are_live_too() -> None:
     update = plan_reload(running, controller_settings(running), wanted)
     assert update.applied == ("dtn",) and update.needs_restart == ()
     assert restart_relevant(running) == restart_relevant(wanted)
+
+
+def test_the_integral_band_reaches_the_campus_filter_and_older_configs_get_the_default() -> None:
+    explicit = _rendered(**_controller(limits={"integralBand": "20Mbps"}), **WITH_DTN_CAP)
+    settings = controller_settings(explicit)
+    assert settings.limits.integral_band_bps == 20 * MBPS
+    # the DTN cap's filter integrates always (its feed-forward leaves ~8 % of R*)
+    assert settings.dtn is not None and settings.dtn.limits.integral_band_bps == math.inf
+    # a ConfigMap rendered before the band existed: the API's default for a cubic DTN
+    older = explicit.model_copy(
+        update={"controller": explicit.controller.model_copy(update={"integral_band_bps": None})}
+    )
+    assert controller_settings(older).limits.integral_band_bps == pytest.approx(
+        0.05 * explicit.bottleneck_capacity_bps
+    )

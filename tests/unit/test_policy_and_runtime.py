@@ -106,6 +106,12 @@ def test_resolution_fills_the_tuned_defaults(example_policy):
     assert config.actuator.dtn is None
     assert config.controller.max_rate_bps == 1e9
     assert config.controller.max_step_bps == pytest.approx(2e8)
+    # bbr's shipped gains were tuned without a band: its campus filter integrates always
+    assert config.controller.integral_band_bps == pytest.approx(1e9)
+    cubic = resolve_runtime_config(
+        "p", "ns", 3, parse_spec(_spec(example_policy, **{"dtn.congestionControl": "cubic"})), "c:1"
+    )
+    assert cubic.controller.integral_band_bps == pytest.approx(5e7)  # 5 % of B_max
     assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
     assert config.actuator.sim_address == spec.switch.address
     assert config.telemetry.rtt_smoothing == 0.875  # the defaults of TelemetrySpec, in SI

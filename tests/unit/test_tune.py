@@ -29,6 +29,7 @@ def test_tune_writes_gains_with_fitness_and_settings_and_is_deterministic(tmp_pa
     assert (search["generations"], search["population"], search["parents_mating"]) == (2, 4, 2)
     assert (search["crossover_probability"], search["mutation_probability"]) == (0.9, 0.1)
     assert search["selection"] == "sss" and search["seed"] == 3
+    assert search["integral_band_fraction"] == 0.05  # the band the cubic gains go with
     fitness = written["fitness"]["pi"]
     # the search starts from the paper's gains and from zero, so it can only improve on them
     assert 0 < fitness["iae_gbit"] <= fitness["paper_gains_iae_gbit"]
@@ -61,6 +62,7 @@ def test_tune_writes_gains_with_fitness_and_settings_and_is_deterministic(tmp_pa
         (["--cca", "vegas"], "--cca must be cubic or bbr"),
         (["--filters", "pid"], "--filters: unknown pid"),
         (["--generations", "0"], "--generations must be >= 1"),
+        (["--steady-episodes", "-1"], "--steady-episodes must be >= 0"),
         (["--parents", "40"], "1 <= --parents <= --population"),
         (["--filters", "mlc"], "tuning mlc or dtn needs"),
     ],
@@ -114,6 +116,39 @@ def test_tuning_episodes_cycle_through_table_5_campus_loads(monkeypatch, tmp_pat
     fitness = Fitness("cubic", "pi", tmp_path, paper_gains("cubic"), SearchSettings(episodes=5))
     assert fitness.iae((0.1, 0.2, 0.3)) == 0.0
     assert loads == [100, 50, 150, 200, 100]
+
+
+def test_steady_episodes_add_a_constant_target_at_the_benchmarks_ends(monkeypatch, tmp_path):
+    # the paper's fitness only sees R* jump every 20 s; the steady runs score what the
+    # constant-R* transfers judge (the bias an integral removes), on distinct seeds
+    from scidmz.learn import evaluation
+    from scidmz.learn.tune import STEADY_TARGET_BPS, Fitness, SearchSettings
+
+    runs: list[tuple[int, int, bool]] = []
+
+    def scenario_for(cca, seed, campus_flows, transfer_bytes, shorts=False):
+        runs.append((seed, campus_flows, False))
+        return evaluation.Scenario()
+
+    class Loop:
+        def run(self, targets):
+            runs[-1] = (*runs[-1][:2], len(set(targets)) == 1)
+            step = type("Step", (), {})()
+            step.target_bps = targets[0]
+            step.sample = type("S", (), {})()
+            step.sample.measured = type("M", (), {"dtn_rate_bps": targets[0] - 1e6})()
+            return [step] * len(targets)
+
+    monkeypatch.setattr(evaluation, "scenario_for", scenario_for)
+    monkeypatch.setattr(evaluation, "make_loop", lambda *args: Loop())
+    search = SearchSettings(episodes=2, steady_episodes=3, episode_s=40.0)
+    fitness = Fitness("cubic", "pi", tmp_path, paper_gains("cubic"), search)
+    # every run 1 Mb/s under its target for 40 measured samples: 40 Mbit each, averaged
+    assert fitness.iae((0.1, 0.2, 0.3)) == pytest.approx(40e6)
+    assert [flows for _, flows, _ in runs] == [100, 50, 200, 50, 200]
+    assert [constant for *_, constant in runs] == [False, False, True, True, True]
+    assert len({seed for seed, *_ in runs}) == 5
+    assert STEADY_TARGET_BPS == 600e6
 
 
 @pytest.mark.parametrize("name", ["pi", "mlc", "dtn"])

@@ -349,6 +349,16 @@ class Limits(ApiModel):
         "the saturator's ±Δu of paper figure 5); a change of targetRate moves u(t) at once by "
         "the same amount. Default 20% of bottleneckCapacity.",
     )
+    integral_band: Rate | None = Field(
+        default=None,
+        description="The campus filter's integral accumulates only while the DTN rate "
+        "error |R_DTN − R*| is within this band (conditional integration): the ramp after a "
+        "change of targetRate is left to the proportional and feed-forward paths instead of "
+        "being summed and unwound later as overshoot. A band of bottleneckCapacity or more "
+        "integrates always (paper figure 5), as the DTN cap's filter does. Default: 5% of "
+        "bottleneckCapacity for a cubic DTN; bottleneckCapacity for bbr (its shipped gains "
+        "were tuned without a band).",
+    )
 
     RULES = (
         Rule(
@@ -357,6 +367,15 @@ class Limits(ApiModel):
             message="controller.limits.max must be greater than 0",
             violation={"max": "0Mbps"},
             field_path=".max",
+        ),
+        Rule(
+            cel=f"!has(self.integralBand) || {cel_rate_bps('self.integralBand')} > 0.0",
+            check=lambda limits: (
+                limits.integral_band is None or parse_rate(limits.integral_band) > 0
+            ),
+            message="controller.limits.integralBand must be greater than 0",
+            violation={"integralBand": "0Mbps"},
+            field_path=".integralBand",
         ),
     )
 

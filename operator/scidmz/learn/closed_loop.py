@@ -18,7 +18,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from scidmz.api.runtime import TelemetryConfig
+from scidmz.api.runtime import (
+    DEFAULT_MAX_STEP_FRACTION,
+    TelemetryConfig,
+)
 from scidmz.contract.codec import state_message
 from scidmz.control.features import Setpoint
 from scidmz.control.loop import Controller, ControllerSettings, Decision
@@ -133,15 +136,26 @@ def bench_settings(
     sample_time_s: float = 1.0,
     dtn_gains: tuple[float, float, float] | None = None,
     desired_state_mode: str = "reachable",
+    integral_band_bps: float = math.inf,
 ) -> ControllerSettings:
     """Controller settings as the operator renders them by default for a policy (limits
-    0..B, 20 % of B per sample, fail-safe B − R*), with the DTN filter when given gains."""
+    0..B, 20 % of B per sample, fail-safe B − R*; the campus filter's integral band as
+    given, default always), with the DTN filter when given gains."""
     from scidmz.control.antiwindup import Gains, Limits
     from scidmz.control.loop import DtnControl
 
-    limits = Limits(0.0, capacity_bps, 0.2 * capacity_bps)
+    limits = Limits(
+        0.0,
+        capacity_bps,
+        DEFAULT_MAX_STEP_FRACTION * capacity_bps,
+        integral_band_bps,
+    )
     dtn = (
-        DtnControl(Gains(*dtn_gains), limits, failsafe_rate_bps=None)
+        DtnControl(
+            Gains(*dtn_gains),
+            Limits(0.0, capacity_bps, DEFAULT_MAX_STEP_FRACTION * capacity_bps),
+            failsafe_rate_bps=None,
+        )
         if dtn_gains is not None
         else None
     )

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from scidmz.api.runtime import default_integral_band_bps
 from scidmz.control.model import InverseModel
 from scidmz.control.quality import mrae
 from scidmz.learn.closed_loop import LoopStep, SimLoop, bench_settings
@@ -106,6 +107,7 @@ def make_loop(
         scenario.sample_time_s,
         dtn_gains=gains.dtn.as_tuple() if arm.dtn_actuator else None,
         desired_state_mode=arm.desired_state_mode,
+        integral_band_bps=default_integral_band_bps(cca, CAPACITY_BPS),
     )  # fmt: skip
     if arm.strategy == "mlc" and model is None:
         raise ValueError(f"the mlc arm needs the {cca} inverse model")

@@ -151,9 +151,10 @@ def bench_settings(
         integral_band_bps,
     )
     dtn = (
+        # the DTN cap's filter integrates always, as controller_settings builds it
         DtnControl(
             Gains(*dtn_gains),
-            Limits(0.0, capacity_bps, DEFAULT_MAX_STEP_FRACTION * capacity_bps),
+            replace(limits, integral_band_bps=math.inf),
             failsafe_rate_bps=None,
         )
         if dtn_gains is not None

@@ -75,6 +75,10 @@ def test_flows_fill_the_bottleneck_and_truth_is_recorded(lab: Lab, tmp_path: Pat
     assert all(float(r["dtn_active_flows"]) == 2 for r in steady)
     assert all(0 <= float(r["queuing_delay_s"]) <= 0.051 for r in rows)
     assert max(float(r["queuing_delay_s"]) for r in steady) > 0.005  # the queue is used
+    # the interval's mean from ~100 netlink reads a second, inside the queue's bounds
+    assert all(float(r["bottleneck_backlog_readings"]) >= 20 for r in rows)
+    assert all(0 <= float(r["queuing_delay_mean_s"]) <= 0.051 for r in rows)
+    assert max(float(r["queuing_delay_mean_s"]) for r in steady) > 0.005
     assert all(float(r["dtn_min_rtt_s"]) == pytest.approx(0.100, abs=0.003) for r in steady)
     assert all(float(r["delayline_drops"]) == 0 for r in rows)
     summary = client_summary(tmp_path / "iperf3-campus.json")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scidmz.lab import topology
 from scidmz.lab.runner import Lab, _wait_for, spawn
-from scidmz.lab.truth import TruthSampler
+from scidmz.lab.truth import BACKLOG_POLL_S, BacklogMeter, TruthSampler
 from scidmz.netsim.scenario import Scenario
 
 
@@ -106,17 +106,20 @@ def record_truth(
 ) -> Path:
     """Run the long flows for ``duration_s`` and write per-interval ground truth to
     ``out/truth.csv`` (and every flow's cwnd, RTT, retransmissions to ``out/flows.csv``);
-    returns its path. Rows come on monotonic deadlines; ``on_tick(t_s)`` runs at 0 and after
-    every row (where ``lab record`` changes u)."""
+    returns its path. Rows come on monotonic deadlines; between them the bottleneck's
+    backlog is read every ``BACKLOG_POLL_S`` for the interval's mean queuing delay.
+    ``on_tick(t_s)`` runs at 0 and after every row (where ``lab record`` changes u)."""
     out.mkdir(parents=True, exist_ok=True)
     sampler = TruthSampler(
         lab.scenario.bottleneck.capacity_bps, lab.scenario.activity.packets_threshold
     )
+    meter = BacklogMeter(*topology.BOTTLENECK).open()
     clients = start_flows(lab, duration_s, out)
     path = out / "truth.csv"
     try:
         start = time.monotonic()
         sampler.sample(interval_s)
+        meter.mean.take()
         on_tick(0.0)
         flow_handle = (out / "flows.csv").open("w", newline="") if flows_csv else None
         flow_writer = (
@@ -133,9 +136,9 @@ def record_truth(
         with path.open("w", newline="") as handle:
             writer: csv.DictWriter[str] | None = None
             for tick in range(1, int(duration_s / interval_s) + 1):
-                time.sleep(max(0.0, start + tick * interval_s - time.monotonic()))
+                _read_until(meter, start + tick * interval_s)
                 t_s = tick * interval_s
-                row = {"t_s": t_s} | sampler.sample(interval_s)
+                row = {"t_s": t_s} | sampler.sample(interval_s, meter.mean.take())
                 row |= delayline_stats(lab)
                 if writer is None:
                     writer = csv.DictWriter(handle, fieldnames=list(row))
@@ -151,10 +154,21 @@ def record_truth(
         for client in clients:
             client.wait(timeout=15)
     finally:
+        meter.close()
         for client in clients:
             if client.poll() is None:
                 client.terminate()
     return path
+
+
+def _read_until(meter: BacklogMeter, deadline: float) -> None:
+    """Read the backlog every ``BACKLOG_POLL_S`` until the monotonic ``deadline``."""
+    while True:
+        meter.read()
+        left = deadline - time.monotonic()
+        if left <= 0.0:
+            return
+        time.sleep(min(BACKLOG_POLL_S, left))
 
 
 def delayline_stats(lab: Lab) -> dict[str, float]:

@@ -122,9 +122,10 @@ def test_steady_episodes_add_a_constant_target_at_the_benchmarks_ends(monkeypatc
     # the paper's fitness only sees R* jump every 20 s; the steady runs score what the
     # constant-R* transfers judge (the bias an integral removes), on distinct seeds
     from scidmz.learn import evaluation
-    from scidmz.learn.tune import STEADY_TARGET_BPS, Fitness, SearchSettings
+    from scidmz.learn.tune import Fitness, SearchSettings
 
     runs: list[tuple[int, int, bool]] = []
+    steady_targets: set[float] = set()
 
     def scenario_for(cca, seed, campus_flows, transfer_bytes, shorts=False):
         runs.append((seed, campus_flows, False))
@@ -132,7 +133,10 @@ def test_steady_episodes_add_a_constant_target_at_the_benchmarks_ends(monkeypatc
 
     class Loop:
         def run(self, targets):
-            runs[-1] = (*runs[-1][:2], len(set(targets)) == 1)
+            constant = len(set(targets)) == 1
+            runs[-1] = (*runs[-1][:2], constant)
+            if constant:
+                steady_targets.add(targets[0])
             step = type("Step", (), {})()
             step.target_bps = targets[0]
             step.sample = type("S", (), {})()
@@ -148,7 +152,7 @@ def test_steady_episodes_add_a_constant_target_at_the_benchmarks_ends(monkeypatc
     assert [flows for _, flows, _ in runs] == [100, 50, 200, 50, 200]
     assert [constant for *_, constant in runs] == [False, False, True, True, True]
     assert len({seed for seed, *_ in runs}) == 5
-    assert STEADY_TARGET_BPS == 600e6
+    assert steady_targets == {evaluation.TRANSFER_TARGET_BPS}  # the transfers' R*
 
 
 @pytest.mark.parametrize("name", ["pi", "mlc", "dtn"])

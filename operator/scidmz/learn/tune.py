@@ -21,7 +21,8 @@ filter around B − R* and around the shipped inverse model; campus-only for a C
 with the DTN cap for a BBR DTN, which campus shaping alone cannot hold) and ``dtn`` (the
 DTN cap's filter, beside the tuned ``mlc``).
 
-``--steady-episodes N`` adds N runs at a constant R* (600 Mb/s, table 5's transfers) to the
+``--steady-episodes N`` adds N runs at a constant R* (``evaluation.TRANSFER_TARGET_BPS``,
+600 Mb/s: the benchmark's table-5 transfers) to the
 fitness, on ``STEADY_CAMPUS_FLOWS[j mod 2]`` flows (200, 50: the benchmark's ends, where the
 inverse model's bias is largest), each scored by its IAE over the same 120 s. Our addition
 to eq. 2: the paper's fitness only sees R* jumping every 20 s, where a bias of ~10 Mb/s is a
@@ -48,7 +49,6 @@ GENE_HIGH = 3.0
 TUNING_SEED_BASE = 100
 TUNING_CAMPUS_FLOWS = (100, 50, 150, 200)
 STEADY_CAMPUS_FLOWS = (200, 50)
-STEADY_TARGET_BPS = 600e6
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,14 @@ class Fitness:
 
     def iae(self, gains: tuple[float, float, float]) -> float:
         from scidmz.control.model import InverseModel
-        from scidmz.learn.evaluation import WARMUP, Arm, make_loop, random_targets, scenario_for
+        from scidmz.learn.evaluation import (
+            TRANSFER_TARGET_BPS,
+            WARMUP,
+            Arm,
+            make_loop,
+            random_targets,
+            scenario_for,
+        )
 
         strategy = "pi" if self.name == "pi" else "mlc"
         if strategy == "mlc" and self._model is None:
@@ -117,7 +124,7 @@ class Fitness:
                 targets = random_targets(seed, WARMUP + measured)
                 flows = TUNING_CAMPUS_FLOWS[episode % len(TUNING_CAMPUS_FLOWS)]
             else:
-                targets = [STEADY_TARGET_BPS] * (WARMUP + measured)
+                targets = [TRANSFER_TARGET_BPS] * (WARMUP + measured)
                 flows = STEADY_CAMPUS_FLOWS[(episode - tracked) % len(STEADY_CAMPUS_FLOWS)]
             scenario = scenario_for(self.cca, seed, flows, None)
             loop = make_loop(arm, self.cca, scenario, targets[0], tuned, self._model)
@@ -242,6 +249,8 @@ def tune(
     on_generation: Callable[[str, int, float], None] | None = None,
 ) -> tuple[TunedGains, list[FilterResult]]:
     """Tune ``filters`` in the order pi, mlc, dtn (dtn rides on the tuned mlc)."""
+    from scidmz.learn.evaluation import TRANSFER_TARGET_BPS  # heavy: only when tuning
+
     current = load_gains(models_dir, cca)
     # the filters not tuned now keep their recorded fitness (read before `current` moves on)
     previous = dict(current.provenance.get("fitness") or {})
@@ -280,7 +289,7 @@ def tune(
         }
         | (
             {
-                "steady_target_bps": STEADY_TARGET_BPS,
+                "steady_target_bps": TRANSFER_TARGET_BPS,
                 "campus_flows_by_steady_episode": list(STEADY_CAMPUS_FLOWS),
             }
             if search.steady_episodes

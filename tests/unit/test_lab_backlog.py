@@ -7,9 +7,11 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from scidmz.contract.netns import named_netns_exists
 from scidmz.lab.topology import LabError
 from scidmz.lab.truth import BacklogMean, BacklogMeter, qdisc_stats
 from tests.netns import ip, veth_netns
@@ -88,6 +90,15 @@ def test_a_missing_interface_is_refused_by_name() -> None:
 
 
 @needs_root
-def test_a_missing_namespace_is_a_lab_error() -> None:
-    with pytest.raises(LabError, match="scidmz-absent"):
-        BacklogMeter("scidmz-absent", "bn").open()
+def test_a_missing_namespace_is_a_lab_error_and_is_not_created() -> None:
+    with pytest.raises(LabError, match="namespace scidmz-absent0: no such namespace"):
+        BacklogMeter("scidmz-absent0", "bn").open()
+    assert not named_netns_exists("scidmz-absent0")
+
+
+def test_a_namespace_name_is_a_name_not_a_path(tmp_path: Path) -> None:
+    (tmp_path / "lab").touch()
+    assert named_netns_exists("lab", tmp_path)
+    assert not named_netns_exists("other", tmp_path)
+    assert not named_netns_exists("../lab", tmp_path / "sub")
+    assert not named_netns_exists("", tmp_path)

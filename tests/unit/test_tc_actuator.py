@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from scidmz.contract.netns import named_netns_exists
 from scidmz.contract.tbf import TBF_MAX_RATE_BPS
 from scidmz.control.actuators import ActuatorError, TcActuator
 from tests.netns import veth_netns
@@ -81,6 +82,13 @@ def test_a_missing_interface_is_refused_at_start(netns):
         ActuatorError, match=f"interface eth9 does not exist in network namespace {netns}"
     ):
         asyncio.run(TcActuator.open("eth9", netns))
+
+
+def test_a_missing_namespace_is_refused_and_not_created():
+    # pyroute2's IPRoute(netns=...) creates a namespace that is not there
+    with pytest.raises(ActuatorError, match="network namespace scidmz-typo0 does not exist"):
+        asyncio.run(TcActuator.open("campus0", "scidmz-typo0"))
+    assert not named_netns_exists("scidmz-typo0")
 
 
 def _tc(netns: str, *args: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from scidmz.contract.netns import named_netns_exists
 from scidmz.contract.tbf import (
     LARGEST_PACKET_BYTES,
     TBF_MAX_RATE_BPS,
@@ -229,6 +230,8 @@ class TcActuator:
     async def open(cls, interface: str, netns: str | None = None) -> TcActuator:
         from pyroute2 import AsyncIPRoute
 
+        if netns and not named_netns_exists(netns):
+            raise ActuatorError(f"network namespace {netns} does not exist")
         ipr = AsyncIPRoute(netns=netns) if netns else AsyncIPRoute()
         try:
             await ipr.setup_endpoint()

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from scidmz.contract.netns import named_netns_exists
 from scidmz.lab import topology
 
 _FIELD = re.compile(r"(\w+):([^\s]+)")
@@ -234,6 +235,8 @@ class BacklogMeter:
         from pyroute2 import IPRoute
 
         where = f"{self.interface} in namespace {self.namespace}"
+        if not named_netns_exists(self.namespace):
+            raise topology.LabError(f"cannot read the backlog of {where}: no such namespace")
         try:
             self._ipr = IPRoute(netns=self.namespace)
             links = self._ipr.link_lookup(ifname=self.interface)

@@ -1,0 +1,82 @@
+"""bench/netsim_vs_lab.py's bookkeeping: which lab queuing delay it judges, and the lab
+compared with a recording of itself."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).parents[2] / "bench" / "netsim_vs_lab.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("netsim_vs_lab", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(t_s: float, snapshot_s: float, mean_s: float | None) -> dict[str, float]:
+    row = {
+        "t_s": t_s,
+        "dtn_rate_bps": 100e6,
+        "campus_rate_bps": 150e6,
+        "queuing_delay_s": snapshot_s,
+        "dtn_retransmitted_segments": 10.0,
+        "campus_retransmitted_segments": 20.0,
+    }
+    if mean_s is not None:
+        row["queuing_delay_mean_s"] = mean_s
+    return row
+
+
+def _dataset(root: Path, with_mean: bool) -> Path:
+    case = root / "case-a"
+    case.mkdir(parents=True)
+    (root / "index.json").write_text(json.dumps({"cases": {"case-a": {"status": "ok"}}}))
+    scenario = {"bottleneck": {"capacity_bps": 300e6}, "dtn": {"congestion_control": "bbr"}}
+    (case / "case.json").write_text(
+        json.dumps({"name": "case-a", "duration_s": 30.0, "scenario": scenario})
+    )
+    # a full queue (99 ms) with a probe-rtt dip caught by the snapshot at t = 12 s
+    rows = [_row(t, 0.0 if t == 12 else 0.099, 0.095 if with_mean else None) for t in range(1, 31)]
+    with (case / "truth.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return root
+
+
+def test_the_lab_is_judged_by_its_mean_queuing_delay_when_recorded(bench, tmp_path):
+    lab = bench.windows_of(bench.lab_rows(_dataset(tmp_path, True) / "case-a"), 300e6, 30.0)
+    first = lab.windows[0]  # 10-20 s, holding the snapshot in the dip
+    assert first.queuing_delay_s == pytest.approx(0.095)
+    assert first.snapshot_delay_s == pytest.approx(0.099 * 9 / 10)
+    assert lab.dtn_losses == 200.0 and lab.campus_losses == 400.0
+
+
+def test_an_older_dataset_falls_back_to_its_snapshots(bench, tmp_path):
+    lab = bench.windows_of(bench.lab_rows(_dataset(tmp_path, False) / "case-a"), 300e6, 30.0)
+    assert lab.windows[0].queuing_delay_s == pytest.approx(0.099 * 9 / 10)
+    assert lab.windows[1].queuing_delay_s == pytest.approx(0.099)
+
+
+def test_a_recording_against_itself_meets_every_target(bench, tmp_path):
+    dataset = _dataset(tmp_path, True)
+    lines, counts = bench.compare(dataset, bench.recorded(dataset))
+    tally = counts["all"]
+    assert tally["windows"] == 2 and tally["cases"] == 1
+    assert tally["dtn"] == tally["campus"] == tally["delay"] == 2
+    assert tally["losses"] == 1
+    # its own snapshots are 5.9 ms (the dip) and 4 ms (full) from its mean: both miss
+    assert tally["delay_snapshot"] == 0
+    assert sum("✗" in line for line in lines) == 2

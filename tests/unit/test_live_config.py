@@ -229,3 +229,43 @@ def test_the_integral_band_reaches_the_campus_filter_and_older_configs_get_the_d
     assert controller_settings(older).limits.integral_band_bps == pytest.approx(
         0.05 * explicit.bottleneck_capacity_bps
     )
+
+
+def test_an_unreadable_config_is_no_change_and_only_new_bytes_are() -> None:
+    from scidmz.api.runtime import config_changed
+
+    assert config_changed(b"a", b"b")
+    assert not config_changed(b"a", b"a")
+    assert not config_changed(b"a", None)  # mid-update, or gone: run on as configured
+    assert config_changed(None, b"a")  # unreadable at start, readable now
+
+
+def test_the_shaper_follows_changes_and_runs_on_through_a_vanished_file(tmp_path) -> None:
+    import asyncio
+
+    from scidmz.control.shaper import follow_config
+
+    path = tmp_path / "config.yaml"
+    path.write_text("rate: 1\n")
+    retuned: list[tuple[float, float]] = []
+
+    class Service:
+        async def retune(self, failsafe_rate_bps: float, stale_after_s: float) -> None:
+            retuned.append((failsafe_rate_bps, stale_after_s))
+
+    def load(p):
+        return float(p.read_text().split()[1]), 3.0
+
+    async def main() -> None:
+        task = asyncio.create_task(follow_config(Service(), path, load, period_s=0.01))
+        await asyncio.sleep(0.05)
+        path.unlink()
+        await asyncio.sleep(0.05)
+        path.write_text("rate: 1\n")  # back as it was: nothing to do
+        await asyncio.sleep(0.05)
+        path.write_text("rate: 2\n")
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(main())
+    assert retuned == [(2.0, 3.0)]

@@ -437,6 +437,13 @@ def read_config_bytes(path: Path) -> bytes | None:
         return None
 
 
+def config_changed(seen: bytes | None, current: bytes | None) -> bool:
+    """Whether a followed config file changed: new bytes that differ from those last
+    acted on. An unreadable file (None) is no change: the process runs on as configured
+    and acts when the file is readable again (and only if it then differs)."""
+    return current is not None and current != seen
+
+
 def load_runtime_config(path: Path) -> RuntimeConfig:
     """Read and validate a config file; raise :class:`ConfigError` naming what is wrong."""
     return load_yaml_model(path, RuntimeConfig, "config", ConfigError)

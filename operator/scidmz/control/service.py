@@ -8,7 +8,13 @@ import contextlib
 import logging
 from pathlib import Path
 
-from scidmz.api.runtime import ConfigError, RuntimeConfig, load_runtime_config, read_config_bytes
+from scidmz.api.runtime import (
+    ConfigError,
+    RuntimeConfig,
+    config_changed,
+    load_runtime_config,
+    read_config_bytes,
+)
 from scidmz.control.actuators import Actuator
 from scidmz.control.live_config import plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
@@ -97,7 +103,7 @@ class ControllerProcess:
                 )
             self.reload_requested.clear()
             current = read_config_bytes(path)
-            if current == seen:
+            if not config_changed(seen, current):
                 continue
             seen = current
             self.reload(path, started_with)

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from scidmz.api.runtime import read_config_bytes
+from scidmz.api.runtime import config_changed, read_config_bytes
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
@@ -127,7 +127,7 @@ async def follow_config(
     while True:
         await asyncio.sleep(period_s)
         current = read_config_bytes(path)
-        if current is None or current == seen:
+        if not config_changed(seen, current):
             continue
         seen = current
         try:

@@ -4,6 +4,7 @@ test_lab.py because each of these tears the lab down."""
 from __future__ import annotations
 
 import csv
+import gzip
 import shutil
 import subprocess
 from pathlib import Path
@@ -91,7 +92,11 @@ def test_record_runs_each_case_on_its_own_lab_with_its_u_schedule(tmp_path: Path
     # row t covers (t − 1, t]; the step at 3 s shows from the row at 4 s
     assert [float(r["campus_rate_limit_bps"]) for r in rows] == [80e6, 80e6, 80e6, 20e6, 20e6]
     assert float(rows[-1]["campus_rate_bps"]) < 21e6
-    flows = list(csv.DictReader((tmp_path / "out" / "steps" / "flows.csv").open()))
+    case = tmp_path / "out" / "steps"
+    # what a dataset keeps: no iperf3 logs, the per-flow table compressed
+    assert sorted(p.name for p in case.iterdir()) == ["case.json", "flows.csv.gz", "truth.csv"]
+    with gzip.open(case / "flows.csv.gz", "rt") as handle:
+        flows = list(csv.DictReader(handle))
     assert {f["class"] for f in flows} == {"dtn", "campus"}
     assert all(float(f["cwnd_segments"]) > 0 for f in flows)
     assert runner.existing_namespaces() == [] and _lab_processes() == []

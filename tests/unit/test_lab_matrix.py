@@ -49,3 +49,26 @@ def test_case_names_are_unique(tmp_path: Path) -> None:
     path.write_text("cases:\n  - {name: a, u: 1Mbps}\n  - {name: a, u: 2Mbps}\n")
     with pytest.raises(LabError, match="unique"):
         load_matrix(path)
+
+
+def test_a_recorded_case_keeps_its_truth_and_compressed_flows_only(tmp_path) -> None:
+    import gzip
+
+    from scidmz.lab.record import compact_case
+
+    rows = "t_s,class,flow,cwnd_segments\n1,dtn,10.71.3.1:1,10\n"
+    for name, text in (
+        ("case.json", "{}"),
+        ("truth.csv", "t_s\n1\n"),
+        ("flows.csv", rows),
+        ("iperf3-dtn.json", "{}"),
+        ("iperf3-server-campus.log", "x"),
+    ):
+        (tmp_path / name).write_text(text)
+    compact_case(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case.json", "flows.csv.gz", "truth.csv"]
+    assert gzip.decompress((tmp_path / "flows.csv.gz").read_bytes()).decode() == rows
+    first = (tmp_path / "flows.csv.gz").read_bytes()
+    (tmp_path / "flows.csv").write_text(rows)
+    compact_case(tmp_path)
+    assert (tmp_path / "flows.csv.gz").read_bytes() == first  # no timestamp inside

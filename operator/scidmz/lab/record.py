@@ -22,8 +22,10 @@ recorded as failed in ``OUT/index.json`` and the next one runs.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import re
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -168,9 +170,25 @@ def record_case(
             while pending and pending[0][0] <= t_s:
                 asyncio.run(_set_u(pending.pop(0)[1]))
 
-        return record_truth(lab, duration_s, out, on_tick=step, flows_csv=True)
+        truth = record_truth(lab, duration_s, out, on_tick=step, flows_csv=True)
     finally:
         runner.down(state_dir)
+    compact_case(out)
+    return truth
+
+
+def compact_case(out: Path) -> None:
+    """Leave what a dataset keeps of a recorded case: ``case.json``, ``truth.csv`` and
+    ``flows.csv.gz`` (gzip without a timestamp: the same rows give the same bytes). The
+    iperf3 logs (~2 MB a case, 35 MB a matrix) go; a failed case never gets here and keeps
+    them for the post-mortem."""
+    flows = out / "flows.csv"
+    if flows.exists():
+        with flows.open("rb") as source, gzip.GzipFile(out / "flows.csv.gz", "wb", mtime=0) as sink:
+            shutil.copyfileobj(source, sink)
+        flows.unlink()
+    for log in out.glob("iperf3-*"):
+        log.unlink()
 
 
 def record_matrix(

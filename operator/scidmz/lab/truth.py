@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from scidmz.contract.netns import named_netns_exists
+from scidmz.control.actuators import TC_H_ROOT
 from scidmz.lab import topology
 
 _FIELD = re.compile(r"(\w+):([^\s]+)")
@@ -180,7 +181,7 @@ def read_qdisc(namespace: str, interface: str) -> dict[str, float]:
 def root_backlog_bytes(qdiscs: Iterable[Any]) -> float | None:
     """The root qdisc's backlog from pyroute2's ``get_qdiscs`` messages (None: no root)."""
     for qdisc in qdiscs:
-        if qdisc["parent"] != 0xFFFFFFFF:
+        if qdisc["parent"] != TC_H_ROOT:
             continue
         stats = qdisc.get_attr("TCA_STATS2") or {}
         queue = dict(stats.get("attrs", [])).get("TCA_STATS_QUEUE")

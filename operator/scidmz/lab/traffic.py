@@ -114,7 +114,11 @@ def record_truth(
         lab.scenario.bottleneck.capacity_bps, lab.scenario.activity.packets_threshold
     )
     meter = BacklogMeter(*topology.BOTTLENECK).open()
-    clients = start_flows(lab, duration_s, out)
+    try:
+        clients = start_flows(lab, duration_s, out)
+    except BaseException:
+        meter.close()  # the finally below only guards what runs once the flows are up
+        raise
     path = out / "truth.csv"
     try:
         start = time.monotonic()

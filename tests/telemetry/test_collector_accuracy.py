@@ -50,12 +50,14 @@ async def _collect(scenario: Scenario):
             await wait_for(lambda: collector.is_primary, 10, "mastership")
             seen: list = []
             last = 0
-            while not seen or _sim_time(target, seen[-1].state.measured_at_s) < CHECKED_UNTIL_SIM_S:
+            reached_sim_s = 0.0  # of the newest sample: looked up once per sample, not per poll
+            while reached_sim_s < CHECKED_UNTIL_SIM_S:
                 await asyncio.sleep(0.05)
                 snap = collector.snapshot
                 if snap is not None and snap.sequence != last:
                     last = snap.sequence
                     seen.append(snap)
+                    reached_sim_s = _sim_time(target, snap.state.measured_at_s)
             points = list(target.source.truth)
     results = []
     for snap in seen[1:]:  # the first sample has no interval (no earlier counters)

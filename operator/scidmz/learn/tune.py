@@ -117,8 +117,9 @@ class Fitness:
         arm = Arm(strategy, dtn_actuator=self.name == "dtn" or self.cca == "bbr")
         measured = round(self.search.episode_s)
         tracked = self.search.episodes
+        runs = tracked + self.search.steady_episodes
         total = 0.0
-        for episode in range(tracked + self.search.steady_episodes):
+        for episode in range(runs):
             seed = TUNING_SEED_BASE + self.search.seed + episode
             if episode < tracked:
                 targets = random_targets(seed, WARMUP + measured)
@@ -136,7 +137,7 @@ class Fitness:
                 else s.target_bps * period
                 for s in steps
             )
-        return total / (tracked + self.search.steady_episodes)
+        return total / runs
 
     def __call__(self, ga: object, solution: npt.NDArray[np.float64], index: int) -> float:
         return -self.iae((float(solution[0]), float(solution[1]), float(solution[2])))

@@ -15,6 +15,10 @@ backlog in frames / B), and losses per class over the
 case (lab: retransmitted segments; netsim: dropped bytes / MSS at the bottleneck, and the
 campus shaper's for the campus).
 
+``--hystart`` runs the twin with Cubic's HyStart on (the lab host's default) and
+``--lab-starts`` starts each class when the lab's iperf3 let it; each variant writes its own
+report (``netsim_vs_lab_hystart_lab_starts.md``, ...).
+
 Targets (issue 13): rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
 window; losses per class within a factor of 1.5.
 """
@@ -56,6 +60,15 @@ class Window:
     snapshot_delay_s: float = math.nan
     """Lab only: the mean of one backlog snapshot a second (what datasets before
     2026-11-25 held as their only queuing delay)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The twin as shipped, or with Cubic's HyStart (``cubic_hystart``) and/or each class
+    starting when the lab's iperf3 let it (``lab_starts``)."""
+
+    hystart: bool = False
+    lab_starts: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,9 +116,30 @@ def lab_rows(case_dir: Path) -> list[Row]:
     return rows
 
 
-def sim_rows(case: dict[str, Any], seed: int) -> list[Row]:
-    """The case's scenario and u schedule through the simulator's own per-sample path."""
-    raw = dict(case["scenario"], seed=seed)
+IPERF3_SETUP_ROUND_TRIPS = 3
+"""Round trips iperf3 spends before data flows, besides one connect per stream: control
+connection, parameter exchange, test start (the lab's first second: a 100 ms DTN with 8
+streams sends nothing before ~1.1 s, 10 campus flows at 10 ms start within ~0.15 s)."""
+
+
+def lab_starts(scenario: dict[str, Any]) -> dict[str, Any]:
+    """The scenario with each class starting when the lab's iperf3 lets it send."""
+    started = dict(scenario)
+    for name, flows_key in (("campus", "long_flows"), ("dtn", "streams")):
+        part = dict(started[name])
+        part["start_s"] = (IPERF3_SETUP_ROUND_TRIPS + part[flows_key]) * part["base_rtt_s"]
+        started[name] = part
+    return started
+
+
+def sim_rows(case: dict[str, Any], seed: int, overrides: Variant | None = None) -> list[Row]:
+    """The case's scenario and u schedule through the simulator's own per-sample path,
+    optionally as a variant of the twin (``Variant``)."""
+    variant = overrides or Variant()
+    base = lab_starts(case["scenario"]) if variant.lab_starts else case["scenario"]
+    raw = dict(base, seed=seed)
+    if variant.hystart:
+        raw["cubic_hystart"] = True
     # Datasets recorded before case.json carried it ran with the lab's GSO setting.
     raw.setdefault("min_tso_segments", LAB_MIN_TSO_SEGMENTS)
     scenario = parse_scenario(raw, f"case {case['name']}")
@@ -173,12 +207,15 @@ Model = Callable[[str, dict[str, Any]], Run]
 """What a case is compared with: (case name, case.json) -> its windows."""
 
 
-def simulated(seeds: int) -> Model:
+def simulated(seeds: int, variant: Variant | None = None) -> Model:
     def model(name: str, case: dict[str, Any]) -> Run:
         capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
         duration = float(case["duration_s"])
         return mean_run(
-            [windows_of(sim_rows(case, seed), capacity, duration) for seed in range(1, seeds + 1)]
+            [
+                windows_of(sim_rows(case, seed, variant), capacity, duration)
+                for seed in range(1, seeds + 1)
+            ]
         )
 
     return model
@@ -252,6 +289,12 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
     return lines, dict(counts)
 
 
+def results_path(variant: Variant) -> Path:
+    """Where --write puts a variant's report (the shipped twin's is RESULTS)."""
+    suffix = ("_hystart" if variant.hystart else "") + ("_lab_starts" if variant.lab_starts else "")
+    return RESULTS.with_name(f"{RESULTS.stem}{suffix}.md")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=Path("lab-dataset"))
@@ -264,13 +307,25 @@ def main() -> int:
         "lab's distance from itself; its 'sim' columns are that recording's). Writes "
         f"{LAB_VS_LAB.name}.",
     )
+    parser.add_argument(
+        "--hystart",
+        action="store_true",
+        help="Run the twin with Cubic's HyStart (scenario cubic_hystart: true, as the lab "
+        "host's tcp_cubic runs).",
+    )
+    parser.add_argument(
+        "--lab-starts",
+        action="store_true",
+        help="Start each class when the lab's iperf3 did ((3 + flows) base RTTs).",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
+    variant = Variant(hystart=args.hystart, lab_starts=args.lab_starts)
     for dataset in (args.dataset, args.against_lab):
         if dataset is not None and not (dataset / "index.json").exists():
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
             return 2
-    model = recorded(args.against_lab) if args.against_lab else simulated(args.seeds)
+    model = recorded(args.against_lab) if args.against_lab else simulated(args.seeds, variant)
     body, counts = compare(args.dataset, model)
     groups = ["all", *sorted(k for k in counts if k != "all")]
 
@@ -291,7 +346,8 @@ def main() -> int:
         heading = [
             "# netsim against real Linux TCP (the lab's recorded matrix)",
             "",
-            f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}`: "
+            f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}"
+            f"{' --hystart' if args.hystart else ''}{' --lab-starts' if args.lab_starts else ''}`: "
             f"every case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the "
             f"mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
         ]
@@ -311,7 +367,7 @@ def main() -> int:
     report = "\n".join(summary + body) + "\n"
     print(report)
     if args.write:
-        target = LAB_VS_LAB if args.against_lab else RESULTS
+        target = LAB_VS_LAB if args.against_lab else results_path(variant)
         target.write_text(report)
         print(f"wrote {target}")
     return 0

@@ -4,25 +4,18 @@ compared with a recording of itself."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "bench" / "netsim_vs_lab.py"
+from tests.bench_scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("netsim_vs_lab", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("netsim_vs_lab")
 
 
 def _row(t_s: float, snapshot_s: float, mean_s: float | None) -> dict[str, float]:
@@ -80,3 +73,37 @@ def test_a_recording_against_itself_meets_every_target(bench, tmp_path):
     # its own snapshots are 5.9 ms (the dip) and 4 ms (full) from its mean: both miss
     assert tally["delay_snapshot"] == 0
     assert sum("✗" in line for line in lines) == 2
+
+
+def test_lab_starts_follow_iperf3s_set_up_and_variants_write_their_own_report(
+    bench: ModuleType,
+) -> None:
+    scenario = {
+        "campus": {"long_flows": 10, "base_rtt_s": 0.01},
+        "dtn": {"streams": 8, "base_rtt_s": 0.1},
+    }
+    started = bench.lab_starts(scenario)
+    assert started["campus"]["start_s"] == pytest.approx(13 * 0.01)
+    assert started["dtn"]["start_s"] == pytest.approx(11 * 0.1)
+    assert "start_s" not in scenario["dtn"]  # the case's own scenario is left alone
+    assert bench.results_path(bench.Variant()) == bench.RESULTS
+    both = bench.results_path(bench.Variant(hystart=True, lab_starts=True))
+    assert both.name == "netsim_vs_lab_hystart_lab_starts.md"
+
+
+def test_a_variant_changes_the_twin_it_runs(bench: ModuleType) -> None:
+    case = {
+        "name": "c",
+        "duration_s": 3.0,
+        "u_schedule": [[0.0, 50e6]],
+        "scenario": {
+            "bottleneck": {"capacity_bps": 100e6},
+            "campus": {"long_flows": 2, "base_rtt_s": 0.01},
+            "dtn": {"streams": 2, "base_rtt_s": 0.1},
+        },
+    }
+    shipped = bench.sim_rows(case, 1)
+    late = bench.sim_rows(case, 1, bench.Variant(lab_starts=True))
+    # the DTN's iperf3 set-up (5 round trips of 100 ms) keeps it silent in the first 0.5 s
+    assert shipped[0]["dtn_rate_bps"] > late[0]["dtn_rate_bps"]
+    assert len(shipped) == len(late) == 3

@@ -4,25 +4,18 @@ converts to (ns-3 counts IP bytes), and the refusal of a recording too short for
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).parents[2] / "bench" / "netsim_vs_ns3.py"
+from tests.bench_scripts import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("netsim_vs_ns3", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("netsim_vs_ns3")
 
 
 def _record(case_dir: Path, seconds: int, dtn_bps: float, mean_delay: bool = True) -> None:

@@ -127,6 +127,8 @@ def test_every_namespace_is_created_before_it_is_used() -> None:
         ({"campus": {"short_flows": {"enabled": True}}}, "campus.short_flows.enabled"),
         ({"campus": {"long_flows": 200}}, "campus.long_flows"),
         ({"dtn": {"transfer_bytes": "10GB"}}, "dtn.transfer_bytes"),
+        ({"dtn": {"start_s": "1s"}}, "dtn.start_s"),
+        ({"campus": {"start_s": "1s"}}, "campus.start_s"),
     ],
 )
 def test_scenarios_the_lab_cannot_build_are_refused_by_field(

@@ -110,6 +110,10 @@ def check_scenario(scenario: Scenario) -> None:
         problems.append("campus.long_flows, dtn.streams: iperf3 runs at most 128 streams each")
     if scenario.dtn.transfer_bytes is not None:
         problems.append("dtn.transfer_bytes: lab runs send for a duration, not a size")
+    for field, start_s in (("campus.start_s", scenario.campus.start_s),
+                           ("dtn.start_s", scenario.dtn.start_s)):  # fmt: skip
+        if start_s > 0:
+            problems.append(f"{field}: the lab's flows start when iperf3 has set them up")
     if problems:
         raise LabError("the lab cannot build this scenario:\n  " + "\n  ".join(problems))
 

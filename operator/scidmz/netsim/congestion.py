@@ -14,8 +14,13 @@ Sources and simplifications:
   convergence (§4.7), the Reno-friendly region with α = 3(1−β)/(1+β) throughout (RFC 9438
   §4.3 raises α to 1 once W_est passes W_max; Linux does not, and with it the 10 ms class
   took more from 100 ms flows than on real TCP), the target W_cubic(t + RTT) clamped to
-  [cwnd, 1.5·cwnd] (§4.4) with the path's minimum RTT for RTT, as Linux's ``delay_min``. No
-  HyStart: slow start ends at the first loss, as with ``tcp_cubic hystart=0``.
+  [cwnd, 1.5·cwnd] (§4.4) with the path's minimum RTT for RTT, as Linux's ``delay_min``.
+  Optionally HyStart as Linux runs it by default (``hystart=1``, ``hystart_detect=3``;
+  scenario ``cubic_hystart``, see ``hystart_update``): slow start can end without a loss,
+  with tcp_cubic's bookkeeping around it (``last_max_cwnd`` apart from the epoch's origin,
+  growth of at least 5 % a round before the first loss, both reset by a timeout). Off by
+  default: against the lab it helps the matrix a little and the ns-3 dumbbell not at all
+  (README, "Against ns-3"), and the shipped models were identified without it.
 * **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
   startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
   a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
@@ -59,6 +64,7 @@ from scidmz.contract.compiled import compiled
 from scidmz.netsim.layout import (
     ACK_EPOCH_ACKED,
     ACK_EPOCH_T,
+    ACKED,
     BACKOFF,
     BASE_RTT,
     BBR,
@@ -79,8 +85,15 @@ from scidmz.netsim.layout import (
     FILLED_PIPE,
     FULL_BW,
     FULL_BW_COUNT,
+    HS_CURR_RTT,
+    HS_END,
+    HS_FOUND,
+    HS_LAST_ACK,
+    HS_ROUND_T,
+    HS_SAMPLES,
     INFLIGHT,
     INFLIGHT_HI,
+    LAST_MAX,
     MIN_RTT,
     MIN_RTT_AT,
     MODE,
@@ -98,6 +111,7 @@ from scidmz.netsim.layout import (
     ROUND_COUNT,
     ROUND_LOST,
     ROUND_T,
+    SENT,
     SERIAL,
     SRTT,
     SSTHRESH,
@@ -112,6 +126,11 @@ IntRows = npt.NDArray[np.int64]
 CUBIC_C = 0.4
 CUBIC_BETA = 0.7
 CUBIC_ALPHA = 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA)
+HYSTART_OFF = 2
+"""``HS_FOUND`` of a flow HyStart does not apply to (not Cubic, or turned off)."""
+CUBIC_FIRST_GROWTH = 1.0 / 20.0
+"""Segments of growth per segment acknowledged at least, before the first loss (Linux
+``bictcp_update``: ``if (ca->last_max_cwnd == 0 && ca->cnt > 20) ca->cnt = 20``)."""
 MIN_CWND = 2.0
 RTO_MIN_S = 0.2  # Linux TCP_RTO_MIN
 RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
@@ -155,7 +174,9 @@ def grow_windows(
     towards W_cubic(t + RTT) clamped to [cwnd, 1.5 cwnd] and keeps the Reno-friendly W_est
     (RFC 9438 §4.2–4.4), both increments scaled by the window before this ACK. No growth in
     recovery, nor while something other than the window held the last send back (the NIC
-    or application limit, the DTN cap: Linux's ``tcp_is_cwnd_limited``, RFC 7661); BBR
+    or application limit, the DTN cap: Linux's ``tcp_is_cwnd_limited``, RFC 7661) — except
+    in slow start while half the window is in flight (``cwnd < 2 * max_packets_out``), so a
+    flow whose NIC is no faster than the bottleneck still doubles its window a round; BBR
     sets its window in ``bbr_step``. An epoch start needs a cube root and is
     rare, so it gets a scalar pass; the growth itself is one branch-free pass (vectorised).
     """
@@ -191,6 +212,11 @@ def grow_windows(
         target = CUBIC_C * offset * offset * offset + w_max
         target = min(max(target, cwnd), 1.5 * cwnd)
         cubic = cwnd + (target - cwnd) * per_cwnd
+        # bictcp_update: before any loss (last_max_cwnd 0, e.g. after HyStart) at least 1
+        # segment per 20 acknowledged, 5 % a round, where W_cubic's plateau would crawl
+        cubic = (
+            max(cubic, cwnd + segs * CUBIC_FIRST_GROWTH) if flow_f[LAST_MAX, i] <= 0.0 else cubic
+        )
         w_est = flow_f[W_EST, i]
         new_w_est = w_est + CUBIC_ALPHA * per_cwnd
         now_offset = elapsed - k
@@ -230,12 +256,18 @@ def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
 @compiled
 def _ssthresh(flow_f: FloatRows, flow_i: IntRows, i: int) -> float:
     """A loss-based sender's window after a decrease (Linux ``tcp_reno_ssthresh``,
-    ``bictcp_recalc_ssthresh``); Cubic also remembers W_max, with fast convergence."""
+    ``bictcp_recalc_ssthresh``); Cubic also remembers W_max, with fast convergence.
+
+    With HyStart (``cubic_hystart``) fast convergence compares with the window at the last
+    loss (Linux's ``last_max_cwnd``); without it, with W_max as the epoch start may have
+    raised it (the twin the shipped models were trained on)."""
     cwnd = flow_f[CWND, i]
     if flow_i[CC, i] == RENO:
         return reduced_window(cwnd, 0.5)
-    fast = cwnd < flow_f[W_MAX, i]
+    linux = flow_i[HS_FOUND, i] != HYSTART_OFF
+    fast = cwnd < (flow_f[LAST_MAX, i] if linux else flow_f[W_MAX, i])
     flow_f[W_MAX, i] = cwnd * (1.0 + CUBIC_BETA) / 2.0 if fast else cwnd
+    flow_f[LAST_MAX, i] = flow_f[W_MAX, i]
     return reduced_window(cwnd, CUBIC_BETA)
 
 
@@ -250,6 +282,13 @@ def on_timeout(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
         return
     if first:
         flow_f[SSTHRESH, i] = _ssthresh(flow_f, flow_i, i)
+    if flow_i[HS_FOUND, i] != HYSTART_OFF:
+        # cubictcp_state(TCP_CA_Loss): bictcp_reset (the next epoch starts from the window
+        # then, and grows >= 5 % a round until a loss) and HyStart again
+        flow_i[HS_FOUND, i] = 0
+        flow_f[HS_END, i] = -1.0
+        flow_f[LAST_MAX, i] = 0.0
+        flow_f[W_MAX, i] = 0.0
     flow_f[CWND, i] = 1.0
     flow_f[EPOCH_T, i] = -1.0
     flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
@@ -260,6 +299,71 @@ def timeout_after(flow_f: FloatRows, flow_i: IntRows, i: int) -> float:
     """Seconds from a lost head's send to its retransmission timeout, with backoff."""
     srtt = max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
     return float(min((srtt + RTO_MIN_S) * 2.0 ** flow_i[BACKOFF, i], RTO_MAX_S))
+
+
+HYSTART_LOW_WINDOW = 16.0
+"""Segments below which HyStart does not judge (tcp_cubic ``hystart_low_window``)."""
+HYSTART_ACK_DELTA_S = 0.002
+"""ACKs at most this far apart continue an ACK train (``hystart_ack_delta_us``)."""
+HYSTART_ACK_DELAY_S = 0.001
+"""``hystart_ack_delay``: min(1 ms, 4 GSO_MAX_SIZE / pacing rate), 1 ms below ~2 Gb/s."""
+HYSTART_MIN_SAMPLES = 8
+"""ACKs a round's minimum RTT needs before the delay test judges it."""
+HYSTART_DELAY_MIN_S = 0.004
+HYSTART_DELAY_MAX_S = 0.016
+"""The delay test's margin over the minimum RTT: min RTT / 8, clamped to 4–16 ms."""
+
+
+@compiled
+def hystart_update(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    i: int,
+    now: float,
+    acked: float,
+    rtt_sample: float,
+    mss: float,
+) -> None:
+    """Cubic's HyStart for the ACKs flow ``i`` received in this step (Linux tcp_cubic.c
+    ``hystart_update``, called from ``bictcp_acked``).
+
+    A round runs until the ACKs pass what was sent when it began. **ACK train:** ACKs
+    arriving at most 2 ms apart from the round's first one form a train; a train longer than
+    half the minimum RTT (+ 1 ms) means the window already fills the pipe. **Delay:** once
+    the round has 8 ACKs, a round minimum RTT more than min RTT / 8 (4–16 ms) above the
+    flow's minimum means a queue is building. Either ends slow start without a loss:
+    ssthresh = cwnd. Only above 16 segments, in slow start, until it has fired once (again
+    after a retransmission timeout, as ``cubictcp_state`` resets it). One step's ACKs share
+    one RTT sample; the receiver acknowledges every second segment (delayed ACKs).
+    Runs after this step's window growth, where Linux runs it just before: at most one step
+    of slow start apart. Without it slow start ends only at a loss: a Cubic DTN joining a
+    standing queue lost its first flights and crawled back at ~0.5 segment a round, where
+    Linux's left slow start at 120–160 segments a stream (bench/results/netsim_vs_ns3.md).
+    """
+    flow_f[MIN_RTT, i] = min(flow_f[MIN_RTT, i], rtt_sample)  # Cubic's delay_min
+    cwnd = flow_f[CWND, i]
+    if cwnd >= flow_f[SSTHRESH, i] or cwnd < HYSTART_LOW_WINDOW:
+        return
+    if flow_f[ACKED, i] > flow_f[HS_END, i]:  # bictcp_hystart_reset: a new round
+        flow_f[HS_ROUND_T, i] = now
+        flow_f[HS_LAST_ACK, i] = now
+        flow_f[HS_END, i] = flow_f[SENT, i]
+        flow_f[HS_CURR_RTT, i] = np.inf
+        flow_f[HS_SAMPLES, i] = 0.0
+    delay_min = flow_f[MIN_RTT, i]
+    found = False
+    if now - flow_f[HS_LAST_ACK, i] <= HYSTART_ACK_DELTA_S + 1e-9:
+        flow_f[HS_LAST_ACK, i] = now
+        found = now - flow_f[HS_ROUND_T, i] > (delay_min + HYSTART_ACK_DELAY_S) * 0.5
+    flow_f[HS_CURR_RTT, i] = min(flow_f[HS_CURR_RTT, i], rtt_sample)
+    samples = flow_f[HS_SAMPLES, i]
+    flow_f[HS_SAMPLES, i] = samples + max(math.ceil(acked / mss * 0.5), 1.0)
+    if flow_f[HS_SAMPLES, i] > HYSTART_MIN_SAMPLES:
+        margin = min(max(delay_min * 0.125, HYSTART_DELAY_MIN_S), HYSTART_DELAY_MAX_S)
+        found = found or flow_f[HS_CURR_RTT, i] > delay_min + margin
+    if found:
+        flow_i[HS_FOUND, i] = 1
+        flow_f[SSTHRESH, i] = cwnd
 
 
 @compiled

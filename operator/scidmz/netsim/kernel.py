@@ -44,7 +44,15 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.contract.compiled import compiled, compiled_inline
-from scidmz.netsim.congestion import bbr_step, grow_windows, on_loss, on_timeout, timeout_after
+from scidmz.netsim.congestion import (
+    HYSTART_OFF,
+    bbr_step,
+    grow_windows,
+    hystart_update,
+    on_loss,
+    on_timeout,
+    timeout_after,
+)
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
     ACK_SHAPER_DELAY,
@@ -60,6 +68,7 @@ from scidmz.netsim.layout import (
     CAMPUS_RATE_LIMIT,
     CC,
     CLASS,
+    CUBIC,
     CWND,
     CWND_LIMITED,
     CYCLE_IDX,
@@ -80,6 +89,8 @@ from scidmz.netsim.layout import (
     FLOW_DONE,
     FLOW_START,
     FULL_BW_COUNT,
+    HS_CURR_RTT,
+    HS_FOUND,
     INFLIGHT,
     INFLIGHT_HI,
     KIND,
@@ -116,6 +127,7 @@ from scidmz.netsim.layout import (
     P_CAPACITY,
     P_DT,
     P_DTN_BURST,
+    P_HYSTART,
     P_IDLE,
     P_IW,
     P_MIN_TSO,
@@ -210,6 +222,7 @@ def init_flow(
     initial_window: float,
     serial: int,
     mss: float,
+    hystart: bool,
 ) -> None:
     """Put a new flow in column ``i`` (also used to recycle short-flow columns)."""
     for row in range(N_FLOW_F):
@@ -247,6 +260,8 @@ def init_flow(
     flow_f[TAP_LAST_SEEN, i] = -np.inf
     flow_f[RECOVERY_UNTIL, i] = -np.inf
     flow_f[CWND_LIMITED, i] = 1.0
+    flow_f[HS_CURR_RTT, i] = np.inf
+    flow_i[HS_FOUND, i] = 0 if hystart and cc == CUBIC else HYSTART_OFF
 
 
 @compiled
@@ -581,6 +596,7 @@ def _start_short_flows(
             params[P_IW],
             serial,
             params[P_MSS],
+            params[P_HYSTART] > 0.0,
         )
         _event(events, glob_i, now, serial, FLOW_START, 0.0, rand_size[cursor], column)
         glob_f[NEXT_ARRIVAL] += rand_gap[cursor]
@@ -720,6 +736,8 @@ def advance(
                     on_timeout(flow_f, flow_i, i, now)
                 else:
                     on_loss(flow_f, flow_i, i, now)
+            if flow_i[HS_FOUND, i] == 0 and acked_now[i] > 0.0:
+                hystart_update(flow_f, flow_i, i, now, acked_now[i], rtt_sample[i], mss)
             if flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES:
                 flow_i[RUNNING, i] = 0
                 fct = now - flow_f[START_T, i]
@@ -745,9 +763,15 @@ def advance(
             credit = min(budget - max(amount, 0.0), rate * dt)
             flow_f[PACING_CREDIT, i] = credit if paced else 0.0
             amount = amount if flow_i[RUNNING, i] == 1 and amount > 0.0 else 0.0
-            # the window was what held it back (not the NIC / application or pacing)
+            # the window was what held it back (not the NIC / application or pacing); in slow
+            # start also while half the window is in flight, so slow start doubles the window
+            # even when the NIC, not the window, paced the last burst (Linux
+            # tcp_is_cwnd_limited: cwnd < 2 * max_packets_out)
             window_limited = amount >= window - 1e-9
-            flow_f[CWND_LIMITED, i] = 1.0 if window_limited else 0.0
+            slow_start_limited = (cwnd_bytes < 2.0 * (flow_f[INFLIGHT, i] + amount)) & (
+                flow_f[CWND, i] < flow_f[SSTHRESH, i]
+            )
+            flow_f[CWND_LIMITED, i] = 1.0 if window_limited or slow_start_limited else 0.0
             # A window-limited sender holds back a burst smaller than both the minimum TSO
             # burst and a third of its window (Linux tcp_tso_should_defer); BBR paces.
             small = amount < min(min_tso, cwnd_bytes * (1.0 / 3.0))

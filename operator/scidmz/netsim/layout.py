@@ -53,7 +53,13 @@ RATE_T0 = 47  # ... and when each began (8 rows): a sliding one-round delivery r
 ACK_EPOCH_T = 55  # BBR: start of the ACK-aggregation epoch (s)
 ACK_EPOCH_ACKED = 56  # BBR: bytes acknowledged in that epoch
 EXTRA_ACKED0 = 57  # BBR: max excess acknowledged bytes in each of two windows (2 rows)
-N_FLOW_F = 59
+HS_ROUND_T = 59  # Cubic HyStart: when this round's ACK train began (s) ...
+HS_LAST_ACK = 60  # ... the train's last ACK (s; a gap over 2 ms ends the train)
+HS_END = 61  # ... bytes sent when the round began: the round ends once ACKED passes them
+HS_CURR_RTT = 62  # ... the round's minimum RTT sample so far (s)
+HS_SAMPLES = 63  # ... ACKs the round's minimum has seen (the delay test needs 8)
+LAST_MAX = 64  # Cubic last_max_cwnd: W_max of the last loss; 0 before any / after an RTO
+N_FLOW_F = 65
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -73,7 +79,8 @@ RATE_Q = 13  # BBR: the part (0-7) of the sliding delivery-rate window being fil
 EXTRA_ACKED_IDX = 14  # BBR: which of the two EXTRA_ACKED windows is filling
 EXTRA_ACKED_ROUNDS = 15  # BBR: rounds into that window
 BACKOFF = 16  # retransmission timeouts since data was last acknowledged (RTO doubles each)
-N_FLOW_I = 17
+HS_FOUND = 17  # Cubic HyStart ended slow start (or does not apply: not Cubic, turned off)
+N_FLOW_I = 18
 
 CAMPUS = 0
 DTN = 1
@@ -196,4 +203,5 @@ P_SHORTS_ON = 16
 P_DTN_BURST = 17  # the DTN cap's bucket depth, bytes
 P_PAYLOAD = 18  # payload / frame bytes of a full segment: rates in frames -> payload bytes
 P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
-N_PARAMS = 20
+P_HYSTART = 20  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
+N_PARAMS = 21

@@ -123,6 +123,13 @@ class Campus(_Model):
         default=None, gt=0, description="Each sender's NIC rate; default: the bottleneck capacity."
     )
     short_flows: ShortFlows = ShortFlows()
+    start_s: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="When the long flows begin sending: their connection set-up (the lab's iperf3 "
+        "needs about 3 + flows round trips before data flows). 0: at once.",
+    )
 
 
 class Shaper(_Model):
@@ -158,6 +165,13 @@ class Dtn(_Model):
     )
     line_rate_bps: RateBps | None = Field(
         default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
+    )
+    start_s: Seconds = Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description="When the streams begin sending: their connection set-up (the lab's iperf3 "
+        "needs about 3 + flows round trips before data flows). 0: at once.",
     )
     rate_limit_bps: RateBps | None = Field(
         default=None,
@@ -202,6 +216,12 @@ class Scenario(_Model):
         "burst, which a full drop-tail queue drops as a whole (the lab sets 16).",
     )
     initial_window_segments: int = Field(default=10, ge=1, le=1000, description="IW (RFC 6928).")
+    cubic_hystart: bool = Field(
+        default=False,
+        description="Cubic's HyStart (Linux tcp_cubic hystart=1, the default): slow start ends "
+        "without a loss once a round's ACK train spans half the minimum RTT or its RTT rises "
+        "4-16 ms above the minimum. false: slow start ends at the first loss (hystart=0).",
+    )
     seed: int = Field(default=1, ge=0)
 
     @property

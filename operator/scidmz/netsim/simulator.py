@@ -110,10 +110,18 @@ class Simulator:
 
         self._campus_demand_bps: float | None = None
         self._active_long = self.layout.n_long
+        # Classes still in connection set-up: the step their data starts (scenario start_s).
+        starts = {"campus": scenario.campus.start_s, "dtn": scenario.dtn.start_s}
+        self._start_steps = {
+            name: round(start_s / dt) for name, start_s in starts.items() if round(start_s / dt) > 0
+        }
         self._paused_at: FloatArray = np.full(self.layout.n_long, np.inf)
         self.glob_i[layout.RNG_STATE] = (scenario.seed * 2654435761 + 1) % 4294967291 or 1
         self.params = self._params(capacity, buffer_bytes)
         self._init_flows()
+        if "dtn" in self._start_steps:
+            self.flow_f[layout.LINE_BYTES, self.layout.dtn_columns.start :] = 0.0
+        self._apply_campus_lines()
         rate_limit = scenario.shaper.initial_rate_bps
         self.set_campus_rate_limit(
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
@@ -138,6 +146,7 @@ class Simulator:
             params[layout.P_SHAPER_LIMIT] = s.shaper.queue_bytes * self.payload_fraction
         params[layout.P_PAYLOAD] = self.payload_fraction
         params[layout.P_MIN_TSO] = s.min_tso_segments
+        params[layout.P_HYSTART] = 1.0 if s.cubic_hystart else 0.0
         params[layout.P_MSS] = s.mss_bytes
         params[layout.P_IW] = s.initial_window_segments
         params[layout.P_C_TH] = s.activity.packets_threshold
@@ -164,7 +173,7 @@ class Simulator:
                 self.flow_f, self.flow_i, self.bw_filter, column, layout.CAMPUS,
                 layout.CC_CODES[s.campus.congestion_control], layout.LONG, s.campus.base_rtt_s,
                 self._line_bytes(s.campus.line_rate_bps), np.inf, 0.0, self.dt,
-                float(s.initial_window_segments), serial, float(s.mss_bytes),
+                float(s.initial_window_segments), serial, float(s.mss_bytes), s.cubic_hystart,
             )  # fmt: skip
             serial += 1
         per_stream = (
@@ -175,7 +184,7 @@ class Simulator:
                 self.flow_f, self.flow_i, self.bw_filter, column, layout.DTN,
                 layout.CC_CODES[s.dtn.congestion_control], layout.DTN_STREAM, s.dtn.base_rtt_s,
                 self._line_bytes(s.dtn.line_rate_bps), per_stream, 0.0, self.dt,
-                float(s.initial_window_segments), serial, float(s.mss_bytes),
+                float(s.initial_window_segments), serial, float(s.mss_bytes), s.cubic_hystart,
             )  # fmt: skip
             serial += 1
         self.glob_i[layout.NEXT_SERIAL] = serial
@@ -284,7 +293,9 @@ class Simulator:
         active = self._active_long
         n_long = self.layout.n_long
         demand = self._campus_demand_bps
-        if demand is None:
+        if "campus" in self._start_steps:
+            line = 0.0  # still setting up its connections
+        elif demand is None:
             line = self._line_bytes(self.scenario.campus.line_rate_bps)
         else:
             line = demand / 8.0 / max(active, 1) * self.dt
@@ -339,13 +350,18 @@ class Simulator:
     def _advance_into(self, n_steps: int, offset: int) -> None:
         done = 0
         while done < n_steps:
+            chunk = n_steps - done
+            if self._start_steps:
+                self._start_classes()
+                upcoming = [at - self.step_index for at in self._start_steps.values()]
+                chunk = min([chunk, *upcoming])
             done += advance(
                 self.flow_f, self.flow_i, self.glob_f, self.glob_i, self.params,
                 self.bw_filter, self.ack_bytes, self.ack_delay,
                 self.bn_slots, self.bn_step, self.bn_total, self.bn_cursor,
                 self.sh_slots, self.sh_step, self.sh_total, self.sh_cursor,
                 self.rand_gap, self.rand_size, self.step_out, offset + done, self.events,
-                self.scratch, n_steps - done,
+                self.scratch, chunk,
             )  # fmt: skip
             self._collect_events()
             if (
@@ -353,6 +369,20 @@ class Simulator:
                 and self.glob_i[layout.RAND_CURSOR] > self.rand_gap.shape[0] - 64
             ):
                 self._refill_random()
+
+    def _start_classes(self) -> None:
+        """Let a class whose set-up time has come send (its NIC rate back)."""
+        for name, at in list(self._start_steps.items()):
+            if self.step_index < at:
+                continue
+            del self._start_steps[name]
+            if name == "campus":
+                self._apply_campus_lines()
+            else:
+                columns = slice(self.layout.dtn_columns.start, self.layout.n_flows)
+                self.flow_f[layout.LINE_BYTES, columns] = self._line_bytes(
+                    self.scenario.dtn.line_rate_bps
+                )
 
     def _collect_events(self) -> None:
         count = int(self.glob_i[layout.N_EVENTS])

@@ -26,7 +26,6 @@ window; losses per class within a factor of 1.5.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import sys
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from scidmz.lab.record import mean_queuing_delay_s, truth_rows
 from scidmz.lab.topology import LAB_MIN_TSO_SEGMENTS
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.schedule import RateSchedule, RateStep
@@ -69,6 +69,10 @@ class Variant:
 
     hystart: bool = False
     lab_starts: bool = False
+
+
+SHIPPED = Variant()
+"""The twin as the models were trained on it."""
 
 
 @dataclass(frozen=True)
@@ -106,11 +110,10 @@ def windows_of(rows: list[Row], capacity_bps: float, duration_s: float) -> Run:
 
 
 def lab_rows(case_dir: Path) -> list[Row]:
-    with (case_dir / "truth.csv").open() as handle:
-        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+    rows = truth_rows(case_dir)
     for row in rows:
         row["queuing_delay_snapshot_s"] = row["queuing_delay_s"]
-        row["queuing_delay_s"] = row.get("queuing_delay_mean_s", row["queuing_delay_s"])
+        row["queuing_delay_s"] = mean_queuing_delay_s(row)
         row["dtn_losses"] = row["dtn_retransmitted_segments"]
         row["campus_losses"] = row["campus_retransmitted_segments"]
     return rows
@@ -132,10 +135,9 @@ def lab_starts(scenario: dict[str, Any]) -> dict[str, Any]:
     return started
 
 
-def sim_rows(case: dict[str, Any], seed: int, overrides: Variant | None = None) -> list[Row]:
+def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> list[Row]:
     """The case's scenario and u schedule through the simulator's own per-sample path,
     optionally as a variant of the twin (``Variant``)."""
-    variant = overrides or Variant()
     base = lab_starts(case["scenario"]) if variant.lab_starts else case["scenario"]
     raw = dict(base, seed=seed)
     if variant.hystart:
@@ -207,7 +209,7 @@ Model = Callable[[str, dict[str, Any]], Run]
 """What a case is compared with: (case name, case.json) -> its windows."""
 
 
-def simulated(seeds: int, variant: Variant | None = None) -> Model:
+def simulated(seeds: int, variant: Variant = SHIPPED) -> Model:
     def model(name: str, case: dict[str, Any]) -> Run:
         capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
         duration = float(case["duration_s"])

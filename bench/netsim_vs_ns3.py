@@ -22,7 +22,6 @@ gap between the twin and ns-3 is the twin's, or ns-3's distance from Linux.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import subprocess
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from scidmz.lab.record import mean_queuing_delay_s, truth_rows
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.simulator import Simulator
@@ -92,19 +92,13 @@ def lab_run(case_dir: Path, duration_s: float, warmup_s: float) -> dict[str, dic
     ns-3 counts them) and the bottleneck's mean queuing delay (one FIFO: both classes')."""
     case = json.loads((case_dir / "case.json").read_text())
     mss = float(case["scenario"]["mss_bytes"])
-    with (case_dir / "truth.csv").open() as handle:
-        rows = [
-            {k: float(v) for k, v in row.items()}
-            for row in csv.DictReader(handle)
-            if warmup_s < float(row["t_s"]) <= duration_s
-        ]
+    rows = [r for r in truth_rows(case_dir) if warmup_s < r["t_s"] <= duration_s]
     if len(rows) < duration_s - warmup_s - 1:
         raise ValueError(
             f"{case_dir}: {len(rows)} seconds recorded in {warmup_s:g}-{duration_s:g} s; "
             "record the case for at least --duration seconds"
         )
-    mean = "queuing_delay_mean_s"
-    delay = float(np.nanmean([r[mean if mean in r else "queuing_delay_s"] for r in rows]))
+    delay = float(np.nanmean([mean_queuing_delay_s(r) for r in rows]))
     return {
         name: {
             "rate_bps": float(np.nanmean([r[f"{name}_rate_bps"] for r in rows]))

@@ -1,12 +1,15 @@
-"""``scidmz lab record``'s matrix: everything is checked before a lab is built."""
+"""``scidmz lab record``'s matrix (everything is checked before a lab is built) and the
+dataset it leaves."""
 
 from __future__ import annotations
 
+import gzip
+import math
 from pathlib import Path
 
 import pytest
 
-from scidmz.lab.record import load_matrix
+from scidmz.lab.record import compact_case, load_matrix, mean_queuing_delay_s, truth_rows
 from scidmz.lab.topology import LabError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,10 +55,6 @@ def test_case_names_are_unique(tmp_path: Path) -> None:
 
 
 def test_a_recorded_case_keeps_its_truth_and_compressed_flows_only(tmp_path) -> None:
-    import gzip
-
-    from scidmz.lab.record import compact_case
-
     rows = "t_s,class,flow,cwnd_segments\n1,dtn,10.71.3.1:1,10\n"
     for name, text in (
         ("case.json", "{}"),
@@ -72,3 +71,16 @@ def test_a_recorded_case_keeps_its_truth_and_compressed_flows_only(tmp_path) -> 
     (tmp_path / "flows.csv").write_text(rows)
     compact_case(tmp_path)
     assert (tmp_path / "flows.csv.gz").read_bytes() == first  # no timestamp inside
+
+
+def test_truth_rows_read_as_floats_with_the_mean_queuing_delay_where_recorded(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "truth.csv").write_text(
+        "t_s,dtn_rate_bps,queuing_delay_s,queuing_delay_mean_s\n1.0,nan,0.09,0.05\n"
+    )
+    (row,) = truth_rows(tmp_path)
+    assert row["t_s"] == 1.0 and math.isnan(row["dtn_rate_bps"])
+    assert mean_queuing_delay_s(row) == 0.05  # the meter's mean, not the snapshot
+    (tmp_path / "truth.csv").write_text("t_s,queuing_delay_s\n1.0,0.09\n")
+    assert mean_queuing_delay_s(truth_rows(tmp_path)[0]) == 0.09  # older recordings

@@ -22,6 +22,7 @@ recorded as failed in ``OUT/index.json`` and the next one runs.
 from __future__ import annotations
 
 import asyncio
+import csv
 import gzip
 import json
 import re
@@ -189,6 +190,18 @@ def compact_case(out: Path) -> None:
         flows.unlink()
     for log in out.glob("iperf3-*"):
         log.unlink()
+
+
+def truth_rows(case_dir: Path) -> list[dict[str, float]]:
+    """A recorded case's ``truth.csv``, one dict of floats per second (unmeasured: ``nan``)."""
+    with (case_dir / "truth.csv").open() as handle:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def mean_queuing_delay_s(row: dict[str, float]) -> float:
+    """A truth row's queuing delay: the mean of the second's backlog readings, or, in
+    recordings made before the lab read them (2026-11-25), its one snapshot."""
+    return row.get("queuing_delay_mean_s", row["queuing_delay_s"])
 
 
 def record_matrix(

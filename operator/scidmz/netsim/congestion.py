@@ -20,7 +20,8 @@ Sources and simplifications:
   with tcp_cubic's bookkeeping around it (``last_max_cwnd`` apart from the epoch's origin,
   growth of at least 5 % a round before the first loss, both reset by a timeout). Off by
   default: against the lab it helps the matrix a little and the ns-3 dumbbell not at all
-  (README, "Against ns-3"), and the shipped models were identified without it.
+  (README, "Slow start, HyStart and set-up time"), and the shipped models were identified
+  without it.
 * **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
   startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
   a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
@@ -336,9 +337,9 @@ def hystart_update(
     after a retransmission timeout, as ``cubictcp_state`` resets it). One step's ACKs share
     one RTT sample; the receiver acknowledges every second segment (delayed ACKs).
     Runs after this step's window growth, where Linux runs it just before: at most one step
-    of slow start apart. Without it slow start ends only at a loss: a Cubic DTN joining a
-    standing queue lost its first flights and crawled back at ~0.5 segment a round, where
-    Linux's left slow start at 120–160 segments a stream (bench/results/netsim_vs_ns3.md).
+    of slow start apart. Against Linux with and without HyStart on the ns-3 dumbbell it
+    lowers the DTN's early share as Linux's does (−16 % against −15 %); README, "Slow start,
+    HyStart and set-up time", says why it is still off by default.
     """
     flow_f[MIN_RTT, i] = min(flow_f[MIN_RTT, i], rtt_sample)  # Cubic's delay_min
     cwnd = flow_f[CWND, i]

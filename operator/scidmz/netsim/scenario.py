@@ -97,6 +97,17 @@ class Weibull(_Model):
         return self
 
 
+def _set_up_time(flows: str) -> Any:
+    """A class's ``start_s`` field: the time its connections take to set up."""
+    return Field(
+        default=0.0,
+        ge=0,
+        le=3600,
+        description=f"When {flows} begin sending: their connection set-up (the lab's iperf3 "
+        "needs about 3 + flows round trips before data flows). 0: at once.",
+    )
+
+
 class ShortFlows(_Model):
     """Short campus flows (paper table 6); off by default as in §4.2–4.4."""
 
@@ -123,13 +134,7 @@ class Campus(_Model):
         default=None, gt=0, description="Each sender's NIC rate; default: the bottleneck capacity."
     )
     short_flows: ShortFlows = ShortFlows()
-    start_s: Seconds = Field(
-        default=0.0,
-        ge=0,
-        le=3600,
-        description="When the long flows begin sending: their connection set-up (the lab's iperf3 "
-        "needs about 3 + flows round trips before data flows). 0: at once.",
-    )
+    start_s: Seconds = _set_up_time("the long flows")
 
 
 class Shaper(_Model):
@@ -166,13 +171,7 @@ class Dtn(_Model):
     line_rate_bps: RateBps | None = Field(
         default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
     )
-    start_s: Seconds = Field(
-        default=0.0,
-        ge=0,
-        le=3600,
-        description="When the streams begin sending: their connection set-up (the lab's iperf3 "
-        "needs about 3 + flows round trips before data flows). 0: at once.",
-    )
+    start_s: Seconds = _set_up_time("the streams")
     rate_limit_bps: RateBps | None = Field(
         default=None,
         ge=0,

@@ -119,9 +119,7 @@ class Simulator:
         self.glob_i[layout.RNG_STATE] = (scenario.seed * 2654435761 + 1) % 4294967291 or 1
         self.params = self._params(capacity, buffer_bytes)
         self._init_flows()
-        if "dtn" in self._start_steps:
-            self.flow_f[layout.LINE_BYTES, self.layout.dtn_columns.start :] = 0.0
-        self._apply_campus_lines()
+        self._apply_lines()
         rate_limit = scenario.shaper.initial_rate_bps
         self.set_campus_rate_limit(
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
@@ -289,6 +287,14 @@ class Simulator:
         f[layout.CWND, column] = max(cwnd, restart)
         f[layout.EPOCH_T, column] = -1.0
 
+    def _apply_lines(self) -> None:
+        """Each class's sending limit per step: 0 while it sets up its connections."""
+        self._apply_campus_lines()
+        line = self._line_bytes(self.scenario.dtn.line_rate_bps)
+        self.flow_f[layout.LINE_BYTES, self.layout.dtn_columns.start :] = (
+            0.0 if "dtn" in self._start_steps else line
+        )
+
     def _apply_campus_lines(self) -> None:
         active = self._active_long
         n_long = self.layout.n_long
@@ -376,13 +382,7 @@ class Simulator:
             if self.step_index < at:
                 continue
             del self._start_steps[name]
-            if name == "campus":
-                self._apply_campus_lines()
-            else:
-                columns = slice(self.layout.dtn_columns.start, self.layout.n_flows)
-                self.flow_f[layout.LINE_BYTES, columns] = self._line_bytes(
-                    self.scenario.dtn.line_rate_bps
-                )
+        self._apply_lines()
 
     def _collect_events(self) -> None:
         count = int(self.glob_i[layout.N_EVENTS])

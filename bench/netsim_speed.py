@@ -3,9 +3,10 @@
     .venv/bin/python bench/netsim_speed.py                 # speed, default and short flows
     .venv/bin/python bench/netsim_speed.py --hours 8       # + an 8 h run streamed to disk
 
-Targets (issue 3): >= 1000x real time for the default scenario (1 Gb/s, 100 campus + 8 DTN
-flows, 1 ms step) on one core; >= 100x with short flows on; < 500 MB for an 8-hour run
-streamed to disk. Each speed figure is the median of ``--repeats`` runs of ``--seconds``
+Targets: >= 600x real time for the default scenario (1 Gb/s, 100 campus + 8 DTN flows, 1 ms
+step) on one core after the calibration against real TCP (issue 13), and the 1000x of issue 3
+that it asks to try for; >= 100x with short flows on; < 500 MB for an 8-hour run streamed to
+disk. Each speed figure is the median of ``--repeats`` runs of ``--seconds``
 simulated seconds after a warm-up that also compiles the kernel. The memory figure is the
 peak RSS of a child process running ``scidmz sim run`` (the whole CLI path: CSV streaming,
 events, summary); the kernel reports the largest child so far, so a later row is an upper
@@ -46,6 +47,13 @@ def speedup(scenario: Scenario, seconds: float, repeats: int) -> tuple[float, fl
     return figures[len(figures) // 2], figures[-1]
 
 
+def verdicts(speed: float, targets: tuple[tuple[int, str], ...]) -> tuple[str, str]:
+    """The target column and the verdicts of ``speed`` against each ``(floor, source)``."""
+    column = ", ".join(f">= {floor}x ({source})" for floor, source in targets)
+    marks = ", ".join(f"{floor}x {'met' if speed >= floor else 'MISSED'}" for floor, _ in targets)
+    return column, marks
+
+
 def streamed_run(hours: float, short_flows: bool) -> tuple[float, float, float]:
     """(simulated s, wall s, peak RSS MB) of ``scidmz sim run`` in a child process."""
     duration = hours * 3600
@@ -77,13 +85,14 @@ def main() -> None:
         "| scenario | target | median speed-up | best |",
         "|---|---|---|---|",
     ]
-    for name, scenario, target in (
-        ("default (1 Gb/s, 100 campus + 8 DTN, 1 ms)", default, 1000),
-        ("default + short flows (table 6)", shorts, 100),
+    default_targets = ((600, "issue 13"), (1000, "issue 3"))
+    for name, scenario, targets in (
+        ("default (1 Gb/s, 100 campus + 8 DTN, 1 ms)", default, default_targets),
+        ("default + short flows (table 6)", shorts, ((100, "issue 3"),)),
     ):
         median, best = speedup(scenario, args.seconds, args.repeats)
-        verdict = "met" if median >= target else "MISSED"
-        lines.append(f"| {name} | >= {target}x | {median:.0f}x ({verdict}) | {best:.0f}x |")
+        column, marks = verdicts(median, targets)
+        lines.append(f"| {name} | {column} | {median:.0f}x ({marks}) | {best:.0f}x |")
         print(lines[-1], flush=True)
     if args.hours > 0:
         lines += ["", "| streamed run | simulated | wall | speed-up | peak RSS | target |",

@@ -4,6 +4,12 @@ the collector's wire decoding, the packet tap's flow table).
 ``error_model="numpy"`` lets a division by zero give inf/NaN instead of raising, which removes
 a branch from every division in the step loop.
 
+``_nrt=False`` compiles without numba's reference counting. Every array these functions use
+comes from the caller and none allocates one, so there is nothing to count; with counting on,
+each array passed to a compiled call (and each array argument of an inlined one) cost an
+atomic increment and decrement, 13–17 % of the simulator's step loop (``perf`` on
+``bench/netsim_speed.py``). A function that needs to allocate fails to compile, loudly.
+
 Machine code is cached between processes, but numba invalidates a cached function only when
 *its own* source file changes, not when a function it calls (in another module) does. So the
 cache lives in a directory named after a hash of every compiled module of this package and
@@ -19,7 +25,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import numba
 from numba import njit
@@ -58,11 +64,17 @@ def _cache_dir() -> Path:
 numba.config.CACHE_DIR = str(_cache_dir())  # type: ignore[attr-defined]
 
 
+_OPTIONS: dict[str, Any] = {"cache": True, "error_model": "numpy", "_nrt": False}
+"""numba's options for every compiled function, as a mapping because ``_nrt`` is a private
+option (numba is pinned) that numba's type stubs do not list."""
+
+
 def compiled(function: F) -> F:
-    """Compile ``function`` for the step loop (nopython mode, cached, numpy error model)."""
-    return cast(F, njit(cache=True, error_model="numpy")(function))
+    """Compile ``function`` for the step loop (nopython mode, cached, numpy error model, no
+    reference counting)."""
+    return cast(F, njit(**_OPTIONS)(function))
 
 
 def compiled_inline(function: F) -> F:
     """Like ``compiled``, but inlined into its callers at the numba IR level."""
-    return cast(F, njit(cache=True, error_model="numpy", inline="always")(function))
+    return cast(F, njit(inline="always", **_OPTIONS)(function))

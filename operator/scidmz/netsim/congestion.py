@@ -61,7 +61,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.contract.compiled import compiled
+from scidmz.contract.compiled import compiled, compiled_inline
 from scidmz.netsim.layout import (
     ACK_EPOCH_ACKED,
     ACK_EPOCH_T,
@@ -160,7 +160,20 @@ RATE_PARTS = 8
 """BBR's sliding delivery-rate window: a sample every 1/RATE_PARTS of a round."""
 
 
-@compiled
+@compiled_inline
+def lesser(a: float, b: float) -> float:
+    """``min(a, b)`` as a select, by Python's rule (``a`` unless ``b < a``). numba's
+    builtin ``min`` compiles to a call, and a loop with a call is not vectorised."""
+    return b if b < a else a
+
+
+@compiled_inline
+def greater(a: float, b: float) -> float:
+    """``max(a, b)`` as a select (Python's rule: ``a`` unless ``b > a``)."""
+    return b if b > a else a
+
+
+@compiled_inline
 def grow_windows(
     flow_f: FloatRows,
     flow_i: IntRows,
@@ -211,18 +224,20 @@ def grow_windows(
         w_max = flow_f[W_MAX, i]
         offset = elapsed + flow_f[BASE_RTT, i] - k
         target = CUBIC_C * offset * offset * offset + w_max
-        target = min(max(target, cwnd), 1.5 * cwnd)
+        target = lesser(greater(target, cwnd), 1.5 * cwnd)
         cubic = cwnd + (target - cwnd) * per_cwnd
         # bictcp_update: before any loss (last_max_cwnd 0, e.g. after HyStart) at least 1
         # segment per 20 acknowledged, 5 % a round, where W_cubic's plateau would crawl
         cubic = (
-            max(cubic, cwnd + segs * CUBIC_FIRST_GROWTH) if flow_f[LAST_MAX, i] <= 0.0 else cubic
+            greater(cubic, cwnd + segs * CUBIC_FIRST_GROWTH)
+            if flow_f[LAST_MAX, i] <= 0.0
+            else cubic
         )
         w_est = flow_f[W_EST, i]
         new_w_est = w_est + CUBIC_ALPHA * per_cwnd
         now_offset = elapsed - k
         w_cubic = CUBIC_C * now_offset * now_offset * now_offset + w_max
-        cubic = max(cubic, new_w_est) if w_cubic < new_w_est else cubic
+        cubic = greater(cubic, new_w_est) if w_cubic < new_w_est else cubic
         is_cubic = cc == CUBIC
         avoided = cubic if is_cubic else reno
         grown = cwnd + segs if slow else avoided

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from scidmz.contract.compiled import compiled
+from scidmz.contract.compiled import compiled_inline
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -20,7 +20,7 @@ IntArray = npt.NDArray[np.int64]
 _EPSILON_BYTES = 1e-9
 
 
-@compiled
+@compiled_inline
 def fifo_push(
     slots: FloatArray,
     slot_step: IntArray,
@@ -51,7 +51,7 @@ def fifo_push(
     cursor[1] = count + 1
 
 
-@compiled
+@compiled_inline
 def fifo_pop(
     slots: FloatArray,
     slot_step: IntArray,

@@ -47,8 +47,10 @@ from scidmz.contract.compiled import compiled, compiled_inline
 from scidmz.netsim.congestion import (
     HYSTART_OFF,
     bbr_step,
+    greater,
     grow_windows,
     hystart_update,
+    lesser,
     on_loss,
     on_timeout,
     timeout_after,
@@ -755,14 +757,14 @@ def advance(
         for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing, TSO)
             cwnd_bytes = flow_f[CWND, i] * mss
             window = cwnd_bytes - flow_f[INFLIGHT, i]
-            amount = min(window, flow_f[LINE_BYTES, i], flow_f[REMAINING, i])
+            amount = lesser(lesser(window, flow_f[LINE_BYTES, i]), flow_f[REMAINING, i])
             rate = pacing[i]
             paced = rate < np.inf
             budget = flow_f[PACING_CREDIT, i] + rate * dt if paced else np.inf
-            amount = min(amount, budget)
-            credit = min(budget - max(amount, 0.0), rate * dt)
+            amount = lesser(amount, budget)
+            credit = lesser(budget - greater(amount, 0.0), rate * dt)
             flow_f[PACING_CREDIT, i] = credit if paced else 0.0
-            amount = amount if flow_i[RUNNING, i] == 1 and amount > 0.0 else 0.0
+            amount = amount if (flow_i[RUNNING, i] == 1) & (amount > 0.0) else 0.0
             # the window was what held it back (not the NIC / application or pacing); in slow
             # start also while half the window is in flight, so slow start doubles the window
             # even when the NIC, not the window, paced the last burst (Linux
@@ -771,12 +773,12 @@ def advance(
             slow_start_limited = (cwnd_bytes < 2.0 * (flow_f[INFLIGHT, i] + amount)) & (
                 flow_f[CWND, i] < flow_f[SSTHRESH, i]
             )
-            flow_f[CWND_LIMITED, i] = 1.0 if window_limited or slow_start_limited else 0.0
+            flow_f[CWND_LIMITED, i] = 1.0 if window_limited | slow_start_limited else 0.0
             # A window-limited sender holds back a burst smaller than both the minimum TSO
             # burst and a third of its window (Linux tcp_tso_should_defer); BBR paces.
-            small = amount < min(min_tso, cwnd_bytes * (1.0 / 3.0))
+            small = amount < lesser(min_tso, cwnd_bytes * (1.0 / 3.0))
             more = flow_f[REMAINING, i] > amount + 1e-9
-            send[i] = 0.0 if small and window_limited and more and not paced else amount
+            send[i] = 0.0 if small & window_limited & more & (not paced) else amount
         if glob_f[DTN_RATE_LIMIT] < np.inf and n_flows > n_campus:
             _cap_dtn(flow_f, glob_f, params, send, n_campus, n_flows, dt)
         for i in range(n_flows):  # 2e. send

@@ -1,0 +1,59 @@
+"""bench/netsim_speed.py's verdicts, and the compiled-function rule its figures rest on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.bench_scripts import load_bench
+
+DEFAULT_TARGETS = ((600, "issue 13"), (1000, "issue 3"))
+
+
+def test_each_target_is_judged_on_its_own() -> None:
+    verdicts = load_bench("netsim_speed").verdicts
+    column, marks = verdicts(700.0, DEFAULT_TARGETS)
+    assert column == ">= 600x (issue 13), >= 1000x (issue 3)"
+    assert marks == "600x met, 1000x MISSED"
+
+
+def test_a_floor_is_met_at_the_floor_and_missed_just_under_it() -> None:
+    verdicts = load_bench("netsim_speed").verdicts
+    assert verdicts(600.0, DEFAULT_TARGETS)[1] == "600x met, 1000x MISSED"
+    assert verdicts(599.9, DEFAULT_TARGETS)[1] == "600x MISSED, 1000x MISSED"
+    assert verdicts(1000.0, DEFAULT_TARGETS)[1] == "600x met, 1000x met"
+
+
+def test_a_compiled_function_that_allocates_fails_to_compile(tmp_path: Path) -> None:
+    # compiled functions run without reference counting, so one that allocates an array
+    # must be refused at compile time rather than leak or crash at run time.
+    module = tmp_path / "allocates.py"
+    module.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            from numba.core.errors import TypingError
+            from scidmz.contract.compiled import compiled
+
+            @compiled
+            def total(n: int) -> float:
+                return float(np.zeros(n).sum())
+
+            try:
+                total(3)
+            except TypingError:
+                print("refused")
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(module)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"SCIDMZ_NUMBA_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
+    assert done.stdout.strip() == "refused"

@@ -15,7 +15,8 @@ backlog in frames / B), and losses per class over the
 case (lab: retransmitted segments; netsim: dropped bytes / MSS at the bottleneck, and the
 campus shaper's for the campus).
 
-``--hystart`` runs the twin with Cubic's HyStart on (the lab host's default) and
+``--hystart`` runs the twin with Cubic's HyStart on (the lab host's default),
+``--prr`` with Linux's proportional rate reduction in loss recovery (also the lab's) and
 ``--lab-starts`` starts each class when the lab's iperf3 let it; each variant writes its own
 report (``netsim_vs_lab_hystart_lab_starts.md``, ...).
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from scidmz.lab.record import mean_queuing_delay_s, truth_rows
 from scidmz.lab.topology import LAB_MIN_TSO_SEGMENTS
+from scidmz.lab.twin import SHIPPED, Variant, variant_scenario
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.schedule import RateSchedule, RateStep
 from scidmz.netsim.simulator import Simulator
@@ -60,19 +62,6 @@ class Window:
     snapshot_delay_s: float = math.nan
     """Lab only: the mean of one backlog snapshot a second (what datasets before
     2026-11-25 held as their only queuing delay)."""
-
-
-@dataclass(frozen=True)
-class Variant:
-    """The twin as shipped, or with Cubic's HyStart (``cubic_hystart``) and/or each class
-    starting when the lab's iperf3 let it (``lab_starts``)."""
-
-    hystart: bool = False
-    lab_starts: bool = False
-
-
-SHIPPED = Variant()
-"""The twin as the models were trained on it."""
 
 
 @dataclass(frozen=True)
@@ -119,29 +108,10 @@ def lab_rows(case_dir: Path) -> list[Row]:
     return rows
 
 
-IPERF3_SETUP_ROUND_TRIPS = 3
-"""Round trips iperf3 spends before data flows, besides one connect per stream: control
-connection, parameter exchange, test start (the lab's first second: a 100 ms DTN with 8
-streams sends nothing before ~1.1 s, 10 campus flows at 10 ms start within ~0.15 s)."""
-
-
-def lab_starts(scenario: dict[str, Any]) -> dict[str, Any]:
-    """The scenario with each class starting when the lab's iperf3 lets it send."""
-    started = dict(scenario)
-    for name, flows_key in (("campus", "long_flows"), ("dtn", "streams")):
-        part = dict(started[name])
-        part["start_s"] = (IPERF3_SETUP_ROUND_TRIPS + part[flows_key]) * part["base_rtt_s"]
-        started[name] = part
-    return started
-
-
 def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> list[Row]:
     """The case's scenario and u schedule through the simulator's own per-sample path,
     optionally as a variant of the twin (``Variant``)."""
-    base = lab_starts(case["scenario"]) if variant.lab_starts else case["scenario"]
-    raw = dict(base, seed=seed)
-    if variant.hystart:
-        raw["cubic_hystart"] = True
+    raw = dict(variant_scenario(case["scenario"], variant), seed=seed)
     # Datasets recorded before case.json carried it ran with the lab's GSO setting.
     raw.setdefault("min_tso_segments", LAB_MIN_TSO_SEGMENTS)
     scenario = parse_scenario(raw, f"case {case['name']}")
@@ -293,7 +263,7 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
 
 def results_path(variant: Variant) -> Path:
     """Where --write puts a variant's report (the shipped twin's is RESULTS)."""
-    suffix = ("_hystart" if variant.hystart else "") + ("_lab_starts" if variant.lab_starts else "")
+    suffix = "".join(f"_{part.replace('-', '_')}" for part in variant.parts)
     return RESULTS.with_name(f"{RESULTS.stem}{suffix}.md")
 
 
@@ -316,13 +286,19 @@ def main() -> int:
         "host's tcp_cubic runs).",
     )
     parser.add_argument(
+        "--prr",
+        action="store_true",
+        help="Run the twin with Linux's loss recovery (scenario proportional_rate_reduction: "
+        "true, PRR as the lab's kernel sends in recovery).",
+    )
+    parser.add_argument(
         "--lab-starts",
         action="store_true",
         help="Start each class when the lab's iperf3 did ((3 + flows) base RTTs).",
     )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    variant = Variant(hystart=args.hystart, lab_starts=args.lab_starts)
+    variant = Variant(hystart=args.hystart, lab_starts=args.lab_starts, prr=args.prr)
     for dataset in (args.dataset, args.against_lab):
         if dataset is not None and not (dataset / "index.json").exists():
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
@@ -349,7 +325,8 @@ def main() -> int:
             "# netsim against real Linux TCP (the lab's recorded matrix)",
             "",
             f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}"
-            f"{' --hystart' if args.hystart else ''}{' --lab-starts' if args.lab_starts else ''}`: "
+            f"{' --hystart' if args.hystart else ''}{' --prr' if args.prr else ''}"
+            f"{' --lab-starts' if args.lab_starts else ''}`: "
             f"every case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the "
             f"mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
         ]

@@ -16,7 +16,9 @@ project dependency: it runs in a throwaway environment (``bench/ns3/dumbbell.py`
 ``--lab`` adds a third column: the lab's recording of the same dumbbell
 (``examples/lab/ns3-dumbbell.yaml``: veth with TSO/GSO, Linux Cubic with HyStart, the same
 bottleneck and buffer), one figure per recorded run over the same window. It tells whether a
-gap between the twin and ns-3 is the twin's, or ns-3's distance from Linux.
+gap between the twin and ns-3 is the twin's, or ns-3's distance from Linux. With it,
+``--variants hystart,prr,lab-starts,prr+lab-starts`` adds a row of the twin set up as the lab
+for each calibration variant (``scidmz.lab.twin``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.lab.record import mean_queuing_delay_s, truth_rows
+from scidmz.lab.twin import parse_variant, variant_scenario
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.simulator import Simulator
@@ -182,11 +185,23 @@ def main() -> None:
     parser.add_argument(
         "--lab", type=Path, help="A `scidmz lab record` of examples/lab/ns3-dumbbell.yaml."
     )
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="With --lab: comma-separated twin variants (switches hystart, prr, lab-starts "
+        "joined by '+') to add as rows of the twin set up as the lab.",
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=20.0, help="Simulated seconds.")
     parser.add_argument("--warmup", type=float, default=5.0, help="Seconds left out at the start.")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "netsim_vs_ns3.md")
     args = parser.parse_args()
+    try:
+        variants = [parse_variant(name) for name in args.variants.split(",") if name]
+    except ValueError as error:
+        parser.error(f"--variants: {error}")
+    if variants and not args.lab:
+        parser.error("--variants needs --lab (the rows are the twin set up as the lab)")
     if args.ns3_json:
         reference = json.loads(args.ns3_json.read_text())
     elif args.ns3_python:
@@ -209,6 +224,14 @@ def main() -> None:
                 [run_netsim(s, args.duration, args.warmup, settings) for s in seeds],
             )
         )
+        for variant in variants:
+            varied = variant_scenario(settings, variant)
+            sources.append(
+                (
+                    f"netsim as the lab, {' + '.join(variant.parts) or 'shipped'}",
+                    [run_netsim(s, args.duration, args.warmup, varied) for s in seeds],
+                )
+            )
         lab_lines = [
             f"Linux: real TCP in the lab (`{args.lab}`, {len(sources[1][1])} runs of "
             "`examples/lab/ns3-dumbbell.yaml`; goodput scaled to",
@@ -232,7 +255,8 @@ def main() -> None:
             f"netsim: mean ± std over seeds 1-{args.seeds}. Queuing delay is bytes-weighted FIFO",
             "sojourn per class. Reproduce: `.venv/bin/python bench/netsim_vs_ns3.py "
             f"{source} --duration {args.duration:g} "
-            f"--warmup {args.warmup:g}{f' --lab {args.lab}' if args.lab else ''} "
+            f"--warmup {args.warmup:g}{f' --lab {args.lab}' if args.lab else ''}"
+            f"{f' --variants {args.variants}' if variants else ''} "
             f"--out {args.out}`.",
             "",
             *lab_lines,

@@ -97,3 +97,24 @@ def test_the_table_judges_each_run_against_ns3_and_linux(bench: ModuleType, tmp_
     # without a lab recording the table has no Linux columns
     alone = bench.comparison_rows([("ns-3", [ns3]), ("netsim", [netsim])])
     assert len(_cells(alone[0])) == 6
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--lab", "x", "--variants", "prr,turbo"], "unknown twin variant 'turbo'"),
+        (["--variants", "prr"], "--variants needs --lab"),
+    ],
+)
+def test_a_bad_variant_list_exits_2_before_any_run(
+    bench: ModuleType,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    message: str,
+) -> None:
+    monkeypatch.setattr("sys.argv", ["netsim_vs_ns3.py", "--ns3-json", "missing.json", *extra])
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main()
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

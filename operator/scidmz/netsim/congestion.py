@@ -22,6 +22,13 @@ Sources and simplifications:
   default: against the lab it helps the matrix a little and the ns-3 dumbbell not at all
   (README, "Slow start, HyStart and set-up time"), and the shipped models were identified
   without it.
+* **Loss recovery of Reno and Cubic** — one window reduction per round trip; in recovery
+  the sender may send its new window less what is in flight, at once. Optionally as Linux
+  sends in recovery (scenario ``proportional_rate_reduction``; ``prr_window``, RFC 6937,
+  Linux ``tcp_cwnd_reduction``): in proportion to what is acknowledged, without TSO deferral,
+  the window ssthresh when recovery ends. Off by default: against the lab it changes the
+  matrix within its seeds' noise and moves the dumbbell's DTN closer to Linux early and
+  further from it later (README, "Loss recovery (PRR), optional").
 * **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
   startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
   a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
@@ -103,6 +110,9 @@ from scidmz.netsim.layout import (
     PROBE_RTT,
     PROBE_RTT_DONE,
     PROBE_UP_SEGS,
+    PRR_DELIVERED,
+    PRR_OUT,
+    PRR_PRIOR,
     RATE_Q,
     RATE_Q0,
     RATE_T0,
@@ -262,6 +272,9 @@ def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
         return
     if now < flow_f[RECOVERY_UNTIL, i]:
         return
+    flow_f[PRR_PRIOR, i] = flow_f[CWND, i]
+    flow_f[PRR_DELIVERED, i] = 0.0
+    flow_f[PRR_OUT, i] = 0.0
     cwnd = _ssthresh(flow_f, flow_i, i)
     flow_f[EPOCH_T, i] = -1.0
     flow_f[CWND, i] = cwnd
@@ -287,6 +300,27 @@ def _ssthresh(flow_f: FloatRows, flow_i: IntRows, i: int) -> float:
     return reduced_window(cwnd, CUBIC_BETA)
 
 
+@compiled_inline
+def prr_window(flow_f: FloatRows, i: int, acked: float, mss: float) -> float:
+    """What flow ``i`` may send in this step of its loss recovery, in bytes: Linux
+    ``tcp_cwnd_reduction`` (PRR, RFC 6937), which sets cwnd to what is in flight + this.
+    While more than ssthresh is in flight, ssthresh / prior window per byte acknowledged
+    since recovery began (less what was sent since); once no more is, up to ssthresh, but no
+    more than was acknowledged (this step's ACKs at least) + 1 segment (PRR-SSRB). So a
+    sender that lost much does not refill its window in one burst into the queue that just
+    dropped it: it grows back with its ACKs, and after recovery its window is ssthresh."""
+    delivered = flow_f[PRR_DELIVERED, i] + acked
+    flow_f[PRR_DELIVERED, i] = delivered
+    sent = flow_f[PRR_OUT, i]
+    pipe = flow_f[INFLIGHT, i]
+    ssthresh = flow_f[SSTHRESH, i] * mss
+    proportional = delivered * flow_f[SSTHRESH, i] / flow_f[PRR_PRIOR, i] - sent
+    bounded = lesser(ssthresh - pipe, greater(delivered - sent, acked) + mss)
+    allowed = proportional if pipe > ssthresh else bounded
+    # Linux sends at least one segment on the recovery's first ACK (the fast retransmit)
+    return greater(allowed, 0.0 if sent > 0.0 else mss)
+
+
 @compiled
 def on_timeout(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
     """A retransmission timeout (RFC 6298 §5, Linux ``tcp_enter_loss``): ssthresh from the
@@ -306,6 +340,7 @@ def on_timeout(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
         flow_f[LAST_MAX, i] = 0.0
         flow_f[W_MAX, i] = 0.0
     flow_f[CWND, i] = 1.0
+    flow_f[PRR_PRIOR, i] = 0.0  # the Loss state: slow start from one segment, no PRR
     flow_f[EPOCH_T, i] = -1.0
     flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
 

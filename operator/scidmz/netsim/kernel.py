@@ -53,6 +53,7 @@ from scidmz.netsim.congestion import (
     lesser,
     on_loss,
     on_timeout,
+    prr_window,
     timeout_after,
 )
 from scidmz.netsim.fifo import fifo_pop, fifo_push
@@ -138,6 +139,7 @@ from scidmz.netsim.layout import (
     P_PAYLOAD,
     P_POOL_END,
     P_POOL_START,
+    P_PRR,
     P_SHAPER_LIMIT,
     P_SHORT_CC,
     P_SHORT_LINE,
@@ -146,6 +148,8 @@ from scidmz.netsim.layout import (
     P_T_TH,
     PACING_CREDIT,
     PROBE_UP_SEGS,
+    PRR_OUT,
+    PRR_PRIOR,
     QD_CAMPUS_LAST,
     QD_DTN_LAST,
     QUEUE,
@@ -205,6 +209,9 @@ float sums of a 1.25 GB stream's ACKs end ~1e-3 bytes short (at 1e-3, 5 of 10 ca
 transfers never completed)."""
 _GSO_MAX_BYTES = 65_536.0 - 1448.0  # GSO_LEGACY_MAX_SIZE less headroom, as whole segments
 SCRATCH_ROWS = 9
+_UNDEFERRED = 1e300
+"""A pacing rate no step can use up: a flow given it sends what its window allows at once,
+without TSO deferral (a sender in loss recovery; Linux ``tcp_tso_should_defer``)."""
 
 
 @compiled
@@ -552,6 +559,31 @@ def _cap_dtn(
 
 
 @compiled
+def _reduce_in_recovery(
+    flow_f: FloatArray,
+    pacing: FloatArray,
+    n_flows: int,
+    now: float,
+    acked_now: FloatArray,
+    mss: float,
+) -> None:
+    """Loss recovery with proportional rate reduction (``proportional_rate_reduction``): as
+    Linux ``tcp_cwnd_reduction`` does, the window of a Reno or Cubic sender in recovery is
+    what it has in flight + what ``prr_window`` lets it send, and it does not defer a small
+    burst; when recovery ends the window is ssthresh (``tcp_end_cwnd_reduction``)."""
+    for i in range(n_flows):
+        if flow_f[PRR_PRIOR, i] <= 0.0:
+            continue
+        if now < flow_f[RECOVERY_UNTIL, i]:
+            allowed = prr_window(flow_f, i, acked_now[i], mss)
+            flow_f[CWND, i] = (flow_f[INFLIGHT, i] + allowed) / mss
+            pacing[i] = _UNDEFERRED
+        else:
+            flow_f[CWND, i] = flow_f[SSTHRESH, i]
+            flow_f[PRR_PRIOR, i] = 0.0
+
+
+@compiled
 def _start_short_flows(
     flow_f: FloatArray,
     flow_i: IntArray,
@@ -648,6 +680,7 @@ def advance(
     idle = params[P_IDLE]
     payload = params[P_PAYLOAD]
     min_tso = params[P_MIN_TSO] * mss
+    prr_on = params[P_PRR] > 0.0
     smoothing = min(dt / _PROBE_LOSS_WINDOW_S, 1.0)
     event_room = events.shape[1] - 3 * n_flows - 8
     send = scratch[0]
@@ -754,6 +787,8 @@ def advance(
                     flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss
                 )
 
+        if prr_on:
+            _reduce_in_recovery(flow_f, pacing, n_flows, now, acked_now, mss)
         for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing, TSO)
             cwnd_bytes = flow_f[CWND, i] * mss
             window = cwnd_bytes - flow_f[INFLIGHT, i]
@@ -788,6 +823,9 @@ def advance(
             flow_f[REMAINING, i] -= amount
             departed[i] = 0.0
             sojourn_w[i] = 0.0
+        if prr_on:
+            for i in range(n_flows):
+                flow_f[PRR_OUT, i] += send[i]
         offered = 0.0
         for i in range(n_campus):
             offered += send[i]

@@ -59,7 +59,10 @@ HS_END = 61  # ... bytes sent when the round began: the round ends once ACKED pa
 HS_CURR_RTT = 62  # ... the round's minimum RTT sample so far (s)
 HS_SAMPLES = 63  # ... ACKs the round's minimum has seen (the delay test needs 8)
 LAST_MAX = 64  # Cubic last_max_cwnd: W_max of the last loss; 0 before any / after an RTO
-N_FLOW_F = 65
+PRR_PRIOR = 65  # PRR: the window when this recovery began, segments; 0: not in a PRR recovery
+PRR_DELIVERED = 66  # PRR: bytes acknowledged since it began ...
+PRR_OUT = 67  # ... and bytes sent since
+N_FLOW_F = 68
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -204,4 +207,5 @@ P_DTN_BURST = 17  # the DTN cap's bucket depth, bytes
 P_PAYLOAD = 18  # payload / frame bytes of a full segment: rates in frames -> payload bytes
 P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
 P_HYSTART = 20  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
-N_PARAMS = 21
+P_PRR = 21  # 1: loss-based senders send in recovery as Linux's PRR lets them (RFC 6937)
+N_PARAMS = 22

@@ -221,6 +221,15 @@ class Scenario(_Model):
         "without a loss once a round's ACK train spans half the minimum RTT or its RTT rises "
         "4-16 ms above the minimum. false: slow start ends at the first loss (hystart=0).",
     )
+    proportional_rate_reduction: bool = Field(
+        default=False,
+        description="Loss recovery as Linux sends in it (PRR, RFC 6937; tcp_cwnd_reduction): a "
+        "Reno or Cubic sender in recovery sends in proportion to what is acknowledged, "
+        "ssthresh/prior window per byte while more than ssthresh is in flight, then at most "
+        "the acknowledged bytes + 1 segment per step up to ssthresh, and never holds a burst "
+        "back (no TSO deferral in recovery). false: after a loss the sender may send its new "
+        "window minus what is in flight at once, retransmissions first.",
+    )
     seed: int = Field(default=1, ge=0)
 
     @property

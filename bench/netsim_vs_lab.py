@@ -69,14 +69,21 @@ class Run:
     windows: list[Window]
     dtn_losses: float
     campus_losses: float
+    dtn_segments: float = math.nan
+    """Segments delivered over the same seconds as the losses (each class's loss rate is
+    losses / segments)."""
+    campus_segments: float = math.nan
 
 
 Row = dict[str, float]
 """One second: t_s, dtn_rate_bps, campus_rate_bps, queuing_delay_s and losses per class."""
 
 
-def windows_of(rows: list[Row], capacity_bps: float, duration_s: float) -> Run:
-    """The 10 s windows after the first, and the losses over them, of per-second rows."""
+def windows_of(
+    rows: list[Row], capacity_bps: float, duration_s: float, mss_bytes: float = 1448.0
+) -> Run:
+    """The 10 s windows after the first, and the losses and delivered segments over them,
+    of per-second rows."""
     windows = []
     for start in np.arange(WINDOW_S, duration_s - 1e-9, WINDOW_S):
         inside = [r for r in rows if start < r["t_s"] <= start + WINDOW_S]
@@ -91,10 +98,13 @@ def windows_of(rows: list[Row], capacity_bps: float, duration_s: float) -> Run:
         snapshot = float(np.nanmean(snapshots)) if snapshots else math.nan
         windows.append(Window(dtn, campus, (dtn + campus) / capacity_bps, delay, snapshot))
     measured = [r for r in rows if r["t_s"] > WINDOW_S]
+    segment_bits = mss_bytes * 8
     return Run(
         windows,
         float(np.nansum([r["dtn_losses"] for r in measured])),
         float(np.nansum([r["campus_losses"] for r in measured])),
+        float(np.nansum([r["dtn_rate_bps"] for r in measured])) / segment_bits,
+        float(np.nansum([r["campus_rate_bps"] for r in measured])) / segment_bits,
     )
 
 
@@ -157,6 +167,8 @@ def mean_run(runs: list[Run]) -> Run:
         windows,
         float(np.mean([r.dtn_losses for r in runs])),
         float(np.mean([r.campus_losses for r in runs])),
+        float(np.mean([r.dtn_segments for r in runs])),
+        float(np.mean([r.campus_segments for r in runs])),
     )
 
 
@@ -175,6 +187,19 @@ def ratio(sim: float, lab: float) -> str:
     return f"{sim / lab:.2f}×" if lab > 0 else ("—" if sim == 0 else "∞")
 
 
+def loss_rates(run: Run) -> str:
+    """Each class's losses per segment delivered, and the DTN's over the campus's: how the
+    drops are shared between the classes, apart from how many there are."""
+    dtn = run.dtn_losses / run.dtn_segments if run.dtn_segments > 0 else math.nan
+    campus = run.campus_losses / run.campus_segments if run.campus_segments > 0 else math.nan
+    share = f"{dtn / campus:.2f}" if campus > 0 else "—"
+    return f"DTN {dtn:.3%}, campus {campus:.3%} (DTN / campus {share})"
+
+
+def _mss(case: dict[str, Any]) -> float:
+    return float(case["scenario"].get("mss_bytes", 1448))
+
+
 Model = Callable[[str, dict[str, Any]], Run]
 """What a case is compared with: (case name, case.json) -> its windows."""
 
@@ -185,7 +210,7 @@ def simulated(seeds: int, variant: Variant = SHIPPED) -> Model:
         duration = float(case["duration_s"])
         return mean_run(
             [
-                windows_of(sim_rows(case, seed, variant), capacity, duration)
+                windows_of(sim_rows(case, seed, variant), capacity, duration, _mss(case))
                 for seed in range(1, seeds + 1)
             ]
         )
@@ -198,7 +223,7 @@ def recorded(dataset: Path) -> Model:
 
     def model(name: str, case: dict[str, Any]) -> Run:
         capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-        return windows_of(lab_rows(dataset / name), capacity, float(case["duration_s"]))
+        return windows_of(lab_rows(dataset / name), capacity, float(case["duration_s"]), _mss(case))
 
     return model
 
@@ -216,7 +241,7 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
         tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
         capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
         duration = float(case["duration_s"])
-        lab = windows_of(lab_rows(case_dir), capacity, duration)
+        lab = windows_of(lab_rows(case_dir), capacity, duration, _mss(case))
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [
@@ -256,7 +281,8 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
             f"\nLosses after {WINDOW_S:.0f} s (segments): DTN lab {lab.dtn_losses:.0f}, sim "
             f"{sim.dtn_losses:.0f} ({ratio(sim.dtn_losses, lab.dtn_losses)}); campus lab "
             f"{lab.campus_losses:.0f}, sim {sim.campus_losses:.0f} "
-            f"({ratio(sim.campus_losses, lab.campus_losses)}){'' if losses else ' ✗'}\n"
+            f"({ratio(sim.campus_losses, lab.campus_losses)}){'' if losses else ' ✗'}. "
+            f"Per segment delivered: lab {loss_rates(lab)}; sim {loss_rates(sim)}\n"
         )
     return lines, dict(counts)
 

@@ -55,6 +55,16 @@ def test_the_lab_is_judged_by_its_mean_queuing_delay_when_recorded(bench, tmp_pa
     assert first.queuing_delay_s == pytest.approx(0.095)
     assert first.snapshot_delay_s == pytest.approx(0.099 * 9 / 10)
     assert lab.dtn_losses == 200.0 and lab.campus_losses == 400.0
+    # 20 s after the first window at 100 / 150 Mb/s of 1448-byte segments
+    assert lab.dtn_segments == pytest.approx(20 * 100e6 / (1448 * 8))
+    assert lab.campus_segments == pytest.approx(20 * 150e6 / (1448 * 8))
+    dtn_rate = 200 / lab.dtn_segments
+    campus_rate = 400 / lab.campus_segments
+    assert bench.loss_rates(lab) == (
+        f"DTN {dtn_rate:.3%}, campus {campus_rate:.3%} (DTN / campus {dtn_rate / campus_rate:.2f})"
+    )
+    # half the campus's losses over two thirds of its segments
+    assert "(DTN / campus 0.75)" in bench.loss_rates(lab)
 
 
 def test_an_older_dataset_falls_back_to_its_snapshots(bench, tmp_path):

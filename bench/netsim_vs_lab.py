@@ -41,6 +41,7 @@ import numpy as np
 from scidmz.lab.record import mean_queuing_delay_s, truth_rows
 from scidmz.lab.topology import LAB_MIN_TSO_SEGMENTS
 from scidmz.lab.twin import SHIPPED, Variant, variant_scenario
+from scidmz.netsim import layout
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.schedule import RateSchedule, RateStep
 from scidmz.netsim.simulator import Simulator
@@ -135,11 +136,16 @@ def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> lis
         scenario.sample_time_s,
     )
     rows = []
+    dtn = sim.layout.dtn_columns
     for _ in range(math.ceil(float(case["duration_s"]) / period - 1e-9)):
         start = sim.now
         sample = sim.run_sample(schedule.changes(start, start + period))
         rows.append(
             {
+                # BBR's max-filtered bandwidth summed over the streams (0 for Cubic: unset),
+                # and its min-RTT estimate, mean over them
+                "dtn_bandwidth_estimate_bps": float(sim.flow_f[layout.BTL_BW, dtn].sum()) * 8,
+                "dtn_min_rtt_estimate_s": float(sim.flow_f[layout.MIN_RTT, dtn].mean()),
                 "t_s": sample.time_s,
                 "dtn_rate_bps": sample.dtn_rate_bps,
                 "campus_rate_bps": sample.campus_rate_bps,

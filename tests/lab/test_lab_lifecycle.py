@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -99,4 +100,14 @@ def test_record_runs_each_case_on_its_own_lab_with_its_u_schedule(tmp_path: Path
         flows = list(csv.DictReader(handle))
     assert {f["class"] for f in flows} == {"dtn", "campus"}
     assert all(float(f["cwnd_segments"]) > 0 for f in flows)
+    # a BBR sender's state from ss: its bandwidth estimate and min RTT; none for Cubic
+    with gzip.open(tmp_path / "out" / "bbr-fixed" / "flows.csv.gz", "rt") as handle:
+        bbr_flows = list(csv.DictReader(handle))
+    dtn = [f for f in bbr_flows if f["class"] == "dtn" and float(f["bytes_acked"]) > 1e6]
+    assert dtn and all(float(f["bbr_bandwidth_bps"]) > 1e6 for f in dtn)
+    assert all(0.05 < float(f["bbr_min_rtt_s"]) < 0.5 for f in dtn)
+    assert all(float(f["delivery_rate_bps"]) > 0 for f in dtn)
+    # the Cubic case's data flows (iperf3's control connections use the namespace's default)
+    cubic = [f for f in flows if float(f["bytes_acked"]) > 1e6]
+    assert cubic and all(math.isnan(float(f["bbr_bandwidth_bps"])) for f in cubic)
     assert runner.existing_namespaces() == [] and _lab_processes() == []

@@ -34,6 +34,33 @@ def test_ss_lines_become_flows_with_si_units() -> None:
     assert data.retransmitted_segments == 25 and control.retransmitted_segments == 0
 
 
+# Captured from `ss -tinH` on this host (iperf3 with BBR over loopback), shortened.
+SS_BBR = (
+    "ESTAB 0      0      127.0.0.1:51926 127.0.0.1:5299\n"
+    "\t bbr wscale:10,10 rto:204 rtt:0.051/0.052 mss:65483 cwnd:18 bytes_acked:37617702"
+    " data_segs_out:864 bbr:(bw:261932000000bps,mrtt:0.002,pacing_gain:2.88672,"
+    "cwnd_gain:2.88672) send 184893176471bps pacing_rate 1497102688120bps"
+    " delivery_rate 174621333328bps delivered:865 minrtt:0.002\n"
+)
+
+
+def test_ss_gives_bbrs_estimates_and_the_kernels_rates() -> None:
+    (flow,) = parse_ss(SS_BBR)
+    assert flow.bbr_bandwidth_bps == 261932000000.0
+    assert flow.bbr_min_rtt_s == pytest.approx(2e-6)
+    assert flow.bbr_pacing_gain == pytest.approx(2.88672)
+    assert flow.pacing_rate_bps == 1497102688120.0
+    assert flow.delivery_rate_bps == 174621333328.0  # not the "send" rate before it
+
+
+def test_a_cubic_flow_has_no_bbr_estimates_and_units_scale() -> None:
+    (_, cubic) = parse_ss(SS_OUTPUT)
+    assert math.isnan(cubic.bbr_bandwidth_bps) and math.isnan(cubic.bbr_pacing_gain)
+    assert math.isnan(cubic.delivery_rate_bps)  # not printed in that capture
+    (scaled,) = parse_ss(SS_BBR.replace("delivery_rate 174621333328bps", "delivery_rate 12.5Mbps"))
+    assert scaled.delivery_rate_bps == pytest.approx(12.5e6)
+
+
 def _flow(local: str, acked: int, segments: int, retrans: int = 0, rtt_s: float = 0.1) -> TcpFlow:
     return TcpFlow(local, "10.71.4.2:5201", "cubic", rtt_s, 0.1, 100, acked, segments, retrans)
 

@@ -14,7 +14,8 @@ The matrix file::
         u_steps: [[0s, 300Mbps], [20s, 150Mbps], [40s, 75Mbps]]   # ... or steps
 
 Each case gets its own lab (up, flows, down) and a folder ``OUT/<name>/`` with
-``truth.csv``, ``flows.csv`` (every flow's cwnd, RTT, retransmissions per second), the
+``truth.csv``, ``flows.csv`` (every flow's cwnd, RTT, retransmissions, delivery and pacing
+rates and BBR's estimates per second: ``truth.FLOW_COLUMNS``), the
 iperf3 logs and ``case.json`` (the full scenario and the u schedule). A case that fails is
 recorded as failed in ``OUT/index.json`` and the next one runs.
 """

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from scidmz.lab import topology
 from scidmz.lab.runner import Lab, _wait_for, spawn
-from scidmz.lab.truth import BACKLOG_POLL_S, BacklogMeter, TruthSampler
+from scidmz.lab.truth import BACKLOG_POLL_S, FLOW_COLUMNS, BacklogMeter, TruthSampler
 from scidmz.netsim.scenario import Scenario
 
 
@@ -105,7 +105,7 @@ def record_truth(
     flows_csv: bool = False,
 ) -> Path:
     """Run the long flows for ``duration_s`` and write per-interval ground truth to
-    ``out/truth.csv`` (and every flow's cwnd, RTT, retransmissions to ``out/flows.csv``);
+    ``out/truth.csv`` (and every flow's ``truth.FLOW_COLUMNS`` to ``out/flows.csv``);
     returns its path. Rows come on monotonic deadlines; between them the bottleneck's
     backlog is read every ``BACKLOG_POLL_S`` for the interval's mean queuing delay.
     ``on_tick(t_s)`` runs at 0 and after every row (where ``lab record`` changes u)."""
@@ -126,15 +126,7 @@ def record_truth(
         meter.mean.take()
         on_tick(0.0)
         flow_handle = (out / "flows.csv").open("w", newline="") if flows_csv else None
-        flow_writer = (
-            csv.DictWriter(
-                flow_handle,
-                ["t_s", "class", "flow", "cwnd_segments", "rtt_s", "bytes_acked",
-                 "retransmitted_segments"],
-            )
-            if flow_handle
-            else None
-        )  # fmt: skip
+        flow_writer = csv.DictWriter(flow_handle, list(FLOW_COLUMNS)) if flow_handle else None
         if flow_writer is not None:
             flow_writer.writeheader()
         with path.open("w", newline="") as handle:

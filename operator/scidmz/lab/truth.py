@@ -25,6 +25,13 @@ from scidmz.control.actuators import TC_H_ROOT
 from scidmz.lab import topology
 
 _FIELD = re.compile(r"(\w+):([^\s]+)")
+FLOW_COLUMNS = (
+    "t_s", "class", "flow", "cwnd_segments", "rtt_s", "bytes_acked", "retransmitted_segments",
+    "delivery_rate_bps", "pacing_rate_bps", "bbr_bandwidth_bps", "bbr_min_rtt_s",
+    "bbr_pacing_gain",
+)  # fmt: skip
+"""flows.csv's columns (datasets recorded before 2026-11-25's third session end at
+``retransmitted_segments``)."""
 log = logging.getLogger(__name__)
 
 BACKLOG_POLL_S = 0.01
@@ -45,6 +52,15 @@ class TcpFlow:
     bytes_acked: int
     data_segments_out: int
     retransmitted_segments: int
+    delivery_rate_bps: float = math.nan
+    """The kernel's last delivery-rate sample (what BBR's bandwidth filter is fed)."""
+    pacing_rate_bps: float = math.nan
+    bbr_bandwidth_bps: float = math.nan
+    """BBR only: its max-filtered bottleneck bandwidth estimate (``bbr:(bw:…)``) ..."""
+    bbr_min_rtt_s: float = math.nan
+    """... its min-RTT estimate (``mrtt``) ..."""
+    bbr_pacing_gain: float = math.nan
+    """... and the gain its pacing rate applies to the estimate now."""
 
     @property
     def peer_port(self) -> int:
@@ -74,9 +90,39 @@ def parse_ss(text: str) -> list[TcpFlow]:
                 bytes_acked=int(fields.get("bytes_acked", 0)),
                 data_segments_out=int(fields.get("data_segs_out", 0)),
                 retransmitted_segments=int(retrans),
+                delivery_rate_bps=_bps(_SPACED_RATE["delivery_rate"].search(info)),
+                pacing_rate_bps=_bps(_SPACED_RATE["pacing_rate"].search(info)),
+                **_bbr_fields(info),
             )
         )
     return flows
+
+
+_SPACED_RATE = {
+    name: re.compile(rf"\b{name} ([0-9.]+)([KMG]?)bps\b")
+    for name in ("delivery_rate", "pacing_rate")
+}
+_BBR = re.compile(r"\bbbr:\(([^)]*)\)")
+_BBR_BW = re.compile(r"([0-9.]+)([KMG]?)bps")
+_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9}
+
+
+def _bps(match: re.Match[str] | None) -> float:
+    return float(match.group(1)) * _SCALE[match.group(2)] if match else math.nan
+
+
+def _bbr_fields(info: str) -> dict[str, float]:
+    """``bbr:(bw:…bps,mrtt:…,pacing_gain:…,cwnd_gain:…)`` as ss prints BBR's state (mrtt in
+    ms); nothing for other congestion controls."""
+    match = _BBR.search(info)
+    if match is None:
+        return {}
+    fields = dict(part.split(":", 1) for part in match.group(1).split(",") if ":" in part)
+    return {
+        "bbr_bandwidth_bps": _bps(_BBR_BW.fullmatch(fields.get("bw", ""))),
+        "bbr_min_rtt_s": float(fields["mrtt"]) / 1e3 if "mrtt" in fields else math.nan,
+        "bbr_pacing_gain": float(fields.get("pacing_gain", "nan")),
+    }
 
 
 def class_truth(
@@ -277,8 +323,10 @@ class TruthSampler:
         self._links: dict[str, tuple[float, float]] = {}
 
     def flow_rows(self) -> list[dict[str, float | str]]:
-        """Every flow of the last sample: class, local address, cwnd, srtt, retransmissions
-        (the modeller's per-flow view, written to flows.csv by ``lab record``)."""
+        """Every flow of the last sample (``FLOW_COLUMNS`` but ``t_s``): class, local
+        address, cwnd, srtt, retransmissions, the kernel's delivery and pacing rates and
+        BBR's estimates (the modeller's per-flow view, written to flows.csv by ``lab
+        record``)."""
         return [
             {
                 "class": prefix,
@@ -287,6 +335,11 @@ class TruthSampler:
                 "rtt_s": flow.rtt_s,
                 "bytes_acked": float(flow.bytes_acked),
                 "retransmitted_segments": float(flow.retransmitted_segments),
+                "delivery_rate_bps": flow.delivery_rate_bps,
+                "pacing_rate_bps": flow.pacing_rate_bps,
+                "bbr_bandwidth_bps": flow.bbr_bandwidth_bps,
+                "bbr_min_rtt_s": flow.bbr_min_rtt_s,
+                "bbr_pacing_gain": flow.bbr_pacing_gain,
             }
             for prefix, flows in self._flows.items()
             for flow in flows.values()

@@ -17,6 +17,10 @@ connection, parameter exchange, test start (the lab's first second: a 100 ms DTN
 streams sends nothing before ~1.1 s, 10 campus flows at 10 ms start within ~0.15 s)."""
 
 
+VARIANT_PARTS = ("hystart", "prr", "lab-starts")
+"""A variant's switches by name, in the order its name lists them."""
+
+
 @dataclass(frozen=True)
 class Variant:
     """The twin as shipped, or with Cubic's HyStart (``cubic_hystart``), Linux's loss
@@ -29,15 +33,13 @@ class Variant:
 
     @property
     def parts(self) -> list[str]:
-        """Its switches by name, in a fixed order: ``hystart``, ``prr``, ``lab-starts``."""
-        switches = (("hystart", self.hystart), ("prr", self.prr), ("lab-starts", self.lab_starts))
-        return [name for name, on in switches if on]
+        """Its switches that are on, by name, in ``VARIANT_PARTS``' order."""
+        on = (self.hystart, self.prr, self.lab_starts)
+        return [name for name, switch in zip(VARIANT_PARTS, on, strict=True) if switch]
 
 
 SHIPPED = Variant()
 """The twin as the models were trained on it."""
-
-VARIANT_PARTS = ("hystart", "prr", "lab-starts")
 
 
 def parse_variant(text: str) -> Variant:

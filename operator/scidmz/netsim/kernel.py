@@ -14,9 +14,10 @@ One step of length dt (≤ 1 ms), in this order:
 2. **Arrivals** of short flows (paper table 6) take a free column.
 3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
    also respect their pacing rate; a window-limited sender holds back a burst too small to
-   be worth sending, as Linux's TSO deferral does. With a DTN cap (the DTN actuator), the DTN
-   streams share a token bucket at that rate; what does not fit waits at the host
-   (``_cap_dtn``).
+   be worth sending, as Linux's TSO deferral does. With ``proportional_rate_reduction`` a Reno
+   or Cubic sender in loss recovery sends as Linux's PRR lets it (``_reduce_in_recovery``).
+   With a DTN cap (the DTN actuator), the DTN streams share a token bucket at that rate;
+   what does not fit waits at the host (``_cap_dtn``).
 4. **Campus shaper** (S1-eth1): a drop-tail queue in front of a token bucket with rate u(t)
    and depth ``burst``; up to ``tokens + u·dt`` bytes leave per step.
 5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
@@ -810,7 +811,8 @@ def advance(
             )
             flow_f[CWND_LIMITED, i] = 1.0 if window_limited | slow_start_limited else 0.0
             # A window-limited sender holds back a burst smaller than both the minimum TSO
-            # burst and a third of its window (Linux tcp_tso_should_defer); BBR paces.
+            # burst and a third of its window (Linux tcp_tso_should_defer); BBR paces, and a
+            # sender in PRR recovery does not defer (its "pacing" is _UNDEFERRED).
             small = amount < lesser(min_tso, cwnd_bytes * (1.0 / 3.0))
             more = flow_f[REMAINING, i] > amount + 1e-9
             send[i] = 0.0 if small & window_limited & more & (not paced) else amount

@@ -19,7 +19,6 @@ import argparse
 import csv
 import gzip
 import json
-import math
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -28,10 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from scidmz.lab.record import truth_rows
-
 sys.path.insert(0, str(Path(__file__).parent))
-from netsim_vs_lab import WINDOW_S, sim_rows
+from netsim_vs_lab import WINDOW_S, case_mss, case_run, lab_rows, mean_run, sim_rows
 
 RESULTS = Path(__file__).parent / "results" / "bbr_bandwidth.md"
 ACTIVE_SEGMENTS = 10
@@ -51,7 +48,7 @@ class Estimate:
         return self.bandwidth_estimate_bps / self.delivered_bps
 
 
-def lab_estimate(case_dir: Path, mss_bytes: float) -> Estimate | None:
+def lab_estimate(case_dir: Path, case: dict[str, Any]) -> Estimate | None:
     """The lab's figures for one case, or None if its flows.csv has no BBR state."""
     flows = case_dir / "flows.csv.gz"
     if not flows.exists():
@@ -60,39 +57,33 @@ def lab_estimate(case_dir: Path, mss_bytes: float) -> Estimate | None:
         rows = [r for r in csv.DictReader(handle) if r["class"] == "dtn"]
     if not rows or "bbr_bandwidth_bps" not in rows[0]:
         return None
+    mss = case_mss(case)
     acked: dict[str, float] = {}
     per_second: dict[float, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         t_s, flow = float(row["t_s"]), row["flow"]
         got = float(row["bytes_acked"]) - acked.get(flow, 0.0)
         acked[flow] = float(row["bytes_acked"])
-        if t_s > WINDOW_S and got >= ACTIVE_SEGMENTS * mss_bytes:
+        if t_s > WINDOW_S and got >= ACTIVE_SEGMENTS * mss:
             per_second[t_s].append((float(row["bbr_bandwidth_bps"]), float(row["bbr_min_rtt_s"])))
-    truth = [r for r in truth_rows(case_dir) if r["t_s"] > WINDOW_S]
-    delivered = float(np.mean([r["dtn_rate_bps"] for r in truth]))
-    segments = sum(r["dtn_rate_bps"] for r in truth) / (mss_bytes * 8)
-    lost = sum(r["dtn_retransmitted_segments"] for r in truth)
+    truth = lab_rows(case_dir)
     return Estimate(
-        delivered,
+        float(np.mean([r["dtn_rate_bps"] for r in truth if r["t_s"] > WINDOW_S])),
         float(np.mean([sum(bw for bw, _ in streams) for streams in per_second.values()])),
         float(np.mean([rtt for streams in per_second.values() for _, rtt in streams])),
-        lost / segments if segments > 0 else math.nan,
+        case_run(truth, case).dtn_loss_per_segment,
     )
 
 
 def twin_estimate(case: dict[str, Any], seeds: int) -> Estimate:
     """The twin's figures for one case, the mean of seeds 1..N."""
-    runs = [
-        [r for r in sim_rows(case, seed) if r["t_s"] > WINDOW_S] for seed in range(1, seeds + 1)
-    ]
-    mss = float(case["scenario"].get("mss_bytes", 1448))
-    flat = [r for run in runs for r in run]
-    segments = sum(r["dtn_rate_bps"] for r in flat) / (mss * 8)
+    runs = [sim_rows(case, seed) for seed in range(1, seeds + 1)]
+    measured = [r for rows in runs for r in rows if r["t_s"] > WINDOW_S]
     return Estimate(
-        float(np.mean([r["dtn_rate_bps"] for r in flat])),
-        float(np.mean([r["dtn_bandwidth_estimate_bps"] for r in flat])),
-        float(np.mean([r["dtn_min_rtt_estimate_s"] for r in flat])),
-        sum(r["dtn_losses"] for r in flat) / segments if segments > 0 else math.nan,
+        float(np.mean([r["dtn_rate_bps"] for r in measured])),
+        float(np.mean([r["dtn_bandwidth_estimate_bps"] for r in measured])),
+        float(np.mean([r["dtn_min_rtt_estimate_s"] for r in measured])),
+        mean_run([case_run(rows, case) for rows in runs]).dtn_loss_per_segment,
     )
 
 
@@ -110,7 +101,7 @@ def table(dataset: Path, seeds: int) -> list[str]:
         case = json.loads((case_dir / "case.json").read_text())
         if case["scenario"]["dtn"]["congestion_control"] != "bbr":
             continue
-        lab = lab_estimate(case_dir, float(case["scenario"].get("mss_bytes", 1448)))
+        lab = lab_estimate(case_dir, case)
         if lab is None:
             raise ValueError(
                 f"{case_dir}: flows.csv.gz has no BBR state; record the dataset again "

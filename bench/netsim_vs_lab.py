@@ -75,6 +75,14 @@ class Run:
     losses / segments)."""
     campus_segments: float = math.nan
 
+    @property
+    def dtn_loss_per_segment(self) -> float:
+        return self.dtn_losses / self.dtn_segments if self.dtn_segments > 0 else math.nan
+
+    @property
+    def campus_loss_per_segment(self) -> float:
+        return self.campus_losses / self.campus_segments if self.campus_segments > 0 else math.nan
+
 
 Row = dict[str, float]
 """One second: t_s, dtn_rate_bps, campus_rate_bps, queuing_delay_s and losses per class."""
@@ -196,14 +204,21 @@ def ratio(sim: float, lab: float) -> str:
 def loss_rates(run: Run) -> str:
     """Each class's losses per segment delivered, and the DTN's over the campus's: how the
     drops are shared between the classes, apart from how many there are."""
-    dtn = run.dtn_losses / run.dtn_segments if run.dtn_segments > 0 else math.nan
-    campus = run.campus_losses / run.campus_segments if run.campus_segments > 0 else math.nan
+    dtn, campus = run.dtn_loss_per_segment, run.campus_loss_per_segment
     share = f"{dtn / campus:.2f}" if campus > 0 else "—"
     return f"DTN {dtn:.3%}, campus {campus:.3%} (DTN / campus {share})"
 
 
-def _mss(case: dict[str, Any]) -> float:
+def case_mss(case: dict[str, Any]) -> float:
+    """A case's segment size (datasets recorded before case.json carried it used 1448)."""
     return float(case["scenario"].get("mss_bytes", 1448))
+
+
+def case_run(rows: list[Row], case: dict[str, Any]) -> Run:
+    """``windows_of`` one run of a case (lab or twin), with the case's capacity, duration
+    and segment size."""
+    capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
+    return windows_of(rows, capacity, float(case["duration_s"]), case_mss(case))
 
 
 Model = Callable[[str, dict[str, Any]], Run]
@@ -212,13 +227,8 @@ Model = Callable[[str, dict[str, Any]], Run]
 
 def simulated(seeds: int, variant: Variant = SHIPPED) -> Model:
     def model(name: str, case: dict[str, Any]) -> Run:
-        capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-        duration = float(case["duration_s"])
         return mean_run(
-            [
-                windows_of(sim_rows(case, seed, variant), capacity, duration, _mss(case))
-                for seed in range(1, seeds + 1)
-            ]
+            [case_run(sim_rows(case, seed, variant), case) for seed in range(1, seeds + 1)]
         )
 
     return model
@@ -228,8 +238,7 @@ def recorded(dataset: Path) -> Model:
     """Another recording of the same matrix: how far the lab is from itself."""
 
     def model(name: str, case: dict[str, Any]) -> Run:
-        capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-        return windows_of(lab_rows(dataset / name), capacity, float(case["duration_s"]), _mss(case))
+        return case_run(lab_rows(dataset / name), case)
 
     return model
 
@@ -245,9 +254,7 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
             continue
         case = json.loads((case_dir / "case.json").read_text())
         tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
-        capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-        duration = float(case["duration_s"])
-        lab = windows_of(lab_rows(case_dir), capacity, duration, _mss(case))
+        lab = case_run(lab_rows(case_dir), case)
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [

@@ -14,6 +14,15 @@ import pytest
 from tests.bench_scripts import load_bench
 
 MSS = 1448.0
+CASE = {
+    "name": "bbr-case",
+    "duration_s": 20.0,
+    "scenario": {
+        "dtn": {"congestion_control": "bbr"},
+        "bottleneck": {"capacity_bps": 300e6},
+        "mss_bytes": MSS,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,9 +35,12 @@ def _case(root: Path, with_bbr: bool = True) -> Path:
     case.mkdir(parents=True)
     with (case / "truth.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["t_s", "dtn_rate_bps", "dtn_retransmitted_segments"])
+        writer.writerow(
+            ["t_s", "dtn_rate_bps", "dtn_retransmitted_segments", "campus_rate_bps",
+             "campus_retransmitted_segments", "queuing_delay_s"]
+        )  # fmt: skip
         for t in range(1, 21):
-            writer.writerow([t, 200e6, 100])
+            writer.writerow([t, 200e6, 100, 50e6, 7, 0.09])
     columns = ["t_s", "class", "flow", "bytes_acked"]
     if with_bbr:
         columns += ["bbr_bandwidth_bps", "bbr_min_rtt_s"]
@@ -48,7 +60,7 @@ def _case(root: Path, with_bbr: bool = True) -> Path:
 def test_the_lab_estimate_sums_the_data_streams_after_the_first_window(
     bench: ModuleType, tmp_path: Path
 ) -> None:
-    estimate = bench.lab_estimate(_case(tmp_path), MSS)
+    estimate = bench.lab_estimate(_case(tmp_path), CASE)
     assert estimate.bandwidth_estimate_bps == pytest.approx(230e6)
     assert estimate.delivered_bps == pytest.approx(200e6)
     assert estimate.ratio == pytest.approx(1.15)
@@ -58,12 +70,9 @@ def test_the_lab_estimate_sums_the_data_streams_after_the_first_window(
 
 
 def test_a_recording_without_bbr_state_is_refused(bench: ModuleType, tmp_path: Path) -> None:
-    assert bench.lab_estimate(_case(tmp_path, with_bbr=False), MSS) is None
+    assert bench.lab_estimate(_case(tmp_path, with_bbr=False), CASE) is None
     dataset = tmp_path
     (dataset / "index.json").write_text(json.dumps({"cases": {"bbr-case": {"status": "ok"}}}))
-    scenario = {"dtn": {"congestion_control": "bbr"}, "bottleneck": {"capacity_bps": 300e6}}
-    (dataset / "bbr-case" / "case.json").write_text(
-        json.dumps({"name": "bbr-case", "duration_s": 20.0, "scenario": scenario})
-    )
+    (dataset / "bbr-case" / "case.json").write_text(json.dumps(CASE))
     with pytest.raises(ValueError, match="no BBR state; record the dataset again"):
         bench.table(dataset, 1)

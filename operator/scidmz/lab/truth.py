@@ -98,12 +98,13 @@ def parse_ss(text: str) -> list[TcpFlow]:
     return flows
 
 
+_RATE = r"([0-9.]+)([KMG]?)bps"
+"""A rate as ss prints it: a number, an optional SI prefix, "bps"."""
 _SPACED_RATE = {
-    name: re.compile(rf"\b{name} ([0-9.]+)([KMG]?)bps\b")
-    for name in ("delivery_rate", "pacing_rate")
+    name: re.compile(rf"\b{name} {_RATE}\b") for name in ("delivery_rate", "pacing_rate")
 }
 _BBR = re.compile(r"\bbbr:\(([^)]*)\)")
-_BBR_BW = re.compile(r"([0-9.]+)([KMG]?)bps")
+_BBR_BW = re.compile(_RATE)
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9}
 
 

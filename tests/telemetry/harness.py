@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import ipaddress
 import math
 from collections.abc import AsyncIterator
@@ -18,6 +19,7 @@ from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.switch.netsim_source import NetsimSource, TruthPoint, Wiring
 from scidmz.switch.runner import Target
 from scidmz.telemetry.collector import Collector, CollectorSettings
+from scidmz.telemetry.exporter import Snapshot
 from scidmz.telemetry.program import Plan
 from scidmz.telemetry.sampling import EstimatorSettings
 from scidmz.testenv.cluster import free_port
@@ -118,14 +120,46 @@ def truth_at(points: list[TruthPoint], wall_s: float) -> TruthPoint:
     return points[max(index, 0)]
 
 
+def served_ticks(points: list[TruthPoint], snapshots: list[Snapshot]) -> dict[int, TruthPoint]:
+    """The tick each snapshot's counter read saw, by sequence, found by its byte counters.
+
+    The target's class counters are the tap's bytes since the collector's entries went in,
+    so ``int(tap bytes) − counter`` is one constant per class for the tick a read served:
+    the constant is the one every snapshot's neighbourhood agrees on. Matched by the read's
+    wall-clock stamp instead, a tick that ran while the answer was in flight could land on
+    the wrong side of it (a loaded host: ~120 ms of catch-up in one tick, one sample 12 %
+    high and the next 12 % low, though the collector was right)."""
+    by_bytes = {(int(p.dtn_tap_bytes), int(p.campus_tap_bytes)): p for p in points}
+    times = [p.wall_s for p in points]
+    votes: collections.Counter[tuple[int, int]] = collections.Counter()
+    for snap in snapshots:
+        stamp = snap.state.measured_at_s
+        low = bisect.bisect_left(times, stamp - 1.0)
+        high = bisect.bisect_right(times, stamp + 1.0)
+        votes.update(
+            {
+                (int(p.dtn_tap_bytes) - snap.dtn_bytes, int(p.campus_tap_bytes) - snap.campus_bytes)
+                for p in points[low:high]
+            }
+        )
+    if not votes:
+        return {}
+    (dtn_offset, campus_offset), _ = votes.most_common(1)[0]
+    found = {
+        s.sequence: by_bytes.get((s.dtn_bytes + dtn_offset, s.campus_bytes + campus_offset))
+        for s in snapshots
+    }
+    return {sequence: point for sequence, point in found.items() if point is not None}
+
+
 def compare(
     points: list[TruthPoint],
-    start_s: float,
-    end_s: float,
+    a: TruthPoint,
+    b: TruthPoint,
     measured: tuple[float, ...],
     sequence: int,
 ) -> Comparison:
-    a, b = truth_at(points, start_s), truth_at(points, end_s)
+    """The truth over the ticks from ``a`` (the interval's first read) to ``b`` (its last)."""
     span = b.sim_s - a.sim_s
     inside = [p for p in points if a.wall_s < p.wall_s <= b.wall_s]
     dtn_rtts = [p.dtn_rtt_s for p in inside if math.isfinite(p.dtn_rtt_s)]

@@ -5,17 +5,19 @@ warm-up, every sample must match the truth over the same interval: class rates w
 RTTs within 2 ms, queuing delays within 1 ms, active flows exactly.
 
 The truth is the simulator's own bookkeeping at the tap, at the ticks the collector's
-reads saw: bytes per class over the simulated span of the interval; the DTN RTT averaged
-over the interval's ticks (the collector averages the interval's DTN samples); the campus
-RTT as the mean of every campus flow's latest RTT at the read (algorithm 4's per-flow
-vector). The campus RTT's moving average is switched off here (alpha = 0): with the
-default 0.875 the estimate lags by design (time constant T/(1-alpha) = 8 s) and is checked
-against algorithm 4 in the unit tests instead.
+reads saw (identified by the byte counters each read returned, not by its wall-clock
+stamp: ``harness.served_ticks``): bytes per class over the simulated span of the interval;
+the DTN RTT averaged over the interval's ticks (the collector averages the interval's DTN
+samples); the campus RTT as the mean of every campus flow's latest RTT at the read
+(algorithm 4's per-flow vector). The campus RTT's moving average is switched off here
+(alpha = 0): with the default 0.875 the estimate lags by design (time constant
+T/(1-alpha) = 8 s) and is checked against algorithm 4 in the unit tests instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 
 import pytest
@@ -26,6 +28,7 @@ from tests.telemetry.harness import (
     compare,
     running_collector,
     running_target,
+    served_ticks,
     settings,
     truth_at,
     wait_for,
@@ -59,16 +62,15 @@ async def _collect(scenario: Scenario):
                     seen.append(snap)
                     reached_sim_s = _sim_time(target, snap.state.measured_at_s)
             points = list(target.source.truth)
+    ticks = served_ticks(points, seen)
     results = []
-    for snap in seen[1:]:  # the first sample has no interval (no earlier counters)
-        end = snap.state.measured_at_s
-        start = end - snap.interval_s
-        if not (
-            truth_at(points, start).sim_s >= CHECKED_FROM_SIM_S
-            and truth_at(points, end).sim_s <= CHECKED_UNTIL_SIM_S
-        ):
-            continue
-        results.append(compare(points, start, end, snap.state.vector(), snap.sequence))
+    for previous, snap in itertools.pairwise(seen):
+        if snap.sequence != previous.sequence + 1 or snap.stale:
+            continue  # the interval is from the snapshot before, which must have been seen
+        a, b = ticks.get(previous.sequence), ticks.get(snap.sequence)
+        assert a is not None and b is not None, f"no tick has sample {snap.sequence}'s counters"
+        if a.sim_s >= CHECKED_FROM_SIM_S and b.sim_s <= CHECKED_UNTIL_SIM_S:
+            results.append(compare(points, a, b, snap.state.vector(), snap.sequence))
     assert len(results) >= MIN_CHECKED_SAMPLES, f"only {len(results)} samples in the window"
     return results
 

@@ -126,7 +126,7 @@ def test_a_finite_dtn_transfer_completes_and_stops_at_the_tap():
     sim = Simulator(
         parse_scenario(
             {**SMALL_LINK, "campus": {"long_flows": 2},
-             "dtn": {"transfer_bytes": "20MB", "streams": 4}}
+             "dtn": {"transfer_bytes": "20MB", "streams": 4, "transfer_split": "static"}}
         )
     )  # fmt: skip
     _run(sim, 15)
@@ -139,6 +139,34 @@ def test_a_finite_dtn_transfer_completes_and_stops_at_the_tap():
     table = sim.flow_table()
     assert not table.running[sim.layout.dtn_columns].any()
     assert np.allclose(table.acked_bytes[sim.layout.dtn_columns], 5e6)
+
+
+def _dtn_done(scenario: dict, seconds: int) -> tuple[Simulator, list]:
+    sim = Simulator(parse_scenario(scenario))
+    done = []
+    for _ in range(seconds):
+        sim.run_sample()
+        dtn = sim.layout.dtn_columns.start
+        done += [e for e in sim.drain_events() if e.kind == "flow_done" and e.column >= dtn]
+    return sim, done
+
+
+def test_a_pooled_transfer_ends_when_its_total_is_delivered():
+    scenario = {"seed": 1, "dtn": {"transfer_bytes": "500MB"}}
+    sim, pooled = _dtn_done(scenario, 60)
+    assert len(pooled) == 8
+    assert math.isclose(sum(e.size_bytes for e in pooled), 5e8)
+    assert sim.glob_f[layout.DTN_POOL] == 0.0
+    # the streams took what each could carry (unequal shares) and so ended together
+    sizes = [e.size_bytes for e in pooled]
+    assert max(sizes) > 1.05 * min(sizes)
+    ends = [e.time_s for e in pooled]
+    assert max(ends) - min(ends) < 0.5
+    # the static split of the same transfer waits for its slowest stream
+    _, static = _dtn_done({**scenario, "dtn": {**scenario["dtn"], "transfer_split": "static"}}, 60)
+    assert len(static) == 8 and all(math.isclose(e.size_bytes, 6.25e7) for e in static)
+    assert max(e.time_s for e in static) > max(ends) + 1.0
+    assert max(e.time_s for e in static) - min(e.time_s for e in static) > 2.0
 
 
 def test_short_flows_follow_table_6_and_complete():

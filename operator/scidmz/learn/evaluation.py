@@ -10,6 +10,8 @@ baseline an ESnet-style site would run (campus token bucket at B − R*, DTN pac
   against R*'s.
 * ``transfer`` — paper table 5: a 10 GB DTN transfer at R* = 600 Mb/s against N_s campus
   long flows: FCT, ρ, the mean DTN rate against R* (the overshoot), MRAE while it runs.
+  The streams share one pool of bytes (the scenario's default ``transfer_split: pooled``,
+  as ``iperf3 -n``), so the FCT is the aggregate's, not the slowest stream's.
 * ``short_flows`` — paper §4.5: R* = 600 Mb/s, 100 long campus flows plus table 6's short
   flows for 120 s: the short flows' median FCT, MRAE, ρ.
 * ``demand`` — campus demand that drops below B − R* part of the time (application-limited

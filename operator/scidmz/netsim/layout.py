@@ -127,7 +127,8 @@ DROPS_EWMA = 19  # bottleneck drops per step, moving average (a probe's loss pro
 ARRIVALS_EWMA = 20  # ... is DROPS_EWMA / ARRIVALS_EWMA)
 SHAPER_DROPS_EWMA = 21  # the same at the campus shaper
 SHAPER_ARRIVALS_EWMA = 22
-N_GLOB_F = 23
+DTN_POOL = 23  # a pooled transfer's bytes no DTN stream has taken yet (0: none, or static)
+N_GLOB_F = 24
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------
 STEP = 0

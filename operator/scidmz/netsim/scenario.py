@@ -168,6 +168,14 @@ class Dtn(_Model):
         gt=0,
         description="Total bytes over all streams (e.g. 10GB); None sends forever.",
     )
+    transfer_split: Literal["pooled", "static"] = Field(
+        default="pooled",
+        description="How transfer_bytes reaches the streams. pooled: each stream takes "
+        "128 KiB blocks from one shared pool whenever its backlog runs low, so the transfer "
+        "ends when the total is delivered, as with iperf3 -n or GridFTP's mode E blocks; "
+        "static: each stream sends transfer_bytes / streams, and the transfer ends with its "
+        "slowest stream.",
+    )
     line_rate_bps: RateBps | None = Field(
         default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
     )

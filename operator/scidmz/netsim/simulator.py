@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from scidmz.contract.tbf import tbf_size
 from scidmz.netsim import layout
-from scidmz.netsim.kernel import SCRATCH_ROWS, advance, init_flow
+from scidmz.netsim.kernel import POOL_BLOCK_BYTES, SCRATCH_ROWS, advance, init_flow
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
 from scidmz.netsim.scenario import Scenario, ScenarioError
 
@@ -178,6 +178,10 @@ class Simulator:
         per_stream = (
             np.inf if s.dtn.transfer_bytes is None else s.dtn.transfer_bytes / s.dtn.streams
         )
+        if s.dtn.transfer_bytes is not None and s.dtn.transfer_split == "pooled":
+            # a block each to start; the kernel hands out the rest (kernel._draw_from_pool)
+            per_stream = min(per_stream, POOL_BLOCK_BYTES)
+            self.glob_f[layout.DTN_POOL] = s.dtn.transfer_bytes - per_stream * s.dtn.streams
         for column in range(self.layout.dtn_columns.start, self.layout.n_flows):
             init_flow(
                 self.flow_f, self.flow_i, self.bw_filter, column, layout.DTN,

@@ -57,8 +57,8 @@ PAPER_GAINS: dict[str, tuple[float, float, float]] = {
 # the two equal.
 TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
     "cubic": {
-        "mlc": (0.0, 0.133, 0.8086),
-        "pi": (0.2618, 0.1033, 1.387),
+        "mlc": (0.2618, 0.133, 0.0283),
+        "pi": (0.2618, 0.19, 1.5542),
         "dtn": (1.2345, 1.1254, 1.7643),
     },
     "bbr": {

@@ -292,7 +292,8 @@ def markdown(episodes: list[Episode], command: str) -> str:
                 "### (b–d) 10 GB transfer at R* = 600 Mb/s against N_s campus flows "
                 "(paper table 5)",
                 "",
-                "FCT (ideal 133.3 s), then the DTN's mean rate over R*, ρ and MRAE while it runs.",
+                "FCT (ideal 133.3 s; the 8 streams share one pool of bytes, as `iperf3 -n`), "
+                "then the DTN's mean rate over R*, ρ and MRAE while it runs.",
                 "",
                 "| arm | " + " | ".join(f"N_s = {n}" for n in flows_seen) + " |",
                 "|---|" + "---:|" * len(flows_seen),

@@ -10,14 +10,15 @@ One step of length dt (≤ 1 ms), in this order:
    whose detection time has come are declared: they leave inflight, return to the send
    backlog (retransmission) and trigger the window reduction; a loss with nothing sent after
    it waits one more SRTT for the tail-loss probe. A flow whose bytes are all acknowledged
-   completes (FCT event).
+   completes (FCT event; a stream of a pooled DTN transfer once the pool is empty too).
 2. **Arrivals** of short flows (paper table 6) take a free column.
 3. **Send.** Each flow sends ``min(cwnd·MSS − inflight, NIC rate·dt, backlog)``; BBR flows
    also respect their pacing rate; a window-limited sender holds back a burst too small to
    be worth sending, as Linux's TSO deferral does. With ``proportional_rate_reduction`` a Reno
    or Cubic sender in loss recovery sends as Linux's PRR lets it (``_reduce_in_recovery``).
-   With a DTN cap (the DTN actuator), the DTN streams share a token bucket at that rate;
-   what does not fit waits at the host (``_cap_dtn``).
+   A pooled finite transfer tops each DTN stream's backlog up from the shared pool first
+   (``_draw_from_pool``). With a DTN cap (the DTN actuator), the DTN streams share a token
+   bucket at that rate; what does not fit waits at the host (``_cap_dtn``).
 4. **Campus shaper** (S1-eth1): a drop-tail queue in front of a token bucket with rate u(t)
    and depth ``burst``; up to ``tokens + u·dt`` bytes leave per step.
 5. **Bottleneck** (BR1→BR2): what arrives (campus bytes leaving the shaper, DTN bytes) passes the
@@ -577,7 +578,7 @@ def _draw_from_pool(
     block to the next free stream). The streams then finish within a block or two of each
     other; a static split ends with the slowest stream, whose share of an intra-DTN
     unfairness can be tens of seconds of a 10 GB transfer (measured: the last of 8 Cubic
-    streams finished 20-42 s after the first)."""
+    streams finished 10-42 s after the first)."""
     for i in range(first, end):
         pool = glob_f[DTN_POOL]
         if pool <= 0.0:

@@ -1,18 +1,23 @@
 """The closed loop on real TCP beside the simulator's, for the same scenarios (issues 11, 12).
 
     .venv/bin/python bench/lab_control.py [--runs 5] [--strategies trivial,pi,mlc]
-        [--experiments steady,tracking] [--cca cubic|bbr] [--write]
+        [--experiments steady,tracking,transfer] [--cca cubic|bbr] [--write]
 
 The scenario is the paper's testbed: B = 1 Gb/s with a 100 ms drop-tail buffer, 100 Cubic
 campus flows over 10 ms, a Cubic DTN with 8 streams over 100 ms, the shipped cubic model and
-gains, 20 s of warm-up then 120 s measured. Two experiments, each the simulator benchmark's
-(`learn.evaluation`):
+gains, 20 s of warm-up then 120 s measured. Three experiments, each the simulator
+benchmark's (`learn.evaluation`):
 
 - ``steady``: R* = 600 Mb/s throughout (`evaluation.steady`);
 - ``tracking``: R*(t) uniform in [300, 800] Mb/s, a new level every 20 s, the schedule of
   seed = run (`evaluation.random_targets`, `evaluation.tracking`). The lab moves R* as a
   user would: the controller's config file is rewritten as the operator renders it and
   the running controller takes it (SIGHUP).
+- ``transfer``: paper table 5 at N_s = 100 (`evaluation.transfer`): a 10 GB DTN transfer
+  at R* = 600 Mb/s from the start of the flows (no warm-up), ``iperf3 -n`` over the 8
+  streams; its FCT is when the kernel's acknowledged DTN bytes reach 10 GB
+  (`lab.loop.transfer_fct_s`), the MRAE and DTN/R* over the seconds it ran, as the
+  simulator's. A run gives the transfer ``TRANSFER_LIMIT_S`` of traffic.
 
 ``--cca bbr``: the DTN runs BBR and every strategy also drives the DTN cap (a tbf on the
 DTN's egress, the controller's second filter; `examples/lab/bbr-1G.yaml`), with the shipped
@@ -23,12 +28,14 @@ On the lab: `scidmz lab run` with `examples/lab/cubic-1G.yaml` (target = the pac
 the campus tc actuator on the lab's shaper); MRAE from the kernel's delivered DTN rate
 (TCP_INFO) and from the collector's measured one. On the simulator: the same controller
 code on `SimLoop`, seeds 1..runs. Needs root and ~(runs × strategies × experiments × 2.7)
-minutes; run it alone (a job beside it takes the cores the 1 Gb/s lab needs).
+minutes (a transfer run ~3.2); run it alone (a job beside it takes the cores the 1 Gb/s
+lab needs).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -40,12 +47,14 @@ from scidmz.lab.cli import lab_scenario
 from scidmz.lab.loop import load_policy, run_loop
 from scidmz.learn.evaluation import (
     MEASURED,
+    TRANSFER_BYTES,
     WARMUP,
     Arm,
     load_models,
     random_targets,
     steady,
     tracking,
+    transfer,
 )
 from scidmz.learn.gains import load_gains
 
@@ -57,11 +66,14 @@ POLICY = {
     "cubic": Path(__file__).parents[1] / "examples" / "lab" / "cubic-1G.yaml",
     "bbr": Path(__file__).parents[1] / "examples" / "lab" / "bbr-1G.yaml",
 }
-SIMULATED = {"steady": steady, "tracking": tracking}
+SIMULATED = {"steady": steady, "tracking": tracking, "transfer": transfer}
 DESCRIBED = {
     "steady": "constant R* = 600 Mb/s",
     "tracking": "R*(t) uniform in [300, 800] Mb/s, a new level every 20 s (schedule of seed = run)",
+    "transfer": "a 10 GB DTN transfer at R* = 600 Mb/s, 100 campus flows (table 5, N_s = 100)",
 }
+TRANSFER_LIMIT_S = 170.0
+"""Traffic a transfer run records: the fixed split's 10 GB takes ~140 s on the twin."""
 
 Results = dict[str, dict[str, dict[str, list[float]]]]
 """experiment → strategy → figure → one value per run."""
@@ -118,6 +130,7 @@ def main() -> int:
             results.setdefault(experiment, {})[strategy] = {
                 "sim_mrae": [e.mrae for e in sim],
                 "sim_ratio": [e.rate_ratio for e in sim],
+                "sim_fct": [e.fct_s for e in sim],
             }
             print(f"sim {experiment} {strategy}: MRAE {mean_sd([e.mrae for e in sim])}")
     runner.down()
@@ -129,12 +142,17 @@ def main() -> int:
         for run in range(1, args.runs + 1):
             for experiment in experiments:
                 for strategy in strategies:
+                    finite = experiment == "transfer"
                     summary = run_loop(
-                        load_policy(POLICY[args.cca], strategy), lab, WARMUP + MEASURED,
-                        args.out / f"{experiment}-{strategy}-{run}", warmup_s=WARMUP,
+                        load_policy(POLICY[args.cca], strategy),
+                        transferring(lab) if finite else lab,
+                        TRANSFER_LIMIT_S if finite else WARMUP + MEASURED,
+                        args.out / f"{experiment}-{strategy}-{run}",
+                        warmup_s=0.0 if finite else WARMUP,
                         targets_bps=schedule(experiment, run),
-                    )  # fmt: skip
+                    )
                     entry = results[experiment][strategy]
+                    entry.setdefault("lab_fct", []).append(summary["fct_s"])
                     entry.setdefault("lab_mrae", []).append(summary["mrae_delivered"])
                     entry.setdefault("lab_mrae_measured", []).append(summary["mrae_measured"])
                     entry.setdefault("lab_ratio", []).append(
@@ -147,6 +165,7 @@ def main() -> int:
                         f"{summary['target_rate_bps'] / 1e6:.0f}), MRAE "
                         f"{summary['mrae_delivered']:.2%} (collector "
                         f"{summary['mrae_measured']:.2%}), u {summary['mean_u_bps'] / 1e6:.0f} Mb/s"
+                        + (f", FCT {summary['fct_s']:.2f} s" if finite else "")
                     )
     finally:
         runner.down()
@@ -157,6 +176,29 @@ def main() -> int:
         path.write_text(report)
         print(f"wrote {path}")
     return 0
+
+
+def fct(
+    values: list[float], strategies: dict[str, dict[str, list[float]]], key: str = "lab_fct"
+) -> str:
+    """Mean ± sd of the FCTs, then the change of the mean against trivial's (same key)."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "—" if not values else f"unfinished ({len(values)})"
+    sd = statistics.stdev(finite) if len(finite) > 1 else 0.0
+    text = f"{statistics.mean(finite):.2f} ± {sd:.2f} s"
+    if finite and any(not math.isfinite(v) for v in values):
+        text += f" ({len(values) - len(finite)} unfinished)"
+    baseline = [v for v in strategies.get("trivial", {}).get(key, []) if math.isfinite(v)]
+    if finite and baseline and values is not strategies.get("trivial", {}).get(key):
+        text += f" ({statistics.mean(finite) / statistics.mean(baseline) - 1:+.1%})"
+    return text
+
+
+def transferring(lab: runner.Lab) -> runner.Lab:
+    """The lab with its DTN sending ``TRANSFER_BYTES`` in all (pooled, as iperf3 -n)."""
+    dtn = lab.scenario.dtn.model_copy(update={"transfer_bytes": TRANSFER_BYTES})
+    return dataclasses.replace(lab, scenario=lab.scenario.model_copy(update={"dtn": dtn}))
 
 
 def paired_wins(lab: list[float], baseline: list[float]) -> str:
@@ -195,6 +237,11 @@ def render(results: Results, args: argparse.Namespace) -> str:
             "| DTN/R*, lab | DTN/R*, simulator | mean u, lab |",
             "|---|---:|---:|---:|---:|---:|---:|---:|",
         ]
+        if experiment == "transfer":
+            lines[-2] = lines[-2].replace(
+                "| mean u, lab |", "| mean u, lab | FCT, lab | FCT, simulator |"
+            )
+            lines[-1] += "---:|---:|"
         baselines = {
             name: strategies.get(name, {}).get("lab_mrae", []) for name in ("trivial", "pi")
         }
@@ -212,6 +259,12 @@ def render(results: Results, args: argparse.Namespace) -> str:
                 f"| {wins[0]} | {wins[1]} | {ratio(entry.get('lab_ratio', []))} "
                 f"| {ratio(entry['sim_ratio'])} | "
                 + (f"{statistics.mean(lab_u) / 1e6:.0f} Mb/s |" if lab_u else "— |")
+                + (
+                    f" {fct(entry.get('lab_fct', []), strategies)} "
+                    f"| {fct(entry['sim_fct'], strategies, 'sim_fct')} |"
+                    if experiment == "transfer"
+                    else ""
+                )
             )
     lines.append("")
     return "\n".join(lines)

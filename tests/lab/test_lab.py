@@ -197,3 +197,36 @@ def test_a_tap_on_a_missing_interface_is_refused_by_name(tmp_path: Path) -> None
     )
     assert result.exit_code == 2
     assert "nosuch0" in result.output
+
+
+def test_a_finite_dtn_transfer_is_timed_by_the_kernels_acknowledged_bytes(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """`dtn.transfer_bytes` on the lab: iperf3 -n sends it (+ the margin) over the DTN's
+    streams, the DTN stops when it is sent, and the run's FCT is when the kernel had
+    acknowledged exactly the transfer's bytes (as `bench/lab_control.py --experiments
+    transfer` times the 10 GB)."""
+    import dataclasses
+    import json
+
+    from scidmz.lab.loop import LabPolicy, run_loop
+    from scidmz.lab.traffic import TRANSFER_MARGIN_BYTES
+
+    size = 20e6
+    dtn = lab.scenario.dtn.model_copy(update={"transfer_bytes": size})
+    finite = dataclasses.replace(lab, scenario=lab.scenario.model_copy(update={"dtn": dtn}))
+    summary = run_loop(
+        LabPolicy("t", "default", _trivial_100m()), finite, 18.0, tmp_path, warmup_s=0.0
+    )
+    # 20 MB at the DTN's ~60 Mb/s is 2.7 s, after a 100 ms-RTT slow start
+    assert 2.0 < summary["fct_s"] < 9.0, summary["fct_s"]
+    sent = json.loads((tmp_path / "iperf3-dtn.json").read_text())["end"]["sum_sent"]
+    assert sent["bytes"] >= size + TRANSFER_MARGIN_BYTES
+    truth = list(csv.DictReader((tmp_path / "truth.csv").open()))
+    acked = sum(float(row["dtn_rate_bps"]) for row in truth) / 8  # 1 s rows
+    assert acked >= size + 0.9 * TRANSFER_MARGIN_BYTES
+    # the client ended by itself and the DTN went quiet before the recording did
+    assert float(truth[-1]["dtn_rate_bps"]) < 1e6
+    # the summary judges only the seconds the transfer ran
+    assert summary["samples"] <= summary["fct_s"] + 1
+    assert "DTN transfer completed" in (tmp_path / "summary.md").read_text()

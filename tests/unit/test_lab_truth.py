@@ -153,7 +153,7 @@ def test_every_namespace_is_created_before_it_is_used() -> None:
         ({"dtn": {"congestion_control": "bbr2"}}, "dtn.congestion_control"),
         ({"campus": {"short_flows": {"enabled": True}}}, "campus.short_flows.enabled"),
         ({"campus": {"long_flows": 200}}, "campus.long_flows"),
-        ({"dtn": {"transfer_bytes": "10GB"}}, "dtn.transfer_bytes"),
+        ({"dtn": {"transfer_bytes": "10GB", "transfer_split": "static"}}, "dtn.transfer_split"),
         ({"dtn": {"start_s": "1s"}}, "dtn.start_s"),
         ({"campus": {"start_s": "1s"}}, "campus.start_s"),
     ],
@@ -219,6 +219,44 @@ def test_tracking_is_judged_against_the_target_of_each_second() -> None:
     assert summarise(samples, truth, lambda _: 3.8e8, warmup_s=0.0)["mrae_delivered"] > 0.2
     # past its end, a schedule holds its last level
     assert steps(60.0) == 5e8
+
+
+def test_a_finite_dtn_transfer_sends_its_bytes_and_the_campus_its_duration(tmp_path) -> None:
+    from scidmz.lab.traffic import TRANSFER_MARGIN_BYTES, client_argv
+
+    scenario = Scenario.model_validate({"dtn": {"transfer_bytes": "10GB"}})
+    topology.check_scenario(scenario)  # pooled, as iperf3 -n sends it: the lab takes it
+    dtn = client_argv(scenario, 170.0, True, tmp_path / "dtn.json")
+    assert dtn[dtn.index("--bytes") + 1] == str(int(10e9 + TRANSFER_MARGIN_BYTES))
+    assert "--time" not in dtn
+    assert dtn[dtn.index("--parallel") + 1] == "8"
+    campus = client_argv(scenario, 170.0, False, tmp_path / "campus.json")
+    assert campus[campus.index("--time") + 1] == "170" and "--bytes" not in campus
+    endless = client_argv(Scenario(), 12.5, True, tmp_path / "dtn.json")
+    assert endless[endless.index("--time") + 1] == "13" and "--bytes" not in endless
+
+
+def test_a_transfers_fct_is_when_the_acknowledged_bytes_cross_its_size() -> None:
+    from scidmz.lab.loop import summarise, transfer_fct_s
+
+    # 1 s rows of acknowledged DTN bytes (as rates): 50, 100, 100, 100, then 25 MB, 0
+    rates = [4e8, 8e8, 8e8, 8e8, 2e8, 0.0]
+    truth = _rows({"dtn_rate_bps": rates})
+    assert transfer_fct_s(truth, 50e6) == pytest.approx(1.0)
+    assert transfer_fct_s(truth, 200e6) == pytest.approx(2.5)  # half-way through second 3
+    assert transfer_fct_s(truth, 375e6) == pytest.approx(5.0)
+    assert math.isnan(transfer_fct_s(truth, 376e6))  # never delivered
+    # a second without a reading adds nothing (rather than failing the run)
+    gappy = _rows({"dtn_rate_bps": [4e8, None, 8e8]})
+    assert transfer_fct_s(gappy, 100e6) == pytest.approx(2.5)
+    # the summary judges the seconds the transfer ran, not the idle tail after it
+    samples = _rows({"dtn_rate_bps": rates})
+    summary = summarise(samples, truth, lambda _: 8e8, warmup_s=0.0, transfer_bytes=200e6)
+    assert summary["fct_s"] == pytest.approx(2.5)
+    assert summary["mean_dtn_delivered_bps"] == pytest.approx(6e8)  # seconds 1-2
+    assert summary["samples"] == 2
+    endless = summarise(samples, truth, lambda _: 8e8, warmup_s=0.0)
+    assert math.isnan(endless["fct_s"]) and endless["samples"] == 6
 
 
 def test_a_target_schedule_the_api_would_refuse_is_refused_before_the_loop_starts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -208,7 +209,12 @@ def lab_run(
     typer.echo(
         f"{summary['strategy']}: DTN {summary['mean_dtn_delivered_bps'] / 1e6:.1f} Mb/s "
         f"(R* {summary['target_rate_bps'] / 1e6:g}), MRAE {summary['mrae_delivered']:.1%}; "
-        f"report {out / 'summary.md'}"
+        + (
+            f"transfer done in {summary['fct_s']:.2f} s; "
+            if math.isfinite(summary["fct_s"])
+            else ""
+        )
+        + f"report {out / 'summary.md'}"
     )
 
 

@@ -353,7 +353,7 @@ def run_loop(
     truth_rows = list(csv.DictReader((out / "truth.csv").open()))
     # the flows end with the truth recording: later samples see them stop
     during = [row for row in rows if float(row["t_s"]) <= duration_s]
-    summary = summarise(during, truth_rows, target_at, warmup_s)
+    summary = summarise(during, truth_rows, target_at, warmup_s, lab.scenario.dtn.transfer_bytes)
     summary |= {
         "policy": f"{policy.namespace}/{policy.name}",
         "strategy": config.controller.strategy,
@@ -458,14 +458,40 @@ def _tracking(series: list[tuple[float, float]], target_at: Callable[[float], fl
     return mrae([target_at(t) for t, _ in series], [value for _, value in series])
 
 
+def transfer_fct_s(truth: list[dict[str, Any]], size_bytes: float) -> float:
+    """When the DTN's acknowledged bytes reached ``size_bytes``, in seconds from the start
+    of the flows (the truth's t = 0), interpolated inside the interval that crossed it;
+    NaN if they never did. Each truth row holds the bytes its interval acknowledged (as a
+    rate over the interval), new sockets counted from their first byte."""
+    done_bytes, before_s = 0.0, 0.0
+    for row in truth:
+        t_s = float(row["t_s"])
+        rate = row.get("dtn_rate_bps")
+        rate_bps = float(rate) if rate not in (None, "") else 0.0
+        interval_bytes = max(rate_bps, 0.0) * (t_s - before_s) / 8
+        if interval_bytes > 0 and done_bytes + interval_bytes >= size_bytes:
+            return before_s + (t_s - before_s) * (size_bytes - done_bytes) / interval_bytes
+        done_bytes += interval_bytes
+        before_s = t_s
+    return math.nan
+
+
 def summarise(
     samples: list[dict[str, Any]],
     truth: list[dict[str, Any]],
     target_at: Callable[[float], float],
     warmup_s: float,
+    transfer_bytes: float | None = None,
 ) -> dict[str, Any]:
     """Tracking of R*(t) (from the kernel's delivered DTN rate and from the collector's)
-    and the collector's steady-state means beside the kernel's, after ``warmup_s``."""
+    and the collector's steady-state means beside the kernel's, after ``warmup_s``. With
+    ``transfer_bytes``: also its ``fct_s`` (:func:`transfer_fct_s`), and every figure only
+    over the whole seconds the transfer ran (as the simulator's transfer episodes judge
+    them)."""
+    fct_s = transfer_fct_s(truth, transfer_bytes) if transfer_bytes is not None else math.nan
+    if math.isfinite(fct_s):
+        truth = [row for row in truth if float(row["t_s"]) <= fct_s]
+        samples = [row for row in samples if float(row["t_s"]) <= fct_s]
     delivered_series = _timed(truth, "dtn_rate_bps", warmup_s)
     measured_series = _timed(samples, "dtn_rate_bps", warmup_s)
     delivered = [value for _, value in delivered_series]
@@ -479,6 +505,7 @@ def summarise(
         }
     return {
         "target_rate_bps": _mean(targets),
+        "fct_s": fct_s,
         "samples": len(samples),
         "mrae_delivered": _tracking(delivered_series, target_at),
         "mrae_measured": _tracking(measured_series, target_at),
@@ -537,6 +564,11 @@ def write_report(
         f"- target R* (mean after warm-up): {summary['target_rate_bps'] / 1e6:.1f} Mb/s; "
         f"samples: {summary['samples']}",
         f"- mean DTN rate delivered (kernel): {summary['mean_dtn_delivered_bps'] / 1e6:.1f} Mb/s",
+        *(
+            [f"- DTN transfer completed (kernel's acknowledged bytes): {summary['fct_s']:.2f} s"]
+            if math.isfinite(summary.get("fct_s", math.nan))
+            else []
+        ),
         f"- MRAE vs R*: {summary['mrae_delivered']:.1%} (kernel), "
         f"{summary['mrae_measured']:.1%} (collector)",
         f"- mean u(t): {summary['mean_u_bps'] / 1e6:.1f} Mb/s",

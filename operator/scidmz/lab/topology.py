@@ -108,8 +108,11 @@ def check_scenario(scenario: Scenario) -> None:
         problems.append("campus.short_flows.enabled: the lab has no short-flow generator yet")
     if scenario.campus.long_flows > 128 or scenario.dtn.streams > 128:
         problems.append("campus.long_flows, dtn.streams: iperf3 runs at most 128 streams each")
-    if scenario.dtn.transfer_bytes is not None:
-        problems.append("dtn.transfer_bytes: lab runs send for a duration, not a size")
+    if scenario.dtn.transfer_bytes is not None and scenario.dtn.transfer_split != "pooled":
+        problems.append(
+            "dtn.transfer_split: iperf3 -n pools the streams' bytes (pooled); a static split "
+            "is the simulator's only"
+        )
     for field, start_s in (("campus.start_s", scenario.campus.start_s),
                            ("dtn.start_s", scenario.dtn.start_s)):  # fmt: skip
         if start_s > 0:

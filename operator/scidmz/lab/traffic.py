@@ -18,14 +18,31 @@ from scidmz.lab.runner import Lab, _wait_for, spawn
 from scidmz.lab.truth import BACKLOG_POLL_S, FLOW_COLUMNS, BacklogMeter, TruthSampler
 from scidmz.netsim.scenario import Scenario
 
+TRANSFER_MARGIN_BYTES = 64 * 2**20
+"""What a finite DTN transfer's iperf3 sends beyond ``dtn.transfer_bytes``. iperf3 -n ends
+the test once its *writes* reach the total, and the server then closes the streams and
+resets what is still in the senders' buffers (esnet/iperf#1634: 10.3 MB sent, 2.05 MB
+counted received), so the lab sends a little more and times the transfer by the kernel's
+acknowledged bytes crossing ``transfer_bytes`` (`loop.transfer_fct_s`), while every stream
+is still open. 64 MiB is twice what eight 4 MiB send buffers (tcp_wmem's maximum) hold."""
+
 
 def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> list[str]:
-    """The iperf3 client of one class."""
+    """The iperf3 client of one class: it sends for ``duration_s``, or, for a DTN with
+    ``transfer_bytes``, that many bytes in total over its streams (+ ``TRANSFER_MARGIN_BYTES``)."""
     address, port = topology.receiver(dtn)
     flows, cca = (
         (scenario.dtn.streams, scenario.dtn.congestion_control)
         if dtn
         else (scenario.campus.long_flows, scenario.campus.congestion_control)
+    )
+    size = scenario.dtn.transfer_bytes if dtn else None
+    # iperf3's -n counts the writes of all streams together (esnet/iperf PR #1113): each
+    # stream writes whenever its socket takes more, a pool as the twin's pooled split
+    extent = (
+        ["--bytes", str(int(size + TRANSFER_MARGIN_BYTES))]
+        if size is not None
+        else ["--time", str(max(1, math.ceil(duration_s)))]
     )
     return [
         "iperf3",
@@ -37,8 +54,7 @@ def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> 
         str(flows),
         "--congestion",
         cca,
-        "--time",
-        str(max(1, math.ceil(duration_s))),
+        *extent,
         "--json",
         "--logfile",
         str(log),
@@ -55,11 +71,12 @@ def _listening(port: int) -> bool:
     return bool(done.stdout.strip())
 
 
-def start_flows(lab: Lab, duration_s: float, out: Path) -> list[subprocess.Popen[bytes]]:
-    """Servers, then clients for every class with flows; returns the client processes."""
+def start_flows(lab: Lab, duration_s: float, out: Path) -> dict[str, subprocess.Popen[bytes]]:
+    """Servers, then clients for every class with flows; returns the client processes by
+    class ("dtn", "campus")."""
     scenario = lab.scenario
     classes = [(True, scenario.dtn.streams), (False, scenario.campus.long_flows)]
-    clients = []
+    clients = {}
     for dtn, flows in classes:
         if flows == 0:
             continue
@@ -75,10 +92,8 @@ def start_flows(lab: Lab, duration_s: float, out: Path) -> list[subprocess.Popen
         log = out / f"iperf3-{name}.json"
         log.unlink(missing_ok=True)
         namespace = topology.DTN if dtn else topology.CAMPUS
-        clients.append(
-            spawn(
-                namespace, client_argv(scenario, duration_s, dtn, log), out / f"iperf3-{name}.log"
-            )
+        clients[name] = spawn(
+            namespace, client_argv(scenario, duration_s, dtn, log), out / f"iperf3-{name}.log"
         )
     return clients
 
@@ -147,11 +162,13 @@ def record_truth(
                 on_tick(t_s)
         if flow_handle is not None:
             flow_handle.close()
-        for client in clients:
+        for name, client in clients.items():
+            if name == "dtn" and lab.scenario.dtn.transfer_bytes is not None:
+                continue  # a transfer unfinished when the recording ends is cut (below)
             client.wait(timeout=15)
     finally:
         meter.close()
-        for client in clients:
+        for client in clients.values():
             if client.poll() is None:
                 client.terminate()
     return path

@@ -222,18 +222,31 @@ def test_tracking_is_judged_against_the_target_of_each_second() -> None:
 
 
 def test_a_finite_dtn_transfer_sends_its_bytes_and_the_campus_its_duration(tmp_path) -> None:
-    from scidmz.lab.traffic import TRANSFER_MARGIN_BYTES, client_argv
+    from scidmz.lab.traffic import client_argv, transfer_margin_bytes
 
     scenario = Scenario.model_validate({"dtn": {"transfer_bytes": "10GB"}})
     topology.check_scenario(scenario)  # pooled, as iperf3 -n sends it: the lab takes it
     dtn = client_argv(scenario, 170.0, True, tmp_path / "dtn.json")
-    assert dtn[dtn.index("--bytes") + 1] == str(int(10e9 + TRANSFER_MARGIN_BYTES))
+    # + 2 s at B = 1 Gb/s: the streams outlive the 10 GB crossing by a whole truth row
+    assert transfer_margin_bytes(scenario) == 250e6
+    assert dtn[dtn.index("--bytes") + 1] == str(int(10e9 + 250e6))
     assert "--time" not in dtn
     assert dtn[dtn.index("--parallel") + 1] == "8"
     campus = client_argv(scenario, 170.0, False, tmp_path / "campus.json")
     assert campus[campus.index("--time") + 1] == "170" and "--bytes" not in campus
     endless = client_argv(Scenario(), 12.5, True, tmp_path / "dtn.json")
     assert endless[endless.index("--time") + 1] == "13" and "--bytes" not in endless
+    # the shipped example is such a scenario, at the paper's scale
+    from pathlib import Path
+
+    from scidmz.lab.cli import lab_scenario
+
+    example = lab_scenario(
+        Path(__file__).parents[2] / "examples" / "lab" / "transfer-10GB.yaml", {}
+    )
+    topology.check_scenario(example)
+    assert example.dtn.transfer_bytes == 10e9 and example.bottleneck.capacity_bps == 1e9
+    assert example.campus.long_flows == 100 and example.dtn.streams == 8
 
 
 def test_a_transfers_fct_is_when_the_acknowledged_bytes_cross_its_size() -> None:

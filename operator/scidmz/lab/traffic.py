@@ -18,18 +18,27 @@ from scidmz.lab.runner import Lab, _wait_for, spawn
 from scidmz.lab.truth import BACKLOG_POLL_S, FLOW_COLUMNS, BacklogMeter, TruthSampler
 from scidmz.netsim.scenario import Scenario
 
-TRANSFER_MARGIN_BYTES = 64 * 2**20
-"""What a finite DTN transfer's iperf3 sends beyond ``dtn.transfer_bytes``. iperf3 -n ends
-the test once its *writes* reach the total, and the server then closes the streams and
-resets what is still in the senders' buffers (esnet/iperf#1634: 10.3 MB sent, 2.05 MB
-counted received), so the lab sends a little more and times the transfer by the kernel's
-acknowledged bytes crossing ``transfer_bytes`` (`loop.transfer_fct_s`), while every stream
-is still open. 64 MiB is twice what eight 4 MiB send buffers (tcp_wmem's maximum) hold."""
+MARGIN_AT_CAPACITY_S = 2.0
+
+
+def transfer_margin_bytes(scenario: Scenario) -> float:
+    """What a finite DTN transfer's iperf3 sends beyond ``dtn.transfer_bytes``:
+    ``MARGIN_AT_CAPACITY_S`` at the bottleneck's capacity. iperf3 -n ends the test once its
+    *writes* reach the total, and the server then closes the streams and resets what is
+    still in the senders' buffers (esnet/iperf#1634: 10.3 MB sent, 2.05 MB counted
+    received); and a socket gone before the next truth row takes that second's
+    acknowledgements with it (a 1 Gb/s lab run counted 9.962 of 10.067 GB with a 64 MiB
+    margin). So the lab sends more and times the transfer by the kernel's acknowledged
+    bytes crossing ``transfer_bytes`` (`loop.transfer_fct_s`): the margin keeps every
+    stream open for at least one whole truth interval after the crossing, however full the
+    DTN's (ESnet-tuned) send buffers are."""
+    return MARGIN_AT_CAPACITY_S * scenario.bottleneck.capacity_bps / 8
 
 
 def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> list[str]:
     """The iperf3 client of one class: it sends for ``duration_s``, or, for a DTN with
-    ``transfer_bytes``, that many bytes in total over its streams (+ ``TRANSFER_MARGIN_BYTES``)."""
+    ``transfer_bytes``, that many bytes in total over its streams (+ the margin of
+    :func:`transfer_margin_bytes`)."""
     address, port = topology.receiver(dtn)
     flows, cca = (
         (scenario.dtn.streams, scenario.dtn.congestion_control)
@@ -40,7 +49,7 @@ def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> 
     # iperf3's -n counts the writes of all streams together (esnet/iperf PR #1113): each
     # stream writes whenever its socket takes more, a pool as the twin's pooled split
     extent = (
-        ["--bytes", str(int(size + TRANSFER_MARGIN_BYTES))]
+        ["--bytes", str(int(size + transfer_margin_bytes(scenario)))]
         if size is not None
         else ["--time", str(max(1, math.ceil(duration_s)))]
     )

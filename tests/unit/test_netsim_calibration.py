@@ -279,7 +279,7 @@ def test_cubic_keeps_the_reno_friendly_alpha_past_w_max_as_linux_does():
     flow_f[layout.SRTT] = 0.2
     flow_f[layout.RECOVERY_UNTIL] = -1.0
     flow_f[layout.CWND_LIMITED] = 1.0
-    grow_windows(flow_f, flow_i, np.array([100 * MSS]), 0.0, 1 / MSS, 1)
+    grow_windows(flow_f, flow_i, np.array([100 * MSS]), 0.0, 1 / MSS, 1, np.zeros(1))
     assert flow_f[layout.W_EST, 0] == pytest.approx(100.0 + 3 * 0.3 / 1.7)
 
 

@@ -105,10 +105,10 @@ def _cubic_in_avoidance(last_max: float) -> tuple[np.ndarray, np.ndarray]:
 def test_before_any_loss_cubic_grows_at_least_5_percent_a_round():
     # just after the epoch began at W_max, W_cubic's plateau adds almost nothing
     plateau, _ = _cubic_in_avoidance(last_max=100.0)
-    grow_windows(plateau, _, np.array([100 * MSS]), 1.0, 1 / MSS, 1)
+    grow_windows(plateau, _, np.array([100 * MSS]), 1.0, 1 / MSS, 1, np.zeros(1))
     assert plateau[layout.CWND, 0] < 100.6
     first, flow_i = _cubic_in_avoidance(last_max=0.0)
-    grow_windows(first, flow_i, np.array([100 * MSS]), 1.0, 1 / MSS, 1)
+    grow_windows(first, flow_i, np.array([100 * MSS]), 1.0, 1 / MSS, 1, np.zeros(1))
     assert first[layout.CWND, 0] == pytest.approx(105.0)
 
 

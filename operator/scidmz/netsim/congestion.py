@@ -191,6 +191,7 @@ def grow_windows(
     now: float,
     per_mss: float,
     n_flows: int,
+    starts: FloatRows,
 ) -> None:
     """Reno and Cubic window growth for every flow acknowledged in this step.
 
@@ -201,17 +202,24 @@ def grow_windows(
     or application limit, the DTN cap: Linux's ``tcp_is_cwnd_limited``, RFC 7661) — except
     in slow start while half the window is in flight (``cwnd < 2 * max_packets_out``), so a
     flow whose NIC is no faster than the bottleneck still doubles its window a round; BBR
-    sets its window in ``bbr_step``. An epoch start needs a cube root and is
-    rare, so it gets a scalar pass; the growth itself is one branch-free pass (vectorised).
+    sets its window in ``bbr_step``. An epoch start needs a cube root and is rare: a
+    branch-free pass marks the flows that start one in ``starts`` (scratch, one per
+    column; vectorised), a scalar pass starts them (its one branch is predictable: a loop
+    that tested the conditions itself branched on "acknowledged in this step", which a
+    flow sending in bursts is about half the time), and the growth is one branch-free
+    pass (vectorised).
     """
     for i in range(n_flows):
-        if (
-            acked[i] > 0.0
-            and flow_i[CC, i] == CUBIC
-            and flow_f[EPOCH_T, i] < 0.0
-            and flow_f[CWND, i] >= flow_f[SSTHRESH, i]
-            and now >= flow_f[RECOVERY_UNTIL, i]
-        ):
+        start = (
+            (acked[i] > 0.0)
+            & (flow_i[CC, i] == CUBIC)
+            & (flow_f[EPOCH_T, i] < 0.0)
+            & (flow_f[CWND, i] >= flow_f[SSTHRESH, i])
+            & (now >= flow_f[RECOVERY_UNTIL, i])
+        )
+        starts[i] = 1.0 if start else 0.0
+    for i in range(n_flows):
+        if starts[i] != 0.0:
             cwnd = flow_f[CWND, i]
             flow_f[EPOCH_T, i] = now
             if cwnd < flow_f[W_MAX, i]:

@@ -213,7 +213,7 @@ _DONE_TOLERANCE_BYTES = 1.0
 float sums of a 1.25 GB stream's ACKs end ~1e-3 bytes short (at 1e-3, 5 of 10 capped 10 GB
 transfers never completed)."""
 _GSO_MAX_BYTES = 65_536.0 - 1448.0  # GSO_LEGACY_MAX_SIZE less headroom, as whole segments
-SCRATCH_ROWS = 9
+SCRATCH_ROWS = 10
 _UNDEFERRED = 1e300
 """A pacing rate no step can use up: a flow given it sends what its window allows at once,
 without TSO deferral (a sender in loss recovery; Linux ``tcp_tso_should_defer``)."""
@@ -420,6 +420,21 @@ def _tail_drop(
 
 
 @compiled_inline
+def _kept(value: float) -> float:
+    """``value`` as the "keep what was there" side of a select in a per-flow pass.
+
+    ``row[i] = new if condition else row[i]`` compiles to a conditional store: LLVM then
+    either leaves the loop scalar (the load inside the else branch defeats its alias checks)
+    or vectorises it with masked stores (``vmaskmovpd``), which cost this machine's AMD cores
+    ~10 cycles each. Adding 0.0 is exact for every value except −0.0 (which becomes +0.0; no
+    time, rate or count here is −0.0), and LLVM may not drop it without fast-math, so the
+    select stays a blend followed by a plain store (``hack/netsim_fingerprint.py``: output
+    byte-identical; README "Benchmarks" for the figures).
+    """
+    return value + 0.0
+
+
+@compiled_inline
 def _account_acks(
     flow_f: FloatArray,
     ack_bytes: FloatArray,
@@ -437,6 +452,7 @@ def _account_acks(
     Their bytes left the bottleneck in the same step, so they share its queuing delay (and,
     for the campus, the shaper's): RTT = base + queueing [+ shaper], with no division.
     Branch-free so it vectorises; columns with nothing to acknowledge keep their state.
+    Each kept value is loaded before the select and passed through ``_kept`` (see there).
     """
     for i in range(first, end):
         acked = ack_bytes[slot, i]
@@ -446,8 +462,10 @@ def _account_acks(
         rtt_sample[i] = rtt if has_ack else 0.0
         acked_now[i] = acked
         flow_f[SAMPLE_RTT_W, i] += acked * rtt
-        flow_f[TAP_RTT, i] = tap if has_ack else flow_f[TAP_RTT, i]
-        flow_f[TAP_RTT_AT, i] = now if has_ack else flow_f[TAP_RTT_AT, i]
+        last_tap = flow_f[TAP_RTT, i]
+        last_tap_at = flow_f[TAP_RTT_AT, i]
+        flow_f[TAP_RTT, i] = tap if has_ack else _kept(last_tap)
+        flow_f[TAP_RTT_AT, i] = now if has_ack else _kept(last_tap_at)
         srtt = flow_f[SRTT, i]
         smoothed = rtt if srtt <= 0.0 else srtt + 0.125 * (rtt - srtt)
         flow_f[SRTT, i] = smoothed if has_ack else srtt
@@ -727,6 +745,7 @@ def advance(
     pacing = scratch[6]
     rtt_sample = scratch[7]
     acked_now = scratch[8]
+    flags = scratch[9]  # per-flow marks of the branch-free passes for the rare scalar work
 
     for s in range(n_steps):
         if glob_i[N_EVENTS] > event_room:
@@ -766,7 +785,7 @@ def advance(
             flow_f, ack_bytes, slot, n_campus, n_flows, ack_delay[slot, DTN], 0.0, now,
             rtt_sample, acked_now,
         )  # fmt: skip
-        grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows)
+        grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows, flags)
 
         for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
             pacing[i] = np.inf
@@ -834,7 +853,8 @@ def advance(
             amount = lesser(lesser(window, flow_f[LINE_BYTES, i]), flow_f[REMAINING, i])
             rate = pacing[i]
             paced = rate < np.inf
-            budget = flow_f[PACING_CREDIT, i] + rate * dt if paced else np.inf
+            credit_before = flow_f[PACING_CREDIT, i]  # loaded outside the select (_kept)
+            budget = credit_before + rate * dt if paced else np.inf
             amount = lesser(amount, budget)
             credit = lesser(budget - greater(amount, 0.0), rate * dt)
             flow_f[PACING_CREDIT, i] = credit if paced else 0.0

@@ -207,8 +207,9 @@ def grow_windows(
     column; vectorised), a scalar pass starts them (its one branch is predictable: a loop
     that tested the conditions itself branched on "acknowledged in this step", which a
     flow sending in bursts is about half the time), and the growth is one branch-free
-    pass (vectorised).
+    pass (vectorised). Most steps start no epoch, and then the scalar pass does not scan.
     """
+    started = 0
     for i in range(n_flows):
         start = (
             (acked[i] > 0.0)
@@ -218,7 +219,8 @@ def grow_windows(
             & (now >= flow_f[RECOVERY_UNTIL, i])
         )
         starts[i] = 1.0 if start else 0.0
-    for i in range(n_flows):
+        started += 1 if start else 0
+    for i in range(n_flows if started > 0 else 0):
         if starts[i] != 0.0:
             cwnd = flow_f[CWND, i]
             flow_f[EPOCH_T, i] = now

@@ -37,13 +37,18 @@ def fifo_push(
     size = slots.shape[0]
     head = cursor[0]
     count = cursor[1]
-    tail = (head + count - 1) % size
+    # the ring's indices wrap by a subtraction: an integer modulo is a ~40-cycle division
+    tail = head + count - 1
+    if tail >= size:
+        tail -= size
     if count > 0 and (count == size or slot_step[tail] == step):
         for c in range(columns):
             slots[tail, c] += arrivals[c]
         slot_total[tail] += total
         return
-    slot = (head + count) % size
+    slot = head + count
+    if slot >= size:
+        slot -= size
     for c in range(columns):
         slots[slot, c] = arrivals[c]
     slot_step[slot] = step
@@ -87,7 +92,7 @@ def fifo_pop(
             budget -= total
             served += total
             weighted += total * sojourn
-            head = (head + 1) % size
+            head = head + 1 if head + 1 < size else 0
             count -= 1
         else:
             fraction = budget / total

@@ -787,9 +787,26 @@ def advance(
         )  # fmt: skip
         grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows, flags)
 
-        for i in range(n_flows):  # 2c. loss, completion, BBR (scalar)
+        # 2b. which running flows have rare work now (branch-free, vectorised): a backoff
+        # to clear, a loss to detect, HyStart, completion, BBR; the others only count.
+        # Most steps mark none, and then 2c does not scan.
+        marked = 0
+        for i in range(n_flows):
             pacing[i] = np.inf
-            if flow_i[RUNNING, i] == 0:
+            live = flow_i[RUNNING, i] != 0
+            acked = acked_now[i] > 0.0
+            rare = (
+                ((flow_i[BACKOFF, i] > 0) & acked)
+                | ((flow_f[LOST_PENDING, i] > 0.0) & (now >= flow_f[LOSS_AT, i]))
+                | ((flow_i[HS_FOUND, i] == 0) & acked)
+                | (flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES)
+                | (flow_i[CC, i] >= BBR)
+            )
+            flags[i] = 1.0 if live & rare else 0.0
+            running += 1 if live & (not rare) else 0
+            marked += 1 if live & rare else 0
+        for i in range(n_flows if marked > 0 else 0):  # 2c. the marked flows (scalar)
+            if flags[i] == 0.0:
                 continue
             if flow_i[BACKOFF, i] > 0 and acked_now[i] > 0.0:
                 flow_i[BACKOFF, i] = 0  # new data acknowledged: the timeouts' backoff is over

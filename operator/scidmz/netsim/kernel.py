@@ -54,6 +54,7 @@ from scidmz.netsim.congestion import (
     greater,
     grow_windows,
     hystart_update,
+    kept,
     lesser,
     on_loss,
     on_timeout,
@@ -420,21 +421,6 @@ def _tail_drop(
 
 
 @compiled_inline
-def _kept(value: float) -> float:
-    """``value`` as the "keep what was there" side of a select in a per-flow pass.
-
-    ``row[i] = new if condition else row[i]`` compiles to a conditional store: LLVM then
-    either leaves the loop scalar (the load inside the else branch defeats its alias checks)
-    or vectorises it with masked stores (``vmaskmovpd``), which cost this machine's AMD cores
-    ~10 cycles each. Adding 0.0 is exact for every value except −0.0 (which becomes +0.0; no
-    time, rate or count here is −0.0), and LLVM may not drop it without fast-math, so the
-    select stays a blend followed by a plain store (``hack/netsim_fingerprint.py``: output
-    byte-identical; README "Benchmarks" for the figures).
-    """
-    return value + 0.0
-
-
-@compiled_inline
 def _account_acks(
     flow_f: FloatArray,
     ack_bytes: FloatArray,
@@ -452,7 +438,7 @@ def _account_acks(
     Their bytes left the bottleneck in the same step, so they share its queuing delay (and,
     for the campus, the shaper's): RTT = base + queueing [+ shaper], with no division.
     Branch-free so it vectorises; columns with nothing to acknowledge keep their state.
-    Each kept value is loaded before the select and passed through ``_kept`` (see there).
+    Each kept value is loaded before the select and passed through ``congestion.kept`` (see there).
     """
     for i in range(first, end):
         acked = ack_bytes[slot, i]
@@ -464,11 +450,11 @@ def _account_acks(
         flow_f[SAMPLE_RTT_W, i] += acked * rtt
         last_tap = flow_f[TAP_RTT, i]
         last_tap_at = flow_f[TAP_RTT_AT, i]
-        flow_f[TAP_RTT, i] = tap if has_ack else _kept(last_tap)
-        flow_f[TAP_RTT_AT, i] = now if has_ack else _kept(last_tap_at)
+        flow_f[TAP_RTT, i] = tap if has_ack else kept(last_tap)
+        flow_f[TAP_RTT_AT, i] = now if has_ack else kept(last_tap_at)
         srtt = flow_f[SRTT, i]
         smoothed = rtt if srtt <= 0.0 else srtt + 0.125 * (rtt - srtt)
-        flow_f[SRTT, i] = smoothed if has_ack else srtt
+        flow_f[SRTT, i] = smoothed if has_ack else kept(srtt)
         flow_f[INFLIGHT, i] -= acked
         flow_f[ACKED, i] += acked
         flow_f[SAMPLE_ACKED, i] += acked
@@ -870,7 +856,7 @@ def advance(
             amount = lesser(lesser(window, flow_f[LINE_BYTES, i]), flow_f[REMAINING, i])
             rate = pacing[i]
             paced = rate < np.inf
-            credit_before = flow_f[PACING_CREDIT, i]  # loaded outside the select (_kept)
+            credit_before = flow_f[PACING_CREDIT, i]  # loaded outside the select (congestion.kept)
             budget = credit_before + rate * dt if paced else np.inf
             amount = lesser(amount, budget)
             credit = lesser(budget - greater(amount, 0.0), rate * dt)

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/netsim_speed.py                 # speed, default and short flows
     .venv/bin/python bench/netsim_speed.py --hours 8       # + an 8 h run streamed to disk
+    .venv/bin/python bench/netsim_speed.py --against REF   # + interleaved against git REF
 
 Targets: >= 600x real time for the default scenario (1 Gb/s, 100 campus + 8 DTN flows, 1 ms
 step) on one core after the calibration against real TCP (issue 13), and the 1000x of issue 3
@@ -11,18 +12,30 @@ simulated seconds after a warm-up that also compiles the kernel. The memory figu
 peak RSS of a child process running ``scidmz sim run`` (the whole CLI path: CSV streaming,
 events, summary); the kernel reports the largest child so far, so a later row is an upper
 bound that includes the earlier ones.
+
+This VM's speed swings by up to 2x between minutes (other tenants), so a figure from one
+moment says little about a change. ``--against REF`` runs the simulator of git ``REF`` (its
+package extracted and imported under another name) and this tree's in one process, half a
+simulated second each in turn, and prints the median of the paired ratios (this tree's
+speed over REF's) with its quartiles: both see the same moments of the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import io
 import os
+import re
 import resource
+import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -30,6 +43,8 @@ from scidmz.netsim.scenario import Scenario, parse_scenario
 from scidmz.netsim.simulator import Simulator
 
 RESULTS = Path(__file__).parent / "results" / "netsim_speed.md"
+REPO = Path(__file__).resolve().parents[1]
+_IMPORT_LINE = re.compile(r"^(\s*)(from|import) scidmz\b", re.MULTILINE)
 
 
 def speedup(scenario: Scenario, seconds: float, repeats: int) -> tuple[float, float]:
@@ -45,6 +60,58 @@ def speedup(scenario: Scenario, seconds: float, repeats: int) -> tuple[float, fl
         figures.append(seconds / (time.perf_counter() - started))
     figures.sort()
     return figures[len(figures) // 2], figures[-1]
+
+
+def import_at(ref: str, into: Path) -> str:
+    """Extract the package of git ``ref`` under ``into`` as ``scidmz_ref``; its name."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "operator/scidmz"],
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    name = "scidmz_ref"
+    package = into / name
+    (into / "operator" / "scidmz").rename(package)
+    for module in package.rglob("*.py"):
+        text = module.read_text()
+        module.write_text(_IMPORT_LINE.sub(rf"\1\2 {name}", text))
+    sys.path.insert(0, str(into))
+    return name
+
+
+def interleaved(
+    ref_package: str, overrides: dict[str, Any], rounds: int
+) -> tuple[float, float, float, float, float]:
+    """Paired ratios of this tree's speed over the reference's, half a simulated second
+    each in turn (order alternating): (median, lower quartile, upper quartile, reference
+    median speed-up, this tree's median speed-up)."""
+    ref_scenario = importlib.import_module(f"{ref_package}.netsim.scenario")
+    ref_simulator = importlib.import_module(f"{ref_package}.netsim.simulator")
+    from scidmz.netsim.scenario import parse_scenario
+
+    ref = ref_simulator.Simulator(ref_scenario.parse_scenario(overrides))
+    ours = Simulator(parse_scenario(overrides))
+    steps = round(0.5 / ours.scenario.step_s)
+    for sim in (ref, ours):
+        sim.advance(4 * steps)  # warm-up (and JIT compile)
+    times: dict[str, list[float]] = {"ref": [], "ours": []}
+    for index in range(rounds):
+        order = (("ref", ref), ("ours", ours))
+        for label, sim in order if index % 2 == 0 else order[::-1]:
+            started = time.perf_counter()
+            sim.advance(steps)
+            times[label].append(time.perf_counter() - started)
+    ratios = sorted(r / o for r, o in zip(times["ref"], times["ours"], strict=True))
+    quartile = statistics.quantiles(ratios, n=4)
+    return (
+        statistics.median(ratios),
+        quartile[0],
+        quartile[2],
+        0.5 / statistics.median(times["ref"]),
+        0.5 / statistics.median(times["ours"]),
+    )
 
 
 def verdicts(speed: float, targets: tuple[tuple[int, str], ...]) -> tuple[str, str]:
@@ -77,6 +144,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hours", type=float, default=0.0, help="Also stream a run this long.")
     parser.add_argument("--write", action="store_true", help=f"Write {RESULTS}.")
+    parser.add_argument(
+        "--against", metavar="REF", help="Also run git REF's simulator interleaved with this one."
+    )
+    parser.add_argument("--rounds", type=int, default=200, help="Pairs for --against.")
     args = parser.parse_args()
 
     default = Scenario()
@@ -105,6 +176,34 @@ def main() -> None:
                 f"{peak:.0f} MB | < 500 MB ({verdict}) |"
             )
             print(lines[-1], flush=True)
+    if args.against:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", args.against],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        lines += [
+            "",
+            f"Interleaved with `{args.against}` ({commit}) in one process, {args.rounds} pairs of "
+            "half a simulated second: this tree's speed over REF's.",
+            "",
+            "| scenario | paired ratio, median (quartiles) | REF | this tree |",
+            "|---|---|---|---|",
+        ]
+        with tempfile.TemporaryDirectory() as tmp:
+            package = import_at(args.against, Path(tmp))
+            for name, overrides in (
+                ("default", {}),
+                ("short flows", {"campus": {"short_flows": {"enabled": True}}}),
+                ("BBR DTN", {"dtn": {"congestion_control": "bbr"}}),
+            ):
+                ratio, low, high, ref_speed, speed = interleaved(package, overrides, args.rounds)
+                lines.append(
+                    f"| {name} | {ratio:.2f}x ({low:.2f}-{high:.2f}) | {ref_speed:.0f}x | "
+                    f"{speed:.0f}x |"
+                )
+                print(lines[-1], flush=True)
     if args.write:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         header = [
@@ -112,7 +211,10 @@ def main() -> None:
             "",
             f"One core ({os.cpu_count()} on the machine), Python {sys.version.split()[0]}, "
             f"{args.seconds:g} simulated s per figure, median of {args.repeats}.",
-            f"Reproduce: `.venv/bin/python bench/netsim_speed.py --hours {args.hours:g} --write`.",
+            "Reproduce: `.venv/bin/python bench/netsim_speed.py "
+            f"--hours {args.hours:g} --repeats {args.repeats}"
+            + (f" --against {args.against}" if args.against else "")
+            + " --write`.",
             "",
         ]
         RESULTS.write_text("\n".join(header + lines) + "\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -57,3 +59,21 @@ def test_a_compiled_function_that_allocates_fails_to_compile(tmp_path: Path) -> 
         timeout=120,
     )
     assert done.stdout.strip() == "refused"
+
+
+def test_the_reference_package_imports_only_itself(tmp_path: Path) -> None:
+    # --against runs git REF's simulator beside this tree's: every import in the extracted
+    # package must point at the extracted copy, or the "reference" would run this tree's code.
+    bench = load_bench("netsim_speed")
+    name = bench.import_at("HEAD", tmp_path)
+    try:
+        kernel = importlib.import_module(f"{name}.netsim.kernel")
+        assert Path(kernel.__file__).is_relative_to(tmp_path)
+        assert kernel.advance.py_func.__module__ == f"{name}.netsim.kernel"
+        assert kernel.compiled.__module__ == f"{name}.contract.compiled"
+        texts = [module.read_text() for module in (tmp_path / name).rglob("*.py")]
+        assert not any(re.search(r"^\s*(from|import) scidmz\b", t, re.MULTILINE) for t in texts)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for module in [m for m in sys.modules if m == name or m.startswith(f"{name}.")]:
+            del sys.modules[module]

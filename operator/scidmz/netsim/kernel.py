@@ -35,9 +35,13 @@ payload, so their rates and sizes arrive here scaled by ``P_PAYLOAD``.
 The loop returns early (fewer steps done) when the event buffer could overflow or the
 short-flow random numbers run out; the Python side drains or refills and calls again.
 
-Speed: the common per-flow work is written as branch-free passes over contiguous rows and the
-rare work (loss, completion, BBR, the activity rule's transitions) as cheap scalar checks;
-see ``bench/netsim_speed.py`` for the figures and README "Benchmarks" for what was tried.
+Speed: the common per-flow work is written as branch-free passes over contiguous rows, which
+LLVM vectorises as long as no pass stores a value it loaded inside a branch or a select
+(``congestion.kept``); the rare work (loss, completion, BBR, Cubic's epoch start) is marked by
+such a pass, which also counts the marks, and done by a scalar pass only when there are any.
+Sums over flows stay sequential so that the output does not depend on how a loop is compiled.
+A change here is checked with ``hack/netsim_fingerprint.py`` (output byte-identical) and
+``bench/netsim_speed.py --against REF``; README "Benchmarks" has the figures and what was tried.
 """
 
 from __future__ import annotations

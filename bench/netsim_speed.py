@@ -17,7 +17,9 @@ This VM's speed swings by up to 2x between minutes (other tenants), so a figure 
 moment says little about a change. ``--against REF`` runs the simulator of git ``REF`` (its
 package extracted and imported under another name) and this tree's in one process, half a
 simulated second each in turn, and prints the median of the paired ratios (this tree's
-speed over REF's) with its quartiles: both see the same moments of the machine.
+speed over REF's) with its quartiles: both see the same moments of the machine. The
+comparison has a bias of its own that changes from process to process (the same code
+against itself gave 0.99-1.09x), so a difference under ~10 % needs several runs.
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ case (lab: retransmitted segments; netsim: dropped bytes / MSS at the bottleneck
 campus shaper's for the campus).
 
 ``--hystart`` runs the twin with Cubic's HyStart on (the lab host's default),
-``--prr`` with Linux's proportional rate reduction in loss recovery (also the lab's) and
+``--prr`` with Linux's proportional rate reduction in loss recovery (also the lab's),
+``--bbr-recovery`` with BBR's window in loss recovery as Linux sets it and
 ``--lab-starts`` starts each class when the lab's iperf3 let it; each variant writes its own
 report (``netsim_vs_lab_hystart_lab_starts.md``, ...).
 
@@ -331,13 +332,24 @@ def main() -> int:
         "true, PRR as the lab's kernel sends in recovery).",
     )
     parser.add_argument(
+        "--bbr-recovery",
+        action="store_true",
+        help="Run the twin with BBR's window in loss recovery as Linux sets it (scenario "
+        "bbr_loss_recovery: true).",
+    )
+    parser.add_argument(
         "--lab-starts",
         action="store_true",
         help="Start each class when the lab's iperf3 did ((3 + flows) base RTTs).",
     )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
-    variant = Variant(hystart=args.hystart, lab_starts=args.lab_starts, prr=args.prr)
+    variant = Variant(
+        hystart=args.hystart,
+        lab_starts=args.lab_starts,
+        prr=args.prr,
+        bbr_recovery=args.bbr_recovery,
+    )
     for dataset in (args.dataset, args.against_lab):
         if dataset is not None and not (dataset / "index.json").exists():
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
@@ -365,6 +377,7 @@ def main() -> int:
             "",
             f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}"
             f"{' --hystart' if args.hystart else ''}{' --prr' if args.prr else ''}"
+            f"{' --bbr-recovery' if args.bbr_recovery else ''}"
             f"{' --lab-starts' if args.lab_starts else ''}`: "
             f"every case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the "
             f"mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",

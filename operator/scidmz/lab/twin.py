@@ -2,7 +2,8 @@
 
 A lab case's ``case.json`` holds the netsim scenario the lab was built from. The shipped twin
 runs it as is; a ``Variant`` adds what the lab's Linux does that the shipped twin leaves out
-(HyStart, PRR loss recovery, iperf3's connection set-up), one switch each, so
+(HyStart, PRR loss recovery, BBR's loss recovery, iperf3's connection set-up), one switch
+each, so
 ``bench/netsim_vs_lab.py`` and ``bench/netsim_vs_ns3.py`` judge the same variants.
 """
 
@@ -17,24 +18,26 @@ connection, parameter exchange, test start (the lab's first second: a 100 ms DTN
 streams sends nothing before ~1.1 s, 10 campus flows at 10 ms start within ~0.15 s)."""
 
 
-VARIANT_PARTS = ("hystart", "prr", "lab-starts")
+VARIANT_PARTS = ("hystart", "prr", "bbr-recovery", "lab-starts")
 """A variant's switches by name, in the order its name lists them."""
 
 
 @dataclass(frozen=True)
 class Variant:
     """The twin as shipped, or with Cubic's HyStart (``cubic_hystart``), Linux's loss
-    recovery (``proportional_rate_reduction``) and/or each class starting when the lab's
-    iperf3 let it (``lab_starts``)."""
+    recovery (``proportional_rate_reduction``), Linux's BBR window in loss recovery
+    (``bbr_loss_recovery``) and/or each class starting when the lab's iperf3 let it
+    (``lab_starts``)."""
 
     hystart: bool = False
     lab_starts: bool = False
     prr: bool = False
+    bbr_recovery: bool = False
 
     @property
     def parts(self) -> list[str]:
         """Its switches that are on, by name, in ``VARIANT_PARTS``' order."""
-        on = (self.hystart, self.prr, self.lab_starts)
+        on = (self.hystart, self.prr, self.bbr_recovery, self.lab_starts)
         return [name for name, switch in zip(VARIANT_PARTS, on, strict=True) if switch]
 
 
@@ -55,7 +58,12 @@ def parse_variant(text: str) -> Variant:
             f"unknown twin variant {text!r}: join {', '.join(VARIANT_PARTS)} with '+', or "
             "give 'shipped'"
         )
-    return Variant(hystart="hystart" in parts, prr="prr" in parts, lab_starts="lab-starts" in parts)
+    return Variant(
+        hystart="hystart" in parts,
+        prr="prr" in parts,
+        bbr_recovery="bbr-recovery" in parts,
+        lab_starts="lab-starts" in parts,
+    )
 
 
 def lab_starts(scenario: dict[str, Any]) -> dict[str, Any]:
@@ -76,4 +84,6 @@ def variant_scenario(scenario: dict[str, Any], variant: Variant) -> dict[str, An
         raw["cubic_hystart"] = True
     if variant.prr:
         raw["proportional_rate_reduction"] = True
+    if variant.bbr_recovery:
+        raw["bbr_loss_recovery"] = True
     return raw

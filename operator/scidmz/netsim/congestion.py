@@ -36,9 +36,11 @@ Sources and simplifications:
   2·BDP + 3 segments + the ACK-aggregation allowance (Linux ≥ 4.20's ``extra_acked``: data
   acknowledged beyond bw × time in an epoch, max over two 5-round windows, at most 100 ms at
   bw; see ``_update_ack_aggregation``). Delivery-rate samples over the trailing round every
-  1/8 round, where Linux takes one per ACK. Not modelled: loss recovery's packet
-  conservation, which, tried against the lab, took BBR's share further from real BBR's
-  (bench/results/netsim_vs_lab.md).
+  1/8 round, where Linux takes one per ACK. By default BBR's window ignores losses; the
+  scenario's ``bbr_loss_recovery`` sets it in recovery as Linux's
+  ``bbr_set_cwnd_to_recover_or_restore`` does (``bbr_on_loss``, ``_bbr_recovery_window``),
+  which, against the lab, takes the twin's BBR DTN well below real BBR's rate and losses
+  (bench/results/netsim_vs_lab_bbr_recovery.md), so it is off.
 * **BBRv2-like** — BBR v1 plus the v2 loss response: a round that loses more than 2 % of its
   data caps inflight at ``inflight_hi = 0.7 · cwnd`` (and ends startup); while probing up
   without excess loss the cap grows by 1, 2, 4, … segments per round; the probe-down gain is
@@ -77,8 +79,10 @@ from scidmz.netsim.layout import (
     BASE_RTT,
     BBR,
     BBR2,
+    BBR_RECOVERING,
     BTL_BW,
     CC,
+    CONSERVE_UNTIL,
     CUBIC,
     CUBIC_K,
     CWND,
@@ -102,6 +106,7 @@ from scidmz.netsim.layout import (
     INFLIGHT,
     INFLIGHT_HI,
     LAST_MAX,
+    LOST_NOW,
     MIN_RTT,
     MIN_RTT_AT,
     MODE,
@@ -308,6 +313,60 @@ def on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float) -> None:
 
 
 @compiled
+def bbr_on_loss(flow_f: FloatRows, flow_i: IntRows, i: int, now: float, lost: float) -> None:
+    """A BBR sender declares ``lost`` bytes lost (scenario ``bbr_loss_recovery``).
+
+    The bytes come off the window at the next window update (Linux: ``rs->losses`` in
+    ``bbr_set_cwnd_to_recover_or_restore``). A loss outside recovery starts one, lasting a
+    round trip as the loss-based senders' does; entering it saves the window to restore at
+    its end (Linux ``bbr_ssthresh`` -> ``bbr_save_cwnd``: the window as it is, unless
+    recovery or probe-rtt has already cut it, then the larger of the two)."""
+    flow_f[LOST_NOW, i] += lost
+    if now < flow_f[RECOVERY_UNTIL, i]:
+        return
+    if flow_i[BBR_RECOVERING, i] == 0 and flow_i[MODE, i] != PROBE_RTT:
+        flow_f[PRIOR_CWND, i] = flow_f[CWND, i]
+    else:
+        flow_f[PRIOR_CWND, i] = max(flow_f[PRIOR_CWND, i], flow_f[CWND, i])
+    flow_f[RECOVERY_UNTIL, i] = now + max(flow_f[SRTT, i], flow_f[BASE_RTT, i])
+
+
+@compiled
+def _bbr_recovery_window(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    i: int,
+    now: float,
+    cwnd: float,
+    acked_segs: float,
+    round_length: float,
+    mss: float,
+) -> tuple[float, bool]:
+    """Linux ``bbr_set_cwnd_to_recover_or_restore`` for an update that acknowledged data:
+    lost segments off the window; the first round of a recovery conserves packets (the
+    window is what is in flight + what this update acknowledged, at least; Linux restarts
+    its round count there, so conservation lasts one round); leaving recovery restores the
+    saved window. Returns the window and whether packet conservation decides it alone."""
+    losses = flow_f[LOST_NOW, i] / mss
+    flow_f[LOST_NOW, i] = 0.0
+    if losses > 0.0:
+        cwnd = max(cwnd - losses, 1.0)
+    recovering = now < flow_f[RECOVERY_UNTIL, i]
+    was_recovering = flow_i[BBR_RECOVERING, i] == 1
+    conserving_floor = flow_f[INFLIGHT, i] / mss + acked_segs
+    if recovering and not was_recovering:
+        flow_f[CONSERVE_UNTIL, i] = now + round_length
+        cwnd = conserving_floor
+    elif was_recovering and not recovering:
+        cwnd = max(cwnd, flow_f[PRIOR_CWND, i])
+        flow_f[CONSERVE_UNTIL, i] = 0.0
+    flow_i[BBR_RECOVERING, i] = 1 if recovering else 0
+    if now < flow_f[CONSERVE_UNTIL, i]:
+        return max(cwnd, conserving_floor), True
+    return cwnd, False
+
+
+@compiled
 def _ssthresh(flow_f: FloatRows, flow_i: IntRows, i: int) -> float:
     """A loss-based sender's window after a decrease (Linux ``tcp_reno_ssthresh``,
     ``bictcp_recalc_ssthresh``); Cubic also remembers W_max, with fast convergence.
@@ -461,8 +520,12 @@ def bbr_step(
     acked: float,
     rtt_sample: float,
     mss: float,
+    recovery: bool,
 ) -> float:
-    """Advance BBR's model and state machine by one step; returns the pacing rate (bytes/s)."""
+    """Advance BBR's model and state machine by one step; returns the pacing rate (bytes/s).
+
+    With ``recovery`` (scenario ``bbr_loss_recovery``) the window also answers losses as
+    Linux's does (``_bbr_recovery_window``)."""
     v2 = flow_i[CC, i] == BBR2
     # Expiry is judged before this sample refreshes the filter (Linux bbr_update_min_rtt):
     # an expired min_rtt both takes the sample and sends the flow to probe-rtt.
@@ -520,7 +583,14 @@ def bbr_step(
 
     cwnd = flow_f[CWND, i]
     acked_segs = acked / mss
-    if bdp > 0.0:
+    conserving = False
+    if recovery and acked > 0.0:
+        cwnd, conserving = _bbr_recovery_window(
+            flow_f, flow_i, i, now, cwnd, acked_segs, round_length, mss
+        )
+    if conserving:
+        pass
+    elif bdp > 0.0:
         target = cwnd_gain * bdp / mss + 3.0
         if flow_i[FILLED_PIPE, i] == 1:  # Linux bbr_ack_aggregation_cwnd
             extra = max(flow_f[EXTRA_ACKED0, i], flow_f[EXTRA_ACKED0 + 1, i])
@@ -535,7 +605,8 @@ def bbr_step(
             cwnd += acked_segs
     else:
         cwnd += acked_segs
-    cwnd = max(cwnd, BBR_MIN_CWND)
+    if not conserving:
+        cwnd = max(cwnd, BBR_MIN_CWND)
     if mode == PROBE_RTT:
         cwnd = BBR_MIN_CWND
     flow_f[CWND, i] = cwnd

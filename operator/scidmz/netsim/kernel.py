@@ -54,6 +54,7 @@ import numpy.typing as npt
 from scidmz.contract.compiled import compiled, compiled_inline
 from scidmz.netsim.congestion import (
     HYSTART_OFF,
+    bbr_on_loss,
     bbr_step,
     greater,
     grow_windows,
@@ -134,6 +135,7 @@ from scidmz.netsim.layout import (
     OUT_SHAPER_QUEUE,
     OUT_SHAPER_W,
     OUT_TAP_ACTIVE,
+    P_BBR_RECOVERY,
     P_BUFFER,
     P_BURST,
     P_C_TH,
@@ -724,6 +726,7 @@ def advance(
     payload = params[P_PAYLOAD]
     min_tso = params[P_MIN_TSO] * mss
     prr_on = params[P_PRR] > 0.0
+    bbr_recovery = params[P_BBR_RECOVERY] > 0.0
     smoothing = min(dt / _PROBE_LOSS_WINDOW_S, 1.0)
     event_room = events.shape[1] - 3 * n_flows - 8
     send = scratch[0]
@@ -830,6 +833,8 @@ def advance(
                 flow_f[ROUND_LOST, i] += lost
                 if timed_out:
                     on_timeout(flow_f, flow_i, i, now)
+                elif bbr_recovery and flow_i[CC, i] >= BBR:
+                    bbr_on_loss(flow_f, flow_i, i, now, lost)
                 else:
                     on_loss(flow_f, flow_i, i, now)
             if flow_i[HS_FOUND, i] == 0 and acked_now[i] > 0.0:
@@ -847,8 +852,9 @@ def advance(
             running += 1
             if flow_i[CC, i] >= BBR:
                 pacing[i] = bbr_step(
-                    flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss
-                )
+                    flow_f, flow_i, bw_filter, i, now, acked_now[i], rtt_sample[i], mss,
+                    bbr_recovery,
+                )  # fmt: skip
 
         if prr_on:
             _reduce_in_recovery(flow_f, pacing, n_flows, now, acked_now, mss)

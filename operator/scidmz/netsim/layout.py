@@ -62,7 +62,9 @@ LAST_MAX = 64  # Cubic last_max_cwnd: W_max of the last loss; 0 before any / aft
 PRR_PRIOR = 65  # PRR: the window when this recovery began, segments; 0: not in a PRR recovery
 PRR_DELIVERED = 66  # PRR: bytes acknowledged since it began ...
 PRR_OUT = 67  # ... and bytes sent since
-N_FLOW_F = 68
+LOST_NOW = 68  # BBR loss recovery: bytes declared lost since BBR last set its window
+CONSERVE_UNTIL = 69  # BBR loss recovery: packet conservation until then (s): its first round
+N_FLOW_F = 70
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -83,7 +85,8 @@ EXTRA_ACKED_IDX = 14  # BBR: which of the two EXTRA_ACKED windows is filling
 EXTRA_ACKED_ROUNDS = 15  # BBR: rounds into that window
 BACKOFF = 16  # retransmission timeouts since data was last acknowledged (RTO doubles each)
 HS_FOUND = 17  # Cubic HyStart ended slow start (or does not apply: not Cubic, turned off)
-N_FLOW_I = 18
+BBR_RECOVERING = 18  # BBR loss recovery: 1 if the last window update was in recovery
+N_FLOW_I = 19
 
 CAMPUS = 0
 DTN = 1
@@ -209,4 +212,5 @@ P_PAYLOAD = 18  # payload / frame bytes of a full segment: rates in frames -> pa
 P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
 P_HYSTART = 20  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
 P_PRR = 21  # 1: loss-based senders send in recovery as Linux's PRR lets them (RFC 6937)
-N_PARAMS = 22
+P_BBR_RECOVERY = 22  # 1: BBR sets its window in loss recovery as Linux's tcp_bbr does
+N_PARAMS = 23

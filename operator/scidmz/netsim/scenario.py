@@ -238,6 +238,14 @@ class Scenario(_Model):
         "back (no TSO deferral in recovery). false: after a loss the sender may send its new "
         "window minus what is in flight at once, retransmissions first.",
     )
+    bbr_loss_recovery: bool = Field(
+        default=False,
+        description="BBR's window in loss recovery as Linux's tcp_bbr sets it "
+        "(bbr_set_cwnd_to_recover_or_restore): lost segments come off the window, the first "
+        "round of a recovery conserves packets (window = in flight + acknowledged), the "
+        "window then grows by what is acknowledged towards its target, and leaving recovery "
+        "restores the window saved when it began. false: BBR's window ignores losses.",
+    )
     seed: int = Field(default=1, ge=0)
 
     @property

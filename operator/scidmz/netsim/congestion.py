@@ -282,7 +282,7 @@ def grow_windows(
         avoided = cubic if is_cubic else reno
         grown = cwnd + segs if slow else avoided
         flow_f[CWND, i] = grown if grow else kept(cwnd)
-        flow_f[W_EST, i] = new_w_est if grow & (not slow) & is_cubic else w_est
+        flow_f[W_EST, i] = new_w_est if grow & (not slow) & is_cubic else kept(w_est)
 
 
 @compiled
@@ -588,9 +588,32 @@ def bbr_step(
         cwnd, conserving = _bbr_recovery_window(
             flow_f, flow_i, i, now, cwnd, acked_segs, round_length, mss
         )
-    if conserving:
-        pass
-    elif bdp > 0.0:
+    if not conserving:
+        cwnd = _bbr_window_towards_target(
+            flow_f, flow_i, i, cwnd, acked_segs, bdp, cwnd_gain, mss, v2
+        )
+    if mode == PROBE_RTT:
+        cwnd = BBR_MIN_CWND
+    flow_f[CWND, i] = cwnd
+    return float(pacing_gain * flow_f[BTL_BW, i])
+
+
+@compiled
+def _bbr_window_towards_target(
+    flow_f: FloatRows,
+    flow_i: IntRows,
+    i: int,
+    cwnd: float,
+    acked_segs: float,
+    bdp: float,
+    cwnd_gain: float,
+    mss: float,
+    v2: bool,
+) -> float:
+    """Linux ``bbr_set_cwnd``'s target: cwnd_gain x BDP + 3 segments + the ACK-aggregation
+    allowance (BBRv2-like: at most inflight_hi); once the pipe is full the window moves
+    towards it by what was acknowledged, before that it only grows; at least 4 segments."""
+    if bdp > 0.0:
         target = cwnd_gain * bdp / mss + 3.0
         if flow_i[FILLED_PIPE, i] == 1:  # Linux bbr_ack_aggregation_cwnd
             extra = max(flow_f[EXTRA_ACKED0, i], flow_f[EXTRA_ACKED0 + 1, i])
@@ -605,12 +628,7 @@ def bbr_step(
             cwnd += acked_segs
     else:
         cwnd += acked_segs
-    if not conserving:
-        cwnd = max(cwnd, BBR_MIN_CWND)
-    if mode == PROBE_RTT:
-        cwnd = BBR_MIN_CWND
-    flow_f[CWND, i] = cwnd
-    return float(pacing_gain * flow_f[BTL_BW, i])
+    return max(cwnd, BBR_MIN_CWND)
 
 
 @compiled

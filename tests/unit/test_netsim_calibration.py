@@ -349,23 +349,31 @@ def test_the_aggregation_estimate_forgets_after_two_five_round_windows():
     assert seen[-1] == pytest.approx(0.9 * bw * dt, rel=0.01)
 
 
+def _bbr_in_probe_bw(cwnd_segs: float, inflight_segs: float) -> tuple[np.ndarray, np.ndarray]:
+    bw, min_rtt = 1e7, 0.1  # BDP = 1e6 bytes, ~690 segments: the target is 2 BDP + 3
+    flow_f, flow_i = _bbr_column(bw, cwnd_segs)
+    flow_i[layout.CC, 0] = layout.BBR
+    flow_i[layout.MODE, 0] = layout.PROBE_BW
+    flow_i[layout.FILLED_PIPE, 0] = 1
+    flow_f[layout.MIN_RTT, 0] = min_rtt
+    flow_f[layout.MIN_RTT_AT, 0] = 0.9
+    flow_f[layout.SRTT, 0] = 0.2
+    flow_f[layout.BASE_RTT, 0] = min_rtt
+    flow_f[layout.ROUND_T, 0] = 0.95
+    flow_f[layout.CYCLE_T, 0] = 0.95
+    flow_f[layout.ACK_EPOCH_T, 0] = 1.0  # the step's own ACKs start an epoch: no new extra
+    flow_f[layout.INFLIGHT, 0] = inflight_segs * MSS
+    return flow_f, flow_i
+
+
 def test_bbr_widens_its_window_by_the_aggregation_estimate_up_to_100_ms_of_bandwidth():
     """cwnd target = 2 BDP + 3 + min(extra_acked, bw x 100 ms) once the pipe is full
     (Linux bbr_set_cwnd and bbr_ack_aggregation_cwnd)."""
     bw, min_rtt = 1e7, 0.1
     targets = []
     for extra in (0.0, 0.02 * bw, 0.5 * bw):
-        flow_f, flow_i = _bbr_column(bw, 1e6)
-        flow_i[layout.CC, 0] = layout.BBR
-        flow_i[layout.MODE, 0] = layout.PROBE_BW
-        flow_i[layout.FILLED_PIPE, 0] = 1
-        flow_f[layout.MIN_RTT, 0] = min_rtt
-        flow_f[layout.MIN_RTT_AT, 0] = 0.0
-        flow_f[layout.SRTT, 0] = 0.2
-        flow_f[layout.ROUND_T, 0] = 0.95
-        flow_f[layout.CYCLE_T, 0] = 0.95
+        flow_f, flow_i = _bbr_in_probe_bw(cwnd_segs=1e6, inflight_segs=0.0)
         flow_f[layout.EXTRA_ACKED0, 0] = extra
-        flow_f[layout.ACK_EPOCH_T, 0] = 1.0  # the step's own ACKs start an epoch: no new extra
         bw_filter = np.full((1, 10), bw)
         bbr_step(flow_f, flow_i, bw_filter, 0, 1.0, 0.0, 0.0, MSS, False)
         targets.append(flow_f[layout.CWND, 0])
@@ -383,23 +391,6 @@ def test_a_window_reduction_keeps_whole_segments_as_linux_does(cwnd, beta, reduc
     """tcp_reno_ssthresh / bictcp_recalc_ssthresh: integer segments, at least two (a
     continuous 5.9 x 0.7 = 4.13 left the twin's small windows ~20 % above real TCP's)."""
     assert reduced_window(cwnd, beta) == reduced
-
-
-def _bbr_in_probe_bw(cwnd_segs: float, inflight_segs: float) -> tuple[np.ndarray, np.ndarray]:
-    bw, min_rtt = 1e7, 0.1  # BDP = 1e6 bytes, ~690 segments: the target is 2 BDP + 3
-    flow_f, flow_i = _bbr_column(bw, cwnd_segs)
-    flow_i[layout.CC, 0] = layout.BBR
-    flow_i[layout.MODE, 0] = layout.PROBE_BW
-    flow_i[layout.FILLED_PIPE, 0] = 1
-    flow_f[layout.MIN_RTT, 0] = min_rtt
-    flow_f[layout.MIN_RTT_AT, 0] = 0.9
-    flow_f[layout.SRTT, 0] = 0.2
-    flow_f[layout.BASE_RTT, 0] = min_rtt
-    flow_f[layout.ROUND_T, 0] = 0.95
-    flow_f[layout.CYCLE_T, 0] = 0.95
-    flow_f[layout.ACK_EPOCH_T, 0] = 1.0
-    flow_f[layout.INFLIGHT, 0] = inflight_segs * MSS
-    return flow_f, flow_i
 
 
 def test_bbr_loss_recovery_conserves_packets_for_a_round_then_restores_the_window():

@@ -91,8 +91,6 @@ def interleaved(
     median speed-up, this tree's median speed-up)."""
     ref_scenario = importlib.import_module(f"{ref_package}.netsim.scenario")
     ref_simulator = importlib.import_module(f"{ref_package}.netsim.simulator")
-    from scidmz.netsim.scenario import parse_scenario
-
     ref = ref_simulator.Simulator(ref_scenario.parse_scenario(overrides))
     ours = Simulator(parse_scenario(overrides))
     steps = round(0.5 / ours.scenario.step_s)

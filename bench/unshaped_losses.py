@@ -56,15 +56,15 @@ def unshaped_until(case: dict[str, object]) -> float | None:
 def shares(rows: list[Row], start_s: float, end_s: float) -> Shares:
     """Loss rates and mean rates of the seconds in (start_s, end_s]."""
     inside = [r for r in rows if start_s < r["t_s"] <= end_s]
-    delivered = {
-        c: sum(r[f"{c}_rate_bps"] for r in inside) / SEGMENT_BITS for c in ("dtn", "campus")
-    }
+    bits = {c: sum(r[f"{c}_rate_bps"] for r in inside) for c in ("dtn", "campus")}
     lost = {c: sum(r[f"{c}_losses"] for r in inside) for c in ("dtn", "campus")}
     return Shares(
-        dtn_loss=lost["dtn"] / delivered["dtn"] if delivered["dtn"] else math.nan,
-        campus_loss=lost["campus"] / delivered["campus"] if delivered["campus"] else math.nan,
-        dtn_bps=sum(r["dtn_rate_bps"] for r in inside) / max(len(inside), 1),
-        campus_bps=sum(r["campus_rate_bps"] for r in inside) / max(len(inside), 1),
+        dtn_loss=lost["dtn"] / (bits["dtn"] / SEGMENT_BITS) if bits["dtn"] else math.nan,
+        campus_loss=lost["campus"] / (bits["campus"] / SEGMENT_BITS)
+        if bits["campus"]
+        else math.nan,
+        dtn_bps=bits["dtn"] / max(len(inside), 1),
+        campus_bps=bits["campus"] / max(len(inside), 1),
     )
 
 

@@ -9,6 +9,7 @@ declare -A PACKAGES=(
   [prometheus]=prometheus [promtool]=prometheus  # the scrape tests, make demo
   [ip]=iproute2 [tc]=iproute2 [ss]=iproute2      # the tc actuator, the lab
   [iperf3]=iperf3 [ethtool]=ethtool [ping]=iputils-ping [pgrep]=procps [gcc]=gcc  # the lab
+  [tcpdump]=tcpdump                               # bench/lab_packets.py
   [npm]=npm                                       # the dashboards against @grafana/schema
   [buildah]=buildah [debootstrap]=debootstrap     # the image build and its structure test
 )

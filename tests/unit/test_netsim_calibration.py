@@ -383,6 +383,19 @@ def test_bbr_widens_its_window_by_the_aggregation_estimate_up_to_100_ms_of_bandw
     assert targets[2] == pytest.approx(2 * bdp_segs + 3 + 0.1 * bw / MSS)  # the 100 ms cap
 
 
+def test_bbr_paces_one_percent_under_its_gain_times_its_estimate():
+    """Linux bbr_rate_bytes_per_sec: rate x (100 - bbr_pacing_margin_percent) / 100, so a
+    cruising BBR sends 1 % under its bandwidth estimate and a probing one 1.25 x 0.99."""
+    bw = 1e7
+    rates = {}
+    for phase in (2, 0):  # cruise (gain 1), probe up (gain 1.25)
+        flow_f, flow_i = _bbr_in_probe_bw(cwnd_segs=1e6, inflight_segs=0.0)
+        flow_i[layout.CYCLE_IDX, 0] = phase
+        rates[phase] = bbr_step(flow_f, flow_i, np.full((1, 10), bw), 0, 1.0, 0.0, 0.0, MSS, False)
+    assert rates[2] == pytest.approx(0.99 * bw)
+    assert rates[0] == pytest.approx(1.25 * 0.99 * bw)
+
+
 @pytest.mark.parametrize(
     ("cwnd", "beta", "reduced"),
     [(5.9, 0.7, 3.0), (100.4, 0.7, 70.0), (2.9, 0.7, 2.0), (7.9, 0.5, 3.0), (3.0, 0.5, 2.0)],

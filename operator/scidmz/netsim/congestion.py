@@ -153,6 +153,8 @@ RTO_MAX_S = 120.0  # Linux TCP_RTO_MAX
 MAX_BACKOFF = 15
 BBR_HIGH_GAIN = 2.0 / math.log(2.0)
 BBR_MIN_CWND = 4.0
+BBR_PACING_MARGIN = 0.99
+"""Linux paces 1 % under gain x estimate (``bbr_pacing_margin_percent``, since 4.20)."""
 BBR_BW_ROUNDS = 10
 BBR_MIN_RTT_WINDOW_S = 10.0
 BBR_PROBE_RTT_S = 0.2
@@ -595,7 +597,7 @@ def bbr_step(
     if mode == PROBE_RTT:
         cwnd = BBR_MIN_CWND
     flow_f[CWND, i] = cwnd
-    return float(pacing_gain * flow_f[BTL_BW, i])
+    return float(pacing_gain * flow_f[BTL_BW, i] * BBR_PACING_MARGIN)
 
 
 @compiled

@@ -270,8 +270,14 @@ def capture_lab(raw_scenario: dict[str, Any], seconds: float, out: Path) -> list
         for dump in dumps:
             dump.wait(timeout=10)
         runner.down(state)
-    entered = read_frames(out / "bc.pcap") + read_frames(out / "bd.pcap")
-    left = read_frames(out / "bn.pcap")
+    captures = [out / f"{interface}.pcap" for interface in ("bc", "bd", "bn")]
+    missing = [str(path) for path in captures if not path.exists() or path.stat().st_size == 0]
+    if missing:
+        raise SystemExit(f"tcpdump wrote nothing to {', '.join(missing)}: see {out}/tcpdump-*.log")
+    entered = read_frames(captures[0]) + read_frames(captures[1])
+    left = read_frames(captures[2])
+    if not entered or not left:
+        raise SystemExit(f"no data frames captured in {out}: did the flows run? ({out}/iperf3-*)")
     start = min(f.t_s for f in left)  # the flows' first frame: their t = 0
     return [
         Sent(s.t_s - start, s.traffic_class, s.flow, s.payload_bytes, s.lost_bytes)

@@ -25,6 +25,7 @@ by packet".
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import math
 import os
@@ -41,6 +42,7 @@ from typing import Any
 import dpkt
 import numpy as np
 
+from scidmz.lab import topology
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import parse_scenario
 from scidmz.netsim.simulator import Simulator
@@ -54,8 +56,17 @@ UNJUDGED_TAIL_S = 0.5
 """Frames entering this close to the end of the capture may still be queued: not judged."""
 SIZE_BINS = ((1, 2), (3, 5), (6, 9), (10, 13), (14, 44))
 """GSO packet sizes, segments (44: the largest 64 kB packet), for the drop chance by size."""
-CLASS_THIRD_OCTET = {1: "campus", 3: "dtn"}
-"""The lab's senders by the third octet of their address (topology.CAMPUS_NET, DTN_NET)."""
+CLASS_NETS = {
+    "campus": ipaddress.ip_network(topology.CAMPUS_NET),
+    "dtn": ipaddress.ip_network(topology.DTN_NET),
+}
+"""The lab's senders' networks, by class."""
+
+
+def sender_class(address: bytes) -> str | None:
+    """The class whose network holds an IPv4 source address, or None."""
+    source = ipaddress.IPv4Address(address)
+    return next((name for name, net in CLASS_NETS.items() if source in net), None)
 
 
 @dataclass(frozen=True)
@@ -96,7 +107,7 @@ def read_frames(path: Path) -> list[Frame]:
             ip = ether.data
             if not isinstance(ip, dpkt.ip.IP) or not isinstance(ip.data, dpkt.tcp.TCP):
                 continue
-            traffic_class = CLASS_THIRD_OCTET.get(ip.src[2])
+            traffic_class = sender_class(ip.src)
             tcp = ip.data
             # a snap length cuts the payload: the IP total length says what it carried
             payload = ip.len - ip.hl * 4 - tcp.off * 4
@@ -240,7 +251,7 @@ def twin_sent(raw_scenario: dict[str, Any], seconds: float, seed: int) -> list[S
 
 def capture_lab(raw_scenario: dict[str, Any], seconds: float, out: Path) -> list[Sent]:
     """Run the case on a fresh lab with tcpdump on the border; the judged frames."""
-    from scidmz.lab import runner, topology
+    from scidmz.lab import runner
     from scidmz.lab.traffic import record_truth
 
     if shutil.which("tcpdump") is None:

@@ -376,9 +376,7 @@ def main() -> int:
             "# netsim against real Linux TCP (the lab's recorded matrix)",
             "",
             f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}"
-            f"{' --hystart' if args.hystart else ''}{' --prr' if args.prr else ''}"
-            f"{' --bbr-recovery' if args.bbr_recovery else ''}"
-            f"{' --lab-starts' if args.lab_starts else ''}`: "
+            f"{''.join(f' --{part}' for part in variant.parts)}`: "
             f"every case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the "
             f"mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
         ]

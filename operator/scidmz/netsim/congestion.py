@@ -36,7 +36,8 @@ Sources and simplifications:
   2·BDP + 3 segments + the ACK-aggregation allowance (Linux ≥ 4.20's ``extra_acked``: data
   acknowledged beyond bw × time in an epoch, max over two 5-round windows, at most 100 ms at
   bw; see ``_update_ack_aggregation``). Delivery-rate samples over the trailing round every
-  1/8 round, where Linux takes one per ACK. By default BBR's window ignores losses; the
+  1/8 round, where Linux takes one per ACK. It paces 1 % under gain × estimate (Linux's
+  ``bbr_pacing_margin_percent``). By default BBR's window ignores losses; the
   scenario's ``bbr_loss_recovery`` sets it in recovery as Linux's
   ``bbr_set_cwnd_to_recover_or_restore`` does (``bbr_on_loss``, ``_bbr_recovery_window``),
   which, against the lab, takes the twin's BBR DTN well below real BBR's rate and losses

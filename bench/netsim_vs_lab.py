@@ -2,6 +2,8 @@
 
     scidmz lab record --matrix examples/lab/matrix.yaml --out lab-dataset     # root, ~20 min
     .venv/bin/python bench/netsim_vs_lab.py --dataset lab-dataset [--seeds 3] [--write]
+    .venv/bin/python bench/netsim_vs_lab.py --dataset A --dataset B --dataset C   # their mean
+    .venv/bin/python bench/netsim_vs_lab.py --dataset A --against-lab B [--against-lab C]
 
 Each case's `case.json` holds the scenario and the campus rate schedule u(t) the lab ran;
 the simulator runs the same scenario and schedule (seeds 1..N, mean) and both are cut into
@@ -21,6 +23,10 @@ campus shaper's for the campus).
 ``--lab-starts`` starts each class when the lab's iperf3 let it; each variant writes its own
 report (``netsim_vs_lab_hystart_lab_starts.md``, ...).
 
+Several ``--dataset`` recordings of the same matrix are one lab, their mean per window and
+case: a single 60 s recording is noisy (``--against-lab`` shows by how much), and their mean
+is the better estimate of what real TCP does.
+
 Targets (issue 13): rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
 window; losses per class within a factor of 1.5.
 """
@@ -33,7 +39,7 @@ import math
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +81,9 @@ class Run:
     """Segments delivered over the same seconds as the losses (each class's loss rate is
     losses / segments)."""
     campus_segments: float = math.nan
+    snapshots_only: bool = False
+    """Lab only: the recording has no mean backlog (before 2026-11-25), so its windows'
+    queuing delay is its 1 s snapshots'."""
 
     @property
     def dtn_loss_per_segment(self) -> float:
@@ -126,6 +135,45 @@ def lab_rows(case_dir: Path) -> list[Row]:
         row["dtn_losses"] = row["dtn_retransmitted_segments"]
         row["campus_losses"] = row["campus_retransmitted_segments"]
     return rows
+
+
+def lab_run(case_dir: Path, case: dict[str, Any]) -> Run:
+    """One recording of a case, cut into windows."""
+    rows = lab_rows(case_dir)
+    run = case_run(rows, case)
+    return replace(run, snapshots_only=bool(rows) and "queuing_delay_mean_s" not in rows[0])
+
+
+def mean_of_recordings(runs: list[Run]) -> Run:
+    """Several recordings of one case as one: each window's rates, utilisation and
+    snapshots, and the losses and segments, are the recordings' mean; its queuing delay
+    is the mean over the recordings with a mean backlog (their snapshots' if none has)."""
+    if len(runs) == 1:
+        return runs[0]
+    count = min(len(r.windows) for r in runs)
+    with_backlog = [r for r in runs if not r.snapshots_only] or runs
+
+    def mean(of: list[Run], k: int, field: str) -> float:
+        return float(np.mean([getattr(r.windows[k], field) for r in of]))
+
+    windows = [
+        Window(
+            mean(runs, k, "dtn_bps"),
+            mean(runs, k, "campus_bps"),
+            mean(runs, k, "utilisation"),
+            mean(with_backlog, k, "queuing_delay_s"),
+            mean(runs, k, "snapshot_delay_s"),
+        )
+        for k in range(count)
+    ]
+    return Run(
+        windows,
+        float(np.mean([r.dtn_losses for r in runs])),
+        float(np.mean([r.campus_losses for r in runs])),
+        float(np.mean([r.dtn_segments for r in runs])),
+        float(np.mean([r.campus_segments for r in runs])),
+        snapshots_only=all(r.snapshots_only for r in runs),
+    )
 
 
 def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> list[Row]:
@@ -235,27 +283,42 @@ def simulated(seeds: int, variant: Variant = SHIPPED) -> Model:
     return model
 
 
-def recorded(dataset: Path) -> Model:
-    """Another recording of the same matrix: how far the lab is from itself."""
+def recorded(datasets: list[Path]) -> Model:
+    """Other recordings of the same matrix (their mean): how far the lab is from itself."""
 
     def model(name: str, case: dict[str, Any]) -> Run:
-        return case_run(lab_rows(dataset / name), case)
+        return mean_of_recordings([lab_run(dataset / name, case) for dataset in datasets])
 
     return model
 
 
-def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[str]]]:
-    index = json.loads((dataset / "index.json").read_text())
+def unrecorded(datasets: list[Path], name: str, entry: dict[str, Any]) -> str | None:
+    """Why a case of the first recording's index is missing from a recording, or None."""
+    for dataset in datasets:
+        case_entry = entry if dataset == datasets[0] else _index(dataset)["cases"].get(name, {})
+        if case_entry.get("status") != "ok" or not (dataset / name / "truth.csv").exists():
+            return f"{dataset}: {case_entry.get('error', 'no truth.csv')}"
+    return None
+
+
+def _index(dataset: Path) -> dict[str, Any]:
+    index: dict[str, Any] = json.loads((dataset / "index.json").read_text())
+    return index
+
+
+def compare(datasets: list[Path], other: Model) -> tuple[list[str], dict[str, Counter[str]]]:
+    """Every case of the recordings (the lab: their mean, ``mean_of_recordings``) against
+    ``other``: the report's tables and the counts of targets met."""
     lines: list[str] = []
     counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for name, entry in index["cases"].items():
-        case_dir = dataset / name
-        if entry.get("status") != "ok" or not (case_dir / "truth.csv").exists():
-            lines.append(f"\n### {name}: not recorded ({entry.get('error', 'no truth.csv')})\n")
+    for name, entry in _index(datasets[0])["cases"].items():
+        missing = unrecorded(datasets, name, entry)
+        if missing is not None:
+            lines.append(f"\n### {name}: not recorded ({missing})\n")
             continue
-        case = json.loads((case_dir / "case.json").read_text())
+        case = json.loads((datasets[0] / name / "case.json").read_text())
         tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
-        lab = case_run(lab_rows(case_dir), case)
+        lab = mean_of_recordings([lab_run(dataset / name, case) for dataset in datasets])
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [
@@ -301,23 +364,34 @@ def compare(dataset: Path, other: Model) -> tuple[list[str], dict[str, Counter[s
     return lines, dict(counts)
 
 
-def results_path(variant: Variant) -> Path:
-    """Where --write puts a variant's report (the shipped twin's is RESULTS)."""
+def results_path(variant: Variant, recordings: int = 1) -> Path:
+    """Where --write puts a variant's report (the shipped twin's against one recording
+    is RESULTS; against several, ``_recordings``)."""
     suffix = "".join(f"_{part.replace('-', '_')}" for part in variant.parts)
+    if recordings > 1:
+        suffix += "_recordings"
     return RESULTS.with_name(f"{RESULTS.stem}{suffix}.md")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dataset", type=Path, default=Path("lab-dataset"))
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        action="append",
+        help="A recording of the lab matrix (default lab-dataset). Given more than once, "
+        "the lab is the recordings' mean per window and case (the same matrix recorded "
+        "again); the report is then netsim_vs_lab_recordings.md.",
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument(
         "--against-lab",
         type=Path,
+        action="append",
         metavar="DATASET",
         help="Compare with another recording of the same matrix instead of netsim (the "
-        "lab's distance from itself; its 'sim' columns are that recording's). Writes "
-        f"{LAB_VS_LAB.name}.",
+        "lab's distance from itself; its 'sim' columns are that recording's, or the mean "
+        f"of several). Writes {LAB_VS_LAB.name}.",
     )
     parser.add_argument(
         "--hystart",
@@ -343,6 +417,9 @@ def main() -> int:
         help="Start each class when the lab's iperf3 did ((3 + flows) base RTTs).",
     )
     parser.add_argument("--write", action="store_true")
+    parser.add_argument(
+        "--out", type=Path, help="Where --write puts the report (default: by the options)."
+    )
     args = parser.parse_args()
     variant = Variant(
         hystart=args.hystart,
@@ -350,35 +427,43 @@ def main() -> int:
         prr=args.prr,
         bbr_recovery=args.bbr_recovery,
     )
-    for dataset in (args.dataset, args.against_lab):
-        if dataset is not None and not (dataset / "index.json").exists():
+    datasets: list[Path] = args.dataset or [Path("lab-dataset")]
+    others: list[Path] = args.against_lab or []
+    for dataset in [*datasets, *others]:
+        if not (dataset / "index.json").exists():
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
             return 2
-    model = recorded(args.against_lab) if args.against_lab else simulated(args.seeds, variant)
-    body, counts = compare(args.dataset, model)
+    model = recorded(others) if others else simulated(args.seeds, variant)
+    body, counts = compare(datasets, model)
     groups = ["all", *sorted(k for k in counts if k != "all")]
 
     def met(key: str, of: str) -> str:
         return " | ".join(f"{counts[g][key]} / {counts[g][of]}" for g in groups)
 
-    if args.against_lab:
+    command = "python bench/netsim_vs_lab.py" + "".join(f" --dataset {d}" for d in datasets)
+    lab = " and ".join(str(d) for d in datasets)
+    if len(datasets) > 1:
+        lab = f"the mean of {lab} (per window and case; queuing delay over the recordings "
+        lab += "with a mean backlog)"
+    if others:
         heading = [
-            "# The lab against itself: two recordings of the same matrix",
+            "# The lab against itself: recordings of the same matrix",
             "",
-            f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --against-lab "
-            f"{args.against_lab}`: every case, {WINDOW_S:.0f} s windows after the first; in "
-            f"the tables 'lab' is {args.dataset} and 'sim' is {args.against_lab}, judged by "
-            "issue 13's targets for the twin. Where a recording has no mean queuing delay "
-            "(before 2026-11-25) its 1 s snapshots stand in.",
+            f"`{command}{''.join(f' --against-lab {d}' for d in others)}`: every case, "
+            f"{WINDOW_S:.0f} s windows after the first; in the tables 'lab' is {lab} and "
+            f"'sim' is {' and '.join(str(d) for d in others)}"
+            f"{' (their mean)' if len(others) > 1 else ''}, judged by issue 13's targets for "
+            "the twin. Where a recording has no mean queuing delay (before 2026-11-25) its 1 s "
+            "snapshots stand in.",
         ]
     else:
         heading = [
             "# netsim against real Linux TCP (the lab's recorded matrix)",
             "",
-            f"`python bench/netsim_vs_lab.py --dataset {args.dataset} --seeds {args.seeds}"
+            f"`{command} --seeds {args.seeds}"
             f"{''.join(f' --{part}' for part in variant.parts)}`: "
-            f"every case of the dataset, {WINDOW_S:.0f} s windows after the first, netsim the "
-            f"mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
+            f"every case, {WINDOW_S:.0f} s windows after the first; 'lab' is {lab}, netsim "
+            f"the mean of seeds 1–{args.seeds}. ✗ marks a window or case outside the target.",
         ]
     summary = [
         *heading,
@@ -396,7 +481,7 @@ def main() -> int:
     report = "\n".join(summary + body) + "\n"
     print(report)
     if args.write:
-        target = LAB_VS_LAB if args.against_lab else results_path(variant)
+        target = args.out or (LAB_VS_LAB if others else results_path(variant, len(datasets)))
         target.write_text(report)
         print(f"wrote {target}")
     return 0

@@ -18,10 +18,12 @@ def bench() -> ModuleType:
     return load_bench("netsim_vs_lab")
 
 
-def _row(t_s: float, snapshot_s: float, mean_s: float | None) -> dict[str, float]:
+def _row(
+    t_s: float, snapshot_s: float, mean_s: float | None, dtn_bps: float = 100e6
+) -> dict[str, float]:
     row = {
         "t_s": t_s,
-        "dtn_rate_bps": 100e6,
+        "dtn_rate_bps": dtn_bps,
         "campus_rate_bps": 150e6,
         "queuing_delay_s": snapshot_s,
         "dtn_retransmitted_segments": 10.0,
@@ -32,7 +34,7 @@ def _row(t_s: float, snapshot_s: float, mean_s: float | None) -> dict[str, float
     return row
 
 
-def _dataset(root: Path, with_mean: bool) -> Path:
+def _dataset(root: Path, with_mean: bool, dtn_bps: float = 100e6, mean_s: float = 0.095) -> Path:
     case = root / "case-a"
     case.mkdir(parents=True)
     (root / "index.json").write_text(json.dumps({"cases": {"case-a": {"status": "ok"}}}))
@@ -41,7 +43,10 @@ def _dataset(root: Path, with_mean: bool) -> Path:
         json.dumps({"name": "case-a", "duration_s": 30.0, "scenario": scenario})
     )
     # a full queue (99 ms) with a probe-rtt dip caught by the snapshot at t = 12 s
-    rows = [_row(t, 0.0 if t == 12 else 0.099, 0.095 if with_mean else None) for t in range(1, 31)]
+    rows = [
+        _row(t, 0.0 if t == 12 else 0.099, mean_s if with_mean else None, dtn_bps)
+        for t in range(1, 31)
+    ]
     with (case / "truth.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -75,7 +80,7 @@ def test_an_older_dataset_falls_back_to_its_snapshots(bench, tmp_path):
 
 def test_a_recording_against_itself_meets_every_target(bench, tmp_path):
     dataset = _dataset(tmp_path, True)
-    lines, counts = bench.compare(dataset, bench.recorded(dataset))
+    lines, counts = bench.compare([dataset], bench.recorded([dataset]))
     tally = counts["all"]
     assert tally["windows"] == 2 and tally["cases"] == 1
     assert tally["dtn"] == tally["campus"] == tally["delay"] == 2
@@ -85,12 +90,50 @@ def test_a_recording_against_itself_meets_every_target(bench, tmp_path):
     assert sum("✗" in line for line in lines) == 2
 
 
+def test_several_recordings_are_judged_as_their_mean(bench, tmp_path):
+    # the DTN at 100, 130 and 115 Mb/s: their mean is within 10 % of a twin at 112, 100 is not
+    low = _dataset(tmp_path / "low", True, dtn_bps=100e6, mean_s=0.090)
+    high = _dataset(tmp_path / "high", True, dtn_bps=130e6, mean_s=0.094)
+    older = _dataset(tmp_path / "older", False, dtn_bps=115e6)
+    case = json.loads((low / "case-a" / "case.json").read_text())
+    runs = [bench.lab_run(d / "case-a", case) for d in (low, high, older)]
+    assert [r.snapshots_only for r in runs] == [False, False, True]
+    lab = bench.mean_of_recordings(runs)
+    assert lab.windows[1].dtn_bps == pytest.approx(115e6)
+    # the queuing delay from the two recordings with a mean backlog; snapshots from all three
+    assert lab.windows[1].queuing_delay_s == pytest.approx(0.092)
+    assert lab.windows[1].snapshot_delay_s == pytest.approx(0.099)
+    assert lab.dtn_losses == 200.0 and not lab.snapshots_only
+    assert bench.mean_of_recordings(runs[2:]).windows[1].queuing_delay_s == pytest.approx(0.099)
+
+    twin = bench.Run([bench.Window(112e6, 150e6, 0.87, 0.092)] * 2, 200.0, 400.0)
+    _, alone = bench.compare([low], lambda name, case: twin)
+    _, mean = bench.compare([low, high, older], lambda name, case: twin)
+    assert alone["all"]["dtn"] == 0 and mean["all"]["dtn"] == 2
+    # the lab's own scatter: one recording against the mean of the others
+    _, scatter = bench.compare([low], bench.recorded([high, older]))
+    assert scatter["all"]["dtn"] == 0 and scatter["all"]["campus"] == 2
+
+
+def test_a_case_missing_from_one_recording_is_reported_not_compared(bench, tmp_path):
+    low = _dataset(tmp_path / "low", True)
+    broken = _dataset(tmp_path / "broken", True)
+    (broken / "index.json").write_text(
+        json.dumps({"cases": {"case-a": {"status": "failed", "error": "iperf3 exited 1"}}})
+    )
+    lines, counts = bench.compare([low, broken], bench.recorded([low]))
+    assert "all" not in counts
+    assert any("case-a: not recorded" in line and "iperf3 exited 1" in line for line in lines)
+
+
 def test_variants_write_their_own_report(bench: ModuleType) -> None:
     assert bench.results_path(bench.Variant()) == bench.RESULTS
     both = bench.results_path(bench.Variant(hystart=True, lab_starts=True))
     assert both.name == "netsim_vs_lab_hystart_lab_starts.md"
     every = bench.results_path(bench.Variant(hystart=True, lab_starts=True, prr=True))
     assert every.name == "netsim_vs_lab_hystart_prr_lab_starts.md"
+    several = bench.results_path(bench.Variant(), recordings=3)
+    assert several.name == "netsim_vs_lab_recordings.md"
 
 
 def test_a_variant_changes_the_twin_it_runs(bench: ModuleType) -> None:

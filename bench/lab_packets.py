@@ -51,7 +51,6 @@ RESULTS = Path(__file__).parent / "results" / "lab_packets.md"
 DATASET = Path("data/lab-2026-11-25")
 CASES = ("cubic-10-steps", "cubic-50-steps", "cubic-100-steps-1g", "bbr-50-steps")
 SETTLED_S = 5.0
-SEGMENT_BYTES = 1448
 UNJUDGED_TAIL_S = 0.5
 """Frames entering this close to the end of the capture may still be queued: not judged."""
 SIZE_BINS = ((1, 2), (3, 5), (6, 9), (10, 13), (14, 44))
@@ -83,9 +82,9 @@ class Sent:
     def dropped(self) -> bool:
         return self.lost_bytes > 0.0
 
-    @property
-    def segments(self) -> int:
-        return max(round(self.payload_bytes / SEGMENT_BYTES), 1)
+    def segments(self, mss_bytes: float) -> int:
+        """Its size in segments of the case's MSS (at least one)."""
+        return max(round(self.payload_bytes / mss_bytes), 1)
 
 
 @dataclass(frozen=True)
@@ -154,16 +153,19 @@ class ClassFigures:
     """Per ``SIZE_BINS``; NaN where a bin holds fewer than 50 packets."""
 
 
-def class_figures(sent: Iterable[Sent], traffic_class: str, seconds: float) -> ClassFigures:
+def class_figures(
+    sent: Iterable[Sent], traffic_class: str, seconds: float, mss_bytes: float
+) -> ClassFigures:
+    """One class's packets over ``seconds`` (summed over runs), sized in ``mss_bytes``."""
     mine = [s for s in sent if s.traffic_class == traffic_class]
     if not mine:
         nan = math.nan
         return ClassFigures(nan, nan, (nan, nan, nan), nan, tuple(nan for _ in SIZE_BINS))
-    segments = np.array([s.segments for s in mine])
+    segments = np.array([s.segments(mss_bytes) for s in mine])
     flows = len({s.flow for s in mine})
     drops = []
     for low, high in SIZE_BINS:
-        inside = [s for s in mine if low <= s.segments <= high]
+        inside = [s for s in mine if low <= s.segments(mss_bytes) <= high]
         drops.append(
             sum(s.dropped for s in inside) / len(inside) if len(inside) >= 50 else math.nan
         )
@@ -339,6 +341,7 @@ def main() -> int:
             print(f"{case_json}: no such case", file=sys.stderr)
             return 2
         raw = json.loads(case_json.read_text())["scenario"]
+        mss_bytes = parse_scenario(raw, f"case {case}").mss_bytes
         print(f"{case}: lab ({args.seconds:.0f} s of flows) …", flush=True)
         runs = {"lab": [capture_lab(raw, args.seconds, args.out / case)]}
         print(f"{case}: twin ({args.seeds} seeds) …", flush=True)
@@ -346,7 +349,7 @@ def main() -> int:
         for source, sent_runs in runs.items():
             everything = [s for sent in sent_runs for s in sent]
             for name in ("dtn", "campus"):
-                figures = class_figures(everything, name, measured * len(sent_runs))
+                figures = class_figures(everything, name, measured * len(sent_runs), mss_bytes)
                 class_lines.append(class_row(case, source, name, figures))
                 print(class_lines[-1], flush=True)
             per_run = [

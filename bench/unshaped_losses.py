@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from netsim_vs_lab import Row, lab_rows, sim_rows
+from netsim_vs_lab import Row, case_mss, lab_rows, sim_rows
 
 RESULTS = Path(__file__).parent / "results" / "unshaped_losses.md"
 DATASETS = (Path("data/lab-2026-11-23"), Path("data/lab-2026-11-25"), Path("data/lab-2026-11-25b"))
 SETTLED_S = 5.0
-SEGMENT_BITS = 1448 * 8
 
 
 @dataclass(frozen=True)
@@ -53,14 +52,16 @@ def unshaped_until(case: dict[str, object]) -> float | None:
     return later[0] if later else float(case["duration_s"])  # type: ignore[arg-type]
 
 
-def shares(rows: list[Row], start_s: float, end_s: float) -> Shares:
-    """Loss rates and mean rates of the seconds in (start_s, end_s]."""
+def shares(rows: list[Row], start_s: float, end_s: float, mss_bytes: float) -> Shares:
+    """Loss rates and mean rates of the seconds in (start_s, end_s], with segments of
+    ``mss_bytes`` (the case's, ``netsim_vs_lab.case_mss``)."""
+    segment_bits = mss_bytes * 8
     inside = [r for r in rows if start_s < r["t_s"] <= end_s]
     bits = {c: sum(r[f"{c}_rate_bps"] for r in inside) for c in ("dtn", "campus")}
     lost = {c: sum(r[f"{c}_losses"] for r in inside) for c in ("dtn", "campus")}
     return Shares(
-        dtn_loss=lost["dtn"] / (bits["dtn"] / SEGMENT_BITS) if bits["dtn"] else math.nan,
-        campus_loss=lost["campus"] / (bits["campus"] / SEGMENT_BITS)
+        dtn_loss=lost["dtn"] / (bits["dtn"] / segment_bits) if bits["dtn"] else math.nan,
+        campus_loss=lost["campus"] / (bits["campus"] / segment_bits)
         if bits["campus"]
         else math.nan,
         dtn_bps=bits["dtn"] / max(len(inside), 1),
@@ -109,14 +110,15 @@ def main() -> None:
         end = unshaped_until(case)
         if end is None:
             continue
+        mss = case_mss(case)
         labs = [
-            cell(shares(lab_rows(d / case_dir.name), SETTLED_S, end))
+            cell(shares(lab_rows(d / case_dir.name), SETTLED_S, end, mss))
             if (d / case_dir.name / "truth.csv").exists()
             else "—"
             for d in DATASETS
         ]
         twin = mean_shares(
-            [shares(sim_rows(case, seed), SETTLED_S, end) for seed in range(1, args.seeds + 1)]
+            [shares(sim_rows(case, seed), SETTLED_S, end, mss) for seed in range(1, args.seeds + 1)]
         )
         lines.append(f"| {case_dir.name} | " + " | ".join(labs) + f" | {cell(twin)} |")
         print(lines[-1], flush=True)

@@ -96,14 +96,17 @@ def test_class_figures_give_sizes_losses_and_the_drop_chance_by_size(bench: Modu
         sent(0.001 * k, "dtn", k % 2, 14 * MSS, 14 * MSS if k < 10 else 0.0) for k in range(100)
     ]
     campus = [sent(0.0, "campus", 5, 3 * MSS, 0.0)]
-    figures = bench.class_figures(small + large + campus, "dtn", 2.0)
+    figures = bench.class_figures(small + large + campus, "dtn", 2.0, MSS)
     assert figures.packets_per_flow_s == pytest.approx(200 / 2 / 2.0)
     assert figures.mean_segments == pytest.approx(8.0)
     assert figures.loss_per_byte == pytest.approx(10 * 14 / (100 * 2 + 100 * 14))
     assert figures.drop_by_size[0] == 0.0  # 1-2 segments: none of 100 dropped
     assert figures.drop_by_size[-1] == pytest.approx(0.10)  # 14+: 10 of 100
     assert math.isnan(figures.drop_by_size[2])  # 6-9: too few packets to say
-    assert math.isnan(bench.class_figures(campus, "dtn", 1.0).loss_per_byte)
+    assert math.isnan(bench.class_figures(campus, "dtn", 1.0, MSS).loss_per_byte)
+    # sized in a jumbo MSS four times as large, the 14-segment packets hold 3.5 (rounded 4)
+    jumbo = bench.class_figures(small + large, "dtn", 2.0, 4 * MSS)
+    assert jumbo.mean_segments == pytest.approx((100 * 1 + 100 * 4) / 200)
 
 
 def test_millisecond_figures_weigh_the_dtn_where_drops_happen(bench: ModuleType) -> None:

@@ -40,10 +40,13 @@ def test_loss_rates_are_per_segment_delivered_over_the_phase_only():
         }
         for t in range(1, 31)
     ]
-    shares = bench.shares(rows, 5.0, 20.0)
+    shares = bench.shares(rows, 5.0, 20.0, SEGMENT_BITS / 8)
     assert shares.dtn_loss == pytest.approx(10 / 1000)
     assert shares.campus_loss == pytest.approx(20 / 4000)
     assert shares.loss_ratio == pytest.approx(2.0)
     assert shares.dtn_bps == pytest.approx(1000 * SEGMENT_BITS)
-    empty = bench.shares(rows, 40.0, 50.0)
+    empty = bench.shares(rows, 40.0, 50.0, SEGMENT_BITS / 8)
     assert math.isnan(empty.dtn_loss) and math.isnan(empty.loss_ratio)
+    # the same bits in segments twice as large are half as many: twice the loss rate
+    jumbo = bench.shares(rows, 5.0, 20.0, SEGMENT_BITS / 4)
+    assert jumbo.dtn_loss == pytest.approx(2 * shares.dtn_loss)

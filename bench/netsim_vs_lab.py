@@ -144,10 +144,11 @@ def lab_run(case_dir: Path, case: dict[str, Any]) -> Run:
     return replace(run, snapshots_only=bool(rows) and "queuing_delay_mean_s" not in rows[0])
 
 
-def mean_of_recordings(runs: list[Run]) -> Run:
-    """Several recordings of one case as one: each window's rates, utilisation and
-    snapshots, and the losses and segments, are the recordings' mean; its queuing delay
-    is the mean over the recordings with a mean backlog (their snapshots' if none has)."""
+def mean_run(runs: list[Run]) -> Run:
+    """Several runs of one case as one (the twin's seeds, or recordings of the lab): each
+    window's rates, utilisation and snapshots, and the losses and segments, are the runs'
+    mean; its queuing delay is the mean over the runs with a mean backlog (all of them
+    if none has: a recording before 2026-11-25 holds only snapshots)."""
     if len(runs) == 1:
         return runs[0]
     count = min(len(r.windows) for r in runs)
@@ -215,26 +216,6 @@ def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> lis
     return rows
 
 
-def mean_run(runs: list[Run]) -> Run:
-    count = min(len(r.windows) for r in runs)
-    windows = [
-        Window(
-            *(
-                float(np.mean([getattr(r.windows[k], f) for r in runs]))
-                for f in ("dtn_bps", "campus_bps", "utilisation", "queuing_delay_s")
-            )
-        )
-        for k in range(count)
-    ]
-    return Run(
-        windows,
-        float(np.mean([r.dtn_losses for r in runs])),
-        float(np.mean([r.campus_losses for r in runs])),
-        float(np.mean([r.dtn_segments for r in runs])),
-        float(np.mean([r.campus_segments for r in runs])),
-    )
-
-
 def rate_ok(sim: float, lab: float) -> bool:
     relative, absolute = RATE_TOLERANCE
     return abs(sim - lab) <= max(relative * abs(lab), absolute)
@@ -287,7 +268,7 @@ def recorded(datasets: list[Path]) -> Model:
     """Other recordings of the same matrix (their mean): how far the lab is from itself."""
 
     def model(name: str, case: dict[str, Any]) -> Run:
-        return mean_of_recordings([lab_run(dataset / name, case) for dataset in datasets])
+        return mean_run([lab_run(dataset / name, case) for dataset in datasets])
 
     return model
 
@@ -307,7 +288,7 @@ def _index(dataset: Path) -> dict[str, Any]:
 
 
 def compare(datasets: list[Path], other: Model) -> tuple[list[str], dict[str, Counter[str]]]:
-    """Every case of the recordings (the lab: their mean, ``mean_of_recordings``) against
+    """Every case of the recordings (the lab: their mean, ``mean_run``) against
     ``other``: the report's tables and the counts of targets met."""
     lines: list[str] = []
     counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -318,7 +299,7 @@ def compare(datasets: list[Path], other: Model) -> tuple[list[str], dict[str, Co
             continue
         case = json.loads((datasets[0] / name / "case.json").read_text())
         tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
-        lab = mean_of_recordings([lab_run(dataset / name, case) for dataset in datasets])
+        lab = mean_run([lab_run(dataset / name, case) for dataset in datasets])
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [

@@ -98,13 +98,13 @@ def test_several_recordings_are_judged_as_their_mean(bench, tmp_path):
     case = json.loads((low / "case-a" / "case.json").read_text())
     runs = [bench.lab_run(d / "case-a", case) for d in (low, high, older)]
     assert [r.snapshots_only for r in runs] == [False, False, True]
-    lab = bench.mean_of_recordings(runs)
+    lab = bench.mean_run(runs)
     assert lab.windows[1].dtn_bps == pytest.approx(115e6)
     # the queuing delay from the two recordings with a mean backlog; snapshots from all three
     assert lab.windows[1].queuing_delay_s == pytest.approx(0.092)
     assert lab.windows[1].snapshot_delay_s == pytest.approx(0.099)
     assert lab.dtn_losses == 200.0 and not lab.snapshots_only
-    assert bench.mean_of_recordings(runs[2:]).windows[1].queuing_delay_s == pytest.approx(0.099)
+    assert bench.mean_run(runs[2:]).windows[1].queuing_delay_s == pytest.approx(0.099)
 
     twin = bench.Run([bench.Window(112e6, 150e6, 0.87, 0.092)] * 2, 200.0, 400.0)
     _, alone = bench.compare([low], lambda name, case: twin)

@@ -38,7 +38,7 @@ import json
 import math
 import sys
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -287,13 +287,17 @@ def _index(dataset: Path) -> dict[str, Any]:
     return index
 
 
-def compare(datasets: list[Path], other: Model) -> tuple[list[str], dict[str, Counter[str]]]:
+def compare(
+    datasets: list[Path], other: Model, other_datasets: Sequence[Path] = ()
+) -> tuple[list[str], dict[str, Counter[str]]]:
     """Every case of the recordings (the lab: their mean, ``mean_run``) against
-    ``other``: the report's tables and the counts of targets met."""
+    ``other`` (when it is other recordings, ``other_datasets``: a case missing from any
+    recording is reported and not compared): the report's tables and the counts of
+    targets met."""
     lines: list[str] = []
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     for name, entry in _index(datasets[0])["cases"].items():
-        missing = unrecorded(datasets, name, entry)
+        missing = unrecorded([*datasets, *other_datasets], name, entry)
         if missing is not None:
             lines.append(f"\n### {name}: not recorded ({missing})\n")
             continue
@@ -415,7 +419,7 @@ def main() -> int:
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
             return 2
     model = recorded(others) if others else simulated(args.seeds, variant)
-    body, counts = compare(datasets, model)
+    body, counts = compare(datasets, model, others)
     groups = ["all", *sorted(k for k in counts if k != "all")]
 
     def met(key: str, of: str) -> str:

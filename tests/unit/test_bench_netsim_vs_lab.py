@@ -124,6 +124,10 @@ def test_a_case_missing_from_one_recording_is_reported_not_compared(bench, tmp_p
     lines, counts = bench.compare([low, broken], bench.recorded([low]))
     assert "all" not in counts
     assert any("case-a: not recorded" in line and "iperf3 exited 1" in line for line in lines)
+    # missing from the recordings compared with: reported the same way, nothing read
+    lines, counts = bench.compare([low], bench.recorded([broken]), [broken])
+    assert "all" not in counts
+    assert any(f"{broken}: iperf3 exited 1" in line for line in lines)
 
 
 def test_variants_write_their_own_report(bench: ModuleType) -> None:

@@ -162,13 +162,12 @@ def class_figures(
         nan = math.nan
         return ClassFigures(nan, nan, (nan, nan, nan), nan, tuple(nan for _ in SIZE_BINS))
     segments = np.array([s.segments(mss_bytes) for s in mine])
+    dropped = np.array([s.dropped for s in mine])
     flows = len({s.flow for s in mine})
     drops = []
     for low, high in SIZE_BINS:
-        inside = [s for s in mine if low <= s.segments(mss_bytes) <= high]
-        drops.append(
-            sum(s.dropped for s in inside) / len(inside) if len(inside) >= 50 else math.nan
-        )
+        inside = dropped[(low <= segments) & (segments <= high)]
+        drops.append(float(inside.mean()) if len(inside) >= 50 else math.nan)
     p10, p50, p90 = np.percentile(segments, [10, 50, 90])
     return ClassFigures(
         packets_per_flow_s=len(mine) / flows / seconds,

@@ -273,18 +273,19 @@ def recorded(datasets: list[Path]) -> Model:
     return model
 
 
-def unrecorded(datasets: list[Path], name: str, entry: dict[str, Any]) -> str | None:
-    """Why a case of the first recording's index is missing from a recording, or None."""
-    for dataset in datasets:
-        case_entry = entry if dataset == datasets[0] else _index(dataset)["cases"].get(name, {})
-        if case_entry.get("status") != "ok" or not (dataset / name / "truth.csv").exists():
-            return f"{dataset}: {case_entry.get('error', 'no truth.csv')}"
+def _cases(dataset: Path) -> dict[str, dict[str, Any]]:
+    """A recording's index: each case's status (and error)."""
+    cases: dict[str, dict[str, Any]] = json.loads((dataset / "index.json").read_text())["cases"]
+    return cases
+
+
+def unrecorded(indexes: dict[Path, dict[str, dict[str, Any]]], name: str) -> str | None:
+    """Why a case is missing from one of the recordings (each with its ``_cases``), or None."""
+    for dataset, cases in indexes.items():
+        entry = cases.get(name, {})
+        if entry.get("status") != "ok" or not (dataset / name / "truth.csv").exists():
+            return f"{dataset}: {entry.get('error', 'no truth.csv')}"
     return None
-
-
-def _index(dataset: Path) -> dict[str, Any]:
-    index: dict[str, Any] = json.loads((dataset / "index.json").read_text())
-    return index
 
 
 def compare(
@@ -296,14 +297,16 @@ def compare(
     targets met."""
     lines: list[str] = []
     counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for name, entry in _index(datasets[0])["cases"].items():
-        missing = unrecorded([*datasets, *other_datasets], name, entry)
+    indexes = {dataset: _cases(dataset) for dataset in [*datasets, *other_datasets]}
+    lab_model = recorded(datasets)
+    for name in indexes[datasets[0]]:
+        missing = unrecorded(indexes, name)
         if missing is not None:
             lines.append(f"\n### {name}: not recorded ({missing})\n")
             continue
         case = json.loads((datasets[0] / name / "case.json").read_text())
         tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
-        lab = mean_run([lab_run(dataset / name, case) for dataset in datasets])
+        lab = lab_model(name, case)
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
         lines += [

@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from scidmz.contract.tbf import tbf_size
 from scidmz.netsim import layout
+from scidmz.netsim.arena import Part, carve
 from scidmz.netsim.kernel import POOL_BLOCK_BYTES, SCRATCH_ROWS, advance, init_flow
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
 from scidmz.netsim.scenario import Scenario, ScenarioError
@@ -85,23 +86,46 @@ class Simulator:
         longest_rtt = max(scenario.campus.base_rtt_s, scenario.dtn.base_rtt_s)
         ring = round(longest_rtt / dt) + 2
 
-        self.flow_f: FloatArray = np.zeros((layout.N_FLOW_F, n))
-        self.flow_i: IntArray = np.zeros((layout.N_FLOW_I, n), dtype=np.int64)
-        self.glob_f: FloatArray = np.zeros(layout.N_GLOB_F)
-        self.glob_i: IntArray = np.zeros(layout.N_GLOB_I, dtype=np.int64)
-        self.bw_filter: FloatArray = np.zeros((n, _BW_FILTER_ROUNDS))
-        self.ack_bytes: FloatArray = np.zeros((ring, n))
-        self.ack_delay: FloatArray = np.zeros((ring, layout.N_ACK_DELAY))
-        self.bn_slots: FloatArray = np.zeros((queue_slots, max(n, 1)))
-        self.bn_step: IntArray = np.zeros(queue_slots, dtype=np.int64)
-        self.bn_total: FloatArray = np.zeros(queue_slots)
-        self.bn_cursor: IntArray = np.zeros(2, dtype=np.int64)
-        self.sh_slots: FloatArray = np.zeros((_SHAPER_SLOTS, max(self.layout.n_campus, 1)))
-        self.sh_step: IntArray = np.zeros(_SHAPER_SLOTS, dtype=np.int64)
-        self.sh_total: FloatArray = np.zeros(_SHAPER_SLOTS)
-        self.sh_cursor: IntArray = np.zeros(2, dtype=np.int64)
-        self.events: FloatArray = np.zeros((layout.N_EV, max(65_536, 8 * n)))
-        self.scratch: FloatArray = np.zeros((SCRATCH_ROWS, max(n, 1)))
+        # One block, per-flow rows first (arena.py: where the arrays lie sets the speed).
+        width = max(n, 1)
+        arrays = carve(
+            [
+                Part("flow_f", (layout.N_FLOW_F, n), np.float64),
+                Part("flow_i", (layout.N_FLOW_I, n), np.int64),
+                Part("scratch", (SCRATCH_ROWS, width), np.float64),
+                Part("ack_bytes", (ring, n), np.float64),
+                Part("bn_slots", (queue_slots, width), np.float64),
+                Part("sh_slots", (_SHAPER_SLOTS, max(self.layout.n_campus, 1)), np.float64),
+                Part("glob_f", (layout.N_GLOB_F,), np.float64),
+                Part("glob_i", (layout.N_GLOB_I,), np.int64),
+                Part("bw_filter", (n, _BW_FILTER_ROUNDS), np.float64),
+                Part("ack_delay", (ring, layout.N_ACK_DELAY), np.float64),
+                Part("bn_step", (queue_slots,), np.int64),
+                Part("bn_total", (queue_slots,), np.float64),
+                Part("bn_cursor", (2,), np.int64),
+                Part("sh_step", (_SHAPER_SLOTS,), np.int64),
+                Part("sh_total", (_SHAPER_SLOTS,), np.float64),
+                Part("sh_cursor", (2,), np.int64),
+                Part("events", (layout.N_EV, max(65_536, 8 * n)), np.float64),
+            ]
+        )
+        self.flow_f: FloatArray = arrays["flow_f"]
+        self.flow_i: IntArray = arrays["flow_i"]
+        self.glob_f: FloatArray = arrays["glob_f"]
+        self.glob_i: IntArray = arrays["glob_i"]
+        self.bw_filter: FloatArray = arrays["bw_filter"]
+        self.ack_bytes: FloatArray = arrays["ack_bytes"]
+        self.ack_delay: FloatArray = arrays["ack_delay"]
+        self.bn_slots: FloatArray = arrays["bn_slots"]
+        self.bn_step: IntArray = arrays["bn_step"]
+        self.bn_total: FloatArray = arrays["bn_total"]
+        self.bn_cursor: IntArray = arrays["bn_cursor"]
+        self.sh_slots: FloatArray = arrays["sh_slots"]
+        self.sh_step: IntArray = arrays["sh_step"]
+        self.sh_total: FloatArray = arrays["sh_total"]
+        self.sh_cursor: IntArray = arrays["sh_cursor"]
+        self.events: FloatArray = arrays["events"]
+        self.scratch: FloatArray = arrays["scratch"]
         self.step_out: FloatArray = np.zeros((layout.N_OUT, self.steps_per_sample))
         self._rng = np.random.default_rng(scenario.seed)
         self.rand_gap: FloatArray = np.zeros(0)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -80,36 +80,38 @@ class Sample:
         flows: FlowTable,
         capacity_bps: float,
     ) -> Sample:
-        o = step_out
-        dep_dtn = float(o[layout.OUT_DEP_DTN].sum())
-        dep_campus = float(o[layout.OUT_DEP_CAMPUS].sum())
+        # one reduction for every row (a numpy call per figure cost more than the figures)
+        sums = step_out.sum(axis=1)
+        steps = step_out.shape[1]
+        dep_dtn = float(sums[layout.OUT_DEP_DTN])
+        dep_campus = float(sums[layout.OUT_DEP_CAMPUS])
         return cls(
             time_s=end_s,
-            campus_rate_limit_bps=float(o[layout.OUT_RATE_LIMIT].mean() * 8.0),
+            campus_rate_limit_bps=float(sums[layout.OUT_RATE_LIMIT] / steps * 8.0),
             dtn_rate_bps=dep_dtn * 8.0 / sample_time_s,
             campus_rate_bps=dep_campus * 8.0 / sample_time_s,
             dtn_rtt_s=_class_rtt(flows, layout.DTN),
             campus_rtt_s=_class_rtt(flows, layout.CAMPUS),
-            dtn_queuing_delay_s=_ratio(float(o[layout.OUT_QD_DTN_W].sum()), dep_dtn),
-            campus_queuing_delay_s=_ratio(float(o[layout.OUT_QD_CAMPUS_W].sum()), dep_campus),
-            running_flows=int(o[layout.OUT_RUNNING, -1]),
-            tap_active_flows=int(o[layout.OUT_TAP_ACTIVE, -1]),
+            dtn_queuing_delay_s=_ratio(float(sums[layout.OUT_QD_DTN_W]), dep_dtn),
+            campus_queuing_delay_s=_ratio(float(sums[layout.OUT_QD_CAMPUS_W]), dep_campus),
+            running_flows=int(step_out[layout.OUT_RUNNING, -1]),
+            tap_active_flows=int(step_out[layout.OUT_TAP_ACTIVE, -1]),
             utilisation=(dep_dtn + dep_campus) * 8.0 / (capacity_bps * sample_time_s),
-            queue_bytes=float(o[layout.OUT_QUEUE].mean()),
-            queue_max_bytes=float(o[layout.OUT_QUEUE].max()),
-            shaper_queue_bytes=float(o[layout.OUT_SHAPER_QUEUE].mean()),
-            shaper_delay_s=_ratio(
-                float(o[layout.OUT_SHAPER_W].sum()), float(o[layout.OUT_SHAPED].sum())
-            ),
-            dtn_dropped_bytes=float(o[layout.OUT_DROP_DTN].sum()),
-            campus_dropped_bytes=float(o[layout.OUT_DROP_CAMPUS].sum()),
-            shaper_dropped_bytes=float(o[layout.OUT_DROP_SHAPER].sum()),
-            dtn_tap_rate_bps=float(o[layout.OUT_ARR_DTN].sum()) * 8.0 / sample_time_s,
-            campus_tap_rate_bps=float(o[layout.OUT_ARR_CAMPUS].sum()) * 8.0 / sample_time_s,
+            queue_bytes=float(sums[layout.OUT_QUEUE] / steps),
+            queue_max_bytes=float(step_out[layout.OUT_QUEUE].max()),
+            shaper_queue_bytes=float(sums[layout.OUT_SHAPER_QUEUE] / steps),
+            shaper_delay_s=_ratio(float(sums[layout.OUT_SHAPER_W]), float(sums[layout.OUT_SHAPED])),
+            dtn_dropped_bytes=float(sums[layout.OUT_DROP_DTN]),
+            campus_dropped_bytes=float(sums[layout.OUT_DROP_CAMPUS]),
+            shaper_dropped_bytes=float(sums[layout.OUT_DROP_SHAPER]),
+            dtn_tap_rate_bps=float(sums[layout.OUT_ARR_DTN]) * 8.0 / sample_time_s,
+            campus_tap_rate_bps=float(sums[layout.OUT_ARR_CAMPUS]) * 8.0 / sample_time_s,
         )
 
     def as_row(self) -> dict[str, float | int]:
-        return asdict(self)
+        # every field is a number: a shallow read, not dataclasses.asdict's deep copy (which
+        # cost a streamed run ~0.14 ms a sample, a tenth of the simulation's own time)
+        return {name: getattr(self, name) for name in SAMPLE_COLUMNS}
 
 
 SAMPLE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(Sample))

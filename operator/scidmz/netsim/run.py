@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.netsim import layout
-from scidmz.netsim.records import SAMPLE_COLUMNS, Sample
+from scidmz.netsim.records import SAMPLE_COLUMNS
 from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.schedule import RateSchedule
 from scidmz.netsim.simulator import Simulator
@@ -55,9 +55,10 @@ class _Totals:
     dtn_stream_done_s: list[float] = field(default_factory=list)
     short_started: int = 0
 
-    def add(self, sample: Sample) -> None:
+    def add(self, row: dict[str, float | int]) -> None:
+        """Count one sample's row (``Sample.as_row``)."""
         self.samples += 1
-        for name, value in sample.as_row().items():
+        for name, value in row.items():
             if isinstance(value, float) and math.isnan(value):
                 continue
             self.sums[name] = self.sums.get(name, 0.0) + float(value)
@@ -199,8 +200,9 @@ def run_simulation(
             sample = sim.run_sample(
                 _schedule_changes(schedule, start, start + scenario.sample_time_s)
             )
-            sample_writer.writerow(_format_row(sample))
-            totals.add(sample)
+            row = sample.as_row()
+            sample_writer.writerow(_format_row(row))
+            totals.add(row)
             _record_events(sim, flow_writer, totals)
             if progress is not None:
                 progress(index + 1, n_samples)
@@ -211,9 +213,9 @@ def run_simulation(
     return summary
 
 
-def _format_row(sample: Sample) -> list[str]:
+def _format_row(row: dict[str, float | int]) -> list[str]:
     return [f"{value:.9g}" if isinstance(value, float) else str(value) for value in
-            sample.as_row().values()]  # fmt: skip
+            row.values()]  # fmt: skip
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:

@@ -5,12 +5,13 @@ many rows at once (one per state variable), and two rows whose addresses agree i
 low 12 bits collide twice: in the L1 cache's sets, and in the CPU's check of a load
 against earlier stores (which compares only those bits: "4K aliasing"). Separate
 allocations land at offsets that differ from process to process, so the same code ran at
-470-711x real time on the default scenario depending on the process (48 placements,
-`bench/netsim_speed.py`'s interleaving). Carved back to back, the rows of the per-flow
-arrays follow one another at the same stride; for the default scenario (108 columns, an
-864-byte stride = 27 x 32 bytes, odd) any 128 consecutive rows start at distinct 32-byte
-offsets within a 4 KiB page, so no two of the 101 fixed per-flow rows (state, integer
-state, scratch) can collide; the same placement ran at 684-729x, every time.
+579-683x real time on the default scenario depending on where its arrays lay (16
+placements in one process, ``bench/netsim_speed.py --placements 16``). Carved back to back,
+the rows of the per-flow arrays follow one another at the same stride; for the default
+scenario (108 columns, an 864-byte stride = 27 x 32 bytes, odd) any 128 consecutive rows
+start at distinct 32-byte offsets within a 4 KiB page, so no two of the 101 fixed per-flow
+rows (state, integer state, scratch) can collide; 16 simulators laid out so ran at
+660-698x in the same process.
 
 A stride that is a multiple of a large power of two (e.g. 128 columns) still collides row
 with row; this layout cannot help there, and does not make it worse.

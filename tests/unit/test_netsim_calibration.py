@@ -77,7 +77,7 @@ def test_a_full_queue_drops_whole_bursts_so_few_flows_lose_several_segments():
     total = float(arriving.sum())
     excess = 3 * burst
     campus, dtn = _tail_drop(
-        flow_f, flow_i, glob_i, arriving, cumulative, 20, total, excess, MSS, burst, 0.0
+        flow_f, flow_i, glob_i, arriving, cumulative, 20, total, excess, MSS, burst, 0.0, 1.0
     )
     dropped = flow_f[layout.DROPPED]
     assert campus + dtn == pytest.approx(dropped.sum())
@@ -91,9 +91,71 @@ def test_a_full_queue_drops_whole_bursts_so_few_flows_lose_several_segments():
 def test_single_segment_bursts_spread_the_same_loss_over_more_flows():
     flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 4 * 16 * MSS)
     _tail_drop(
-        flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 48 * MSS, MSS, MSS, 0.0
-    )
+        flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 48 * MSS, MSS, MSS, 0.0,
+        1.0,
+    )  # fmt: skip
     assert np.count_nonzero(flow_f[layout.DROPPED]) > 10
+
+
+def _paced_share_of_drops(paced_weight: float) -> float:
+    """Ten BBR and ten Cubic flows bring the same bytes to a full queue; the paced flows'
+    share of what 200 such steps drop, one two-segment burst at a time."""
+    paced = dropped = 0.0
+    for seed in range(1, 201):
+        flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 40 * MSS)
+        flow_i[layout.CC, :10] = layout.BBR
+        flow_f[layout.BTL_BW, :10] = 2 * MSS / 0.001  # a 1 ms burst of two segments
+        glob_i[layout.RNG_STATE] = seed * 7919
+        _tail_drop(
+            flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 40 * MSS, MSS,
+            2 * MSS, 0.0, paced_weight,
+        )  # fmt: skip
+        paced += flow_f[layout.DROPPED, :10].sum()
+        dropped += flow_f[layout.DROPPED].sum()
+    return paced / dropped
+
+
+def test_a_paced_senders_bytes_weigh_less_in_the_drop_draw():
+    # weight w: a paced byte is drawn w / (1 + w) of the time when both bring as much
+    assert _paced_share_of_drops(1.0) == pytest.approx(0.5, abs=0.03)
+    assert _paced_share_of_drops(0.5) == pytest.approx(1 / 3, abs=0.03)
+    # the draws still drop exactly the excess, in whole bursts
+    flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 40 * MSS)
+    flow_i[layout.CC, :10] = layout.BBR
+    flow_f[layout.BTL_BW, :10] = 2 * MSS / 0.001
+    campus, dtn = _tail_drop(
+        flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 40 * MSS, MSS,
+        2 * MSS, 0.0, 0.5,
+    )  # fmt: skip
+    assert campus + dtn == pytest.approx(40 * MSS)
+    assert np.allclose(flow_f[layout.DROPPED] % (2 * MSS), 0.0)
+
+
+def test_beside_a_paced_dtn_the_campus_keeps_less_of_a_full_link():
+    """With a paced DTN's bytes drawn less often the campus loses more per byte it
+    delivers, so it carries less and the BBR DTN more (the lab's split, issue 13)."""
+
+    def rates(weight: float) -> tuple[float, float, float]:
+        sim = Simulator(
+            parse_scenario(
+                {
+                    "bottleneck": {"capacity_bps": "300Mbps"},
+                    "campus": {"long_flows": 50},
+                    "dtn": {"congestion_control": "bbr"},
+                    "paced_drop_weight": weight,
+                }
+            )
+        )
+        samples = [sim.run_sample() for _ in range(20)][5:]
+        campus = sum(s.campus_rate_bps for s in samples)
+        dropped = sum(s.campus_dropped_bytes for s in samples) * 8.0
+        return campus, sum(s.dtn_rate_bps for s in samples), dropped / campus
+
+    campus_alike, dtn_alike, loss_alike = rates(1.0)
+    campus_paced, dtn_paced, loss_paced = rates(0.5)
+    assert campus_paced < 0.9 * campus_alike
+    assert dtn_paced > dtn_alike
+    assert loss_paced > 1.1 * loss_alike
 
 
 def test_lab_losses_follow_gso_bursts():

@@ -213,4 +213,5 @@ P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_ts
 P_HYSTART = 20  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
 P_PRR = 21  # 1: loss-based senders send in recovery as Linux's PRR lets them (RFC 6937)
 P_BBR_RECOVERY = 22  # 1: BBR sets its window in loss recovery as Linux's tcp_bbr does
-N_PARAMS = 23
+P_PACED_DROP_WEIGHT = 23  # a paced sender's arrivals' weight in the drop-tail draw
+N_PARAMS = 24

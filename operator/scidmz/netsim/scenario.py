@@ -246,6 +246,15 @@ class Scenario(_Model):
         "window then grows by what is acknowledged towards its target, and leaving recovery "
         "restores the window saved when it began. false: BBR's window ignores losses.",
     )
+    paced_drop_weight: float = Field(
+        default=0.8,
+        gt=0.0,
+        le=1.0,
+        description="How much less often a paced sender's (BBR's) bytes are dropped at a full "
+        "drop-tail queue than an ACK-clocked sender's, whose packets arrive in clumps: their "
+        "weight in the draw of which flow loses the next burst. 0.8 is fitted on the real-TCP "
+        "lab's matrix (bench/netsim_vs_lab.py); 1: every byte alike.",
+    )
     seed: int = Field(default=1, ge=0)
 
     @property

@@ -171,6 +171,7 @@ class Simulator:
         params[layout.P_HYSTART] = 1.0 if s.cubic_hystart else 0.0
         params[layout.P_PRR] = 1.0 if s.proportional_rate_reduction else 0.0
         params[layout.P_BBR_RECOVERY] = 1.0 if s.bbr_loss_recovery else 0.0
+        params[layout.P_PACED_DROP_WEIGHT] = s.paced_drop_weight
         params[layout.P_MSS] = s.mss_bytes
         params[layout.P_IW] = s.initial_window_segments
         params[layout.P_C_TH] = s.activity.packets_threshold

@@ -385,12 +385,13 @@ def _tail_drop(
     its pacing timer, an ACK-clocked sender's come in clumps as its ACKs do; at a full
     queue a packet in a clump meets the queue its predecessor has just filled, a paced
     packet more often finds the room a departure made. On the lab's packets (bench
-    lab_packets.py, bbr-50-steps) a campus packet of 1-2 segments was dropped 1.4x as often
-    as the BBR DTN's of the same size and one of 3-5 segments 1.6x; the weight that brings
-    the campus beside a BBR DTN to the lab's rate (scanned 0.4-1 on the lab's matrix) is
-    0.8 — less than those ratios say, as the draw already takes whole bursts, larger for
-    the campus. When the step's excess is more than the other flows bring, a paced
-    sender still loses the rest: the weight moves the losses a step shares, not their sum.
+    lab_packets.py, bbr-50-steps) a campus packet of 1-2 segments was dropped 1.3-1.4x as
+    often as the BBR DTN's of the same size and one of 3-5 segments 1.6x. The weight is
+    fitted, not measured: 0.8 brings the campus beside a BBR DTN to the lab's rate (scanned
+    0.4-1 on the lab's matrix; README "Against the three recordings at once"), a stand-in
+    for sub-millisecond timing a 1 ms step does not hold. When the step's excess is more
+    than the other flows bring, a paced sender still loses the rest: the weight moves the
+    losses a step shares, not their sum.
     """
     running_sum = 0.0
     for c in range(columns):

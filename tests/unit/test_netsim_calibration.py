@@ -74,10 +74,9 @@ def _drop_setup(n: int, arriving: float) -> tuple:
 def test_a_full_queue_drops_whole_bursts_so_few_flows_lose_several_segments():
     burst = 16 * MSS
     flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 4 * burst)
-    total = float(arriving.sum())
     excess = 3 * burst
     campus, dtn = _tail_drop(
-        flow_f, flow_i, glob_i, arriving, cumulative, 20, total, excess, MSS, burst, 0.0, 1.0
+        flow_f, flow_i, glob_i, arriving, cumulative, 20, excess, MSS, burst, 0.0, 1.0
     )
     dropped = flow_f[layout.DROPPED]
     assert campus + dtn == pytest.approx(dropped.sum())
@@ -90,11 +89,17 @@ def test_a_full_queue_drops_whole_bursts_so_few_flows_lose_several_segments():
 
 def test_single_segment_bursts_spread_the_same_loss_over_more_flows():
     flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 4 * 16 * MSS)
-    _tail_drop(
-        flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 48 * MSS, MSS, MSS, 0.0,
-        1.0,
-    )  # fmt: skip
+    _tail_drop(flow_f, flow_i, glob_i, arriving, cumulative, 20, 48 * MSS, MSS, MSS, 0.0, 1.0)
     assert np.count_nonzero(flow_f[layout.DROPPED]) > 10
+
+
+def _paced_and_clocked_setup() -> tuple:
+    """``_drop_setup``'s 20 flows, each bringing 40 segments; the first ten are BBR flows
+    whose 1 ms burst is two segments, as the others' minimum TSO burst will be."""
+    flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 40 * MSS)
+    flow_i[layout.CC, :10] = layout.BBR
+    flow_f[layout.BTL_BW, :10] = 2 * MSS / 0.001
+    return flow_f, flow_i, glob_i, arriving, cumulative
 
 
 def _paced_share_of_drops(paced_weight: float) -> float:
@@ -102,13 +107,11 @@ def _paced_share_of_drops(paced_weight: float) -> float:
     share of what 200 such steps drop, one two-segment burst at a time."""
     paced = dropped = 0.0
     for seed in range(1, 201):
-        flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 40 * MSS)
-        flow_i[layout.CC, :10] = layout.BBR
-        flow_f[layout.BTL_BW, :10] = 2 * MSS / 0.001  # a 1 ms burst of two segments
+        flow_f, flow_i, glob_i, arriving, cumulative = _paced_and_clocked_setup()
         glob_i[layout.RNG_STATE] = seed * 7919
         _tail_drop(
-            flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 40 * MSS, MSS,
-            2 * MSS, 0.0, paced_weight,
+            flow_f, flow_i, glob_i, arriving, cumulative, 20, 40 * MSS, MSS, 2 * MSS, 0.0,
+            paced_weight,
         )  # fmt: skip
         paced += flow_f[layout.DROPPED, :10].sum()
         dropped += flow_f[layout.DROPPED].sum()
@@ -120,13 +123,10 @@ def test_a_paced_senders_bytes_weigh_less_in_the_drop_draw():
     assert _paced_share_of_drops(1.0) == pytest.approx(0.5, abs=0.03)
     assert _paced_share_of_drops(0.5) == pytest.approx(1 / 3, abs=0.03)
     # the draws still drop exactly the excess, in whole bursts
-    flow_f, flow_i, glob_i, arriving, cumulative = _drop_setup(20, 40 * MSS)
-    flow_i[layout.CC, :10] = layout.BBR
-    flow_f[layout.BTL_BW, :10] = 2 * MSS / 0.001
+    flow_f, flow_i, glob_i, arriving, cumulative = _paced_and_clocked_setup()
     campus, dtn = _tail_drop(
-        flow_f, flow_i, glob_i, arriving, cumulative, 20, arriving.sum(), 40 * MSS, MSS,
-        2 * MSS, 0.0, 0.5,
-    )  # fmt: skip
+        flow_f, flow_i, glob_i, arriving, cumulative, 20, 40 * MSS, MSS, 2 * MSS, 0.0, 0.5
+    )
     assert campus + dtn == pytest.approx(40 * MSS)
     assert np.allclose(flow_f[layout.DROPPED] % (2 * MSS), 0.0)
 

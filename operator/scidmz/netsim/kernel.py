@@ -364,7 +364,6 @@ def _tail_drop(
     arriving: FloatArray,
     cumulative: FloatArray,
     columns: int,
-    total: float,
     excess: float,
     mss: float,
     min_tso: float,
@@ -397,8 +396,6 @@ def _tail_drop(
     for c in range(columns):
         running_sum += arriving[c] * (paced_weight if flow_i[CC, c] >= BBR else 1.0)
         cumulative[c] = running_sum
-    if paced_weight != 1.0:
-        total = running_sum
     dropped_campus = 0.0
     dropped_dtn = 0.0
     remaining = excess
@@ -406,7 +403,7 @@ def _tail_drop(
     limit = 16 * columns + 64
     while remaining > 1e-9 and attempts < limit:
         attempts += 1
-        target = _uniform(glob_i) * total
+        target = _uniform(glob_i) * running_sum
         low = 0
         high = columns - 1
         while low < high:
@@ -936,7 +933,7 @@ def advance(
             space = params[P_SHAPER_LIMIT] - glob_f[SHAPER_QUEUE]
             if offered > space:
                 shaper_drops, _ = _tail_drop(
-                    flow_f, flow_i, glob_i, send, cumulative, n_campus, offered,
+                    flow_f, flow_i, glob_i, send, cumulative, n_campus,
                     offered - max(space, 0.0), mss, min_tso, now, paced_weight,
                 )  # fmt: skip
                 offered -= shaper_drops
@@ -984,7 +981,7 @@ def advance(
         space = buffer_bytes + capacity_step - glob_f[QUEUE]
         if arriving > space:
             drop_campus, drop_dtn = _tail_drop(
-                flow_f, flow_i, glob_i, arrive, cumulative, n_flows, arriving,
+                flow_f, flow_i, glob_i, arrive, cumulative, n_flows,
                 arriving - max(space, 0.0), mss, min_tso, now, paced_weight,
             )  # fmt: skip
             arriving -= drop_dtn + drop_campus

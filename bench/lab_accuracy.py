@@ -33,8 +33,8 @@ from typing import Any
 from scidmz.api.policy import Limits
 from scidmz.api.units import parse_rate
 from scidmz.lab import runner
-from scidmz.lab.cli import lab_scenario
 from scidmz.lab.loop import load_policy, run_loop, settled_at
+from scidmz.lab.scenario import lab_scenario
 
 RESULTS = Path(__file__).parent / "results" / "lab_accuracy.md"
 POLICY = Path(__file__).parents[1] / "examples" / "lab" / "cubic-300M.yaml"

@@ -43,8 +43,8 @@ from pathlib import Path
 
 from scidmz.control.settings import default_models_dir
 from scidmz.lab import runner
-from scidmz.lab.cli import lab_scenario
 from scidmz.lab.loop import load_policy, run_loop
+from scidmz.lab.scenario import lab_scenario
 from scidmz.learn.evaluation import (
     MEASURED,
     TRANSFER_BYTES,

@@ -239,7 +239,7 @@ def test_a_finite_dtn_transfer_sends_its_bytes_and_the_campus_its_duration(tmp_p
     # the shipped example is such a scenario, at the paper's scale
     from pathlib import Path
 
-    from scidmz.lab.cli import lab_scenario
+    from scidmz.lab.scenario import lab_scenario
 
     example = lab_scenario(
         Path(__file__).parents[2] / "examples" / "lab" / "transfer-10GB.yaml", {}
@@ -278,8 +278,8 @@ def test_a_target_schedule_the_api_would_refuse_is_refused_before_the_loop_start
     import types
     from pathlib import Path
 
-    from scidmz.lab.cli import lab_scenario
     from scidmz.lab.loop import load_policy, run_loop
+    from scidmz.lab.scenario import lab_scenario
 
     policy = load_policy(Path(__file__).parents[2] / "examples" / "lab" / "cubic-1G.yaml")
     lab = types.SimpleNamespace(scenario=lab_scenario(None, {"bottleneck.capacity_bps": "1Gbps"}))

@@ -13,16 +13,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import Metric
 
+from scidmz.control.decision import Decision
 from scidmz.control.features import Setpoint
 from scidmz.metrics import names
 from scidmz.metrics.snapshot import SnapshotExporter
-
-if TYPE_CHECKING:
-    from scidmz.control.loop import Decision
 
 
 @dataclass(frozen=True)

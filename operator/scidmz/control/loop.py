@@ -46,6 +46,7 @@ from scidmz.control.antiwindup import (
     follow_setpoint,
     step,
 )
+from scidmz.control.decision import Decision
 from scidmz.control.exporter import ControllerExporter, ControllerSnapshot
 from scidmz.control.features import (
     FALLBACK_STATE,
@@ -99,21 +100,6 @@ class DtnControl:
     limits: Limits
     failsafe_rate_bps: float | None
     """The cap applied when samples go stale (None: the target rate R*)."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What one sample led to (exported on /state and as metrics)."""
-
-    sequence: int
-    u_bps: float
-    u_hat_bps: float
-    error_bps: float
-    output: FilterOutput | None
-    dt_s: float
-    """The time since the previous decision on the injected clock (the integral's dt)."""
-    dtn_cap_bps: float | None = None
-    dtn_output: FilterOutput | None = None
 
 
 class ControllerMetrics:

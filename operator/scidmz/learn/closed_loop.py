@@ -23,8 +23,9 @@ from scidmz.api.runtime import (
     TelemetryConfig,
 )
 from scidmz.contract.codec import state_message
+from scidmz.control.decision import Decision
 from scidmz.control.features import Setpoint
-from scidmz.control.loop import Controller, ControllerSettings, Decision
+from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.learn.identification import SimCollector, SimSample
 from scidmz.netsim.scenario import Scenario

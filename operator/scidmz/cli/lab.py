@@ -1,44 +1,21 @@
-"""``scidmz lab``: the real-TCP lab's commands (up, status, traffic, down)."""
+"""``scidmz lab``: the real-TCP lab's commands (up, status, traffic, run, record, down)."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from scidmz.api.flags import within
+from scidmz.cli.common import fail
 
 lab_app = typer.Typer(
     help="The paper's testbed on real Linux TCP in network namespaces (needs root).",
     no_args_is_help=True,
 )
-
-DEFAULT_BOTTLENECK = "300Mbps"
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
-
-
-def lab_scenario(path: Path | None, overrides: dict[str, Any]) -> Any:
-    """The scenario file (or the paper's testbed at 300 Mb/s), with the command line's
-    overrides applied as dotted fields; invalid input raises ``ScenarioError``."""
-    from scidmz.netsim.scenario import load_scenario, parse_scenario
-
-    raw: dict[str, Any] = (
-        load_scenario(path).model_dump(exclude_unset=True) if path is not None else {}
-    )
-    raw.setdefault("bottleneck", {}).setdefault("capacity_bps", DEFAULT_BOTTLENECK)
-    for dotted, value in overrides.items():
-        if value is None:
-            continue
-        section, field = dotted.split(".")
-        raw.setdefault(section, {})[field] = value
-    return parse_scenario(raw, str(path) if path else "lab scenario")
 
 
 @lab_app.command("up")
@@ -59,9 +36,11 @@ def lab_up(
         bool, typer.Option(help="TSO/GSO/GRO on the lab's veths (needed for 1 Gb/s).")
     ] = True,
 ) -> None:
-    """Build the lab: namespaces, veths, the bottleneck's and the campus shaper's tbf, the
-    delay line; checks both base RTTs with a ping."""
+    """Build the lab: namespaces, veths, the bottleneck and campus shaper, the delay line.
+
+    Checks both base RTTs with a ping and refuses a lab whose RTTs are off."""
     from scidmz.lab import runner
+    from scidmz.lab.scenario import lab_scenario
     from scidmz.lab.topology import LabError
     from scidmz.netsim.scenario import ScenarioError
 
@@ -77,7 +56,7 @@ def lab_up(
         )
         runner.up(chosen, offloads=offloads, progress=typer.echo)
     except (ScenarioError, LabError) as error:
-        _fail(str(error))
+        fail(str(error))
     typer.echo("lab up: `scidmz lab traffic --duration 30 --out DIR` runs its flows")
 
 
@@ -91,7 +70,7 @@ def lab_status() -> None:
     try:
         lab = runner.read_state()
     except LabError as error:
-        _fail(str(error))
+        fail(str(error))
         return
     typer.echo(f"namespaces: {', '.join(runner.existing_namespaces())}")
     for name, (namespace, interface) in (
@@ -120,11 +99,11 @@ def lab_traffic(
     from scidmz.lab.traffic import client_summary, record_truth
 
     if not duration >= 1:
-        _fail("--duration must be at least 1 s")
+        fail("--duration must be at least 1 s")
     try:
         lab = runner.read_state()
     except LabError as error:
-        _fail(str(error))
+        fail(str(error))
         return
 
     def show(row: dict[str, float]) -> None:
@@ -171,15 +150,18 @@ def lab_run(
         typer.Option("--scenario", help="Scenario YAML when the run brings its own lab up."),
     ] = None,
 ) -> None:
-    """The policy's loop on the lab: target (packet tap), collector, controller (tc on the
-    lab's shaper), Prometheus; writes samples.csv, truth.csv, lab.png, summary.md. Uses the
-    lab that is up, or brings one up for the run (the policy's B and DTN CCA) and down after."""
+    """Run a policy's loop on the lab and report it against the kernel's ground truth.
+
+    Target (packet tap), collector, controller (tc on the lab's shaper) and Prometheus;
+    writes samples.csv, truth.csv, lab.png, summary.md. Uses the lab that is up, or brings
+    one up for the run (the policy's B and DTN congestion control) and down after."""
     from scidmz.lab import loop, runner
+    from scidmz.lab.scenario import lab_scenario
     from scidmz.lab.topology import LabError
     from scidmz.netsim.scenario import ScenarioError
 
     if not duration >= 5:
-        _fail("--duration must be at least 5 s")
+        fail("--duration must be at least 5 s")
     own_lab = False
     try:
         chosen = loop.load_policy(policy, strategy)
@@ -201,7 +183,7 @@ def lab_run(
             own_lab = True
         summary = loop.run_loop(chosen, lab, duration, out, progress=typer.echo)
     except (LabError, ScenarioError) as error:
-        _fail(str(error))
+        fail(str(error))
         return
     finally:
         if own_lab:
@@ -223,17 +205,19 @@ def lab_record(
     matrix: Annotated[Path, typer.Option(help="The matrix YAML (e.g. examples/lab/matrix.yaml).")],
     out: Annotated[Path, typer.Option(help="Dataset directory.")],
 ) -> None:
-    """Run a matrix of scenarios (each on a fresh lab, fixed or stepped u) and store the
-    kernel's per-second ground truth and every flow's cwnd/RTT/retransmissions."""
+    """Record a matrix of cases on real TCP: the dataset the simulator is calibrated on.
+
+    Each case runs on a fresh lab under a fixed or stepped u; stores the kernel's
+    per-second ground truth and every flow's cwnd, RTT and retransmissions."""
     from scidmz.lab.record import record_matrix
     from scidmz.lab.topology import LabError
 
     try:
         index = record_matrix(matrix, out, progress=typer.echo)
     except LabError as error:
-        _fail(str(error))
+        fail(str(error))
         return
     failed = [name for name, case in index["cases"].items() if case["status"] != "ok"]
     typer.echo(f"recorded {len(index['cases']) - len(failed)} cases in {out}")
     if failed:
-        _fail(f"failed: {', '.join(failed)} (see {out / 'index.json'})")
+        fail(f"failed: {', '.join(failed)} (see {out / 'index.json'})")

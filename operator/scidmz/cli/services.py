@@ -1,0 +1,309 @@
+"""The long-running services: ``operator``, ``collector``, ``controller``, ``shaper``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scidmz.api.runtime import ConfigError
+from scidmz.cli.common import ConfigOption, configure_logging, fail, resolve_http_port
+
+
+def operator(
+    namespace: Annotated[
+        str | None,
+        typer.Option(help="Watch only this namespace (default: all; env SCIDMZ_NAMESPACE)."),
+    ] = None,
+    standalone: Annotated[
+        bool, typer.Option(help="No peering: a single replica (development).")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run the DTNTransferPolicy operator (kopf)."""
+    import os
+
+    import kopf
+    from prometheus_client import REGISTRY, start_http_server
+
+    from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
+    from scidmz.k8s.settings import OperatorSettings
+    from scidmz.metrics.http import register_build_info
+
+    if namespace:
+        os.environ["SCIDMZ_NAMESPACE"] = namespace
+    if standalone:
+        os.environ["SCIDMZ_STANDALONE"] = "true"
+    settings = OperatorSettings()
+    # Bound before kopf starts so that a taken port stops start-up with a clear error and
+    # /metrics answers as soon as /healthz does.
+    register_build_info(REGISTRY, "operator")  # ScidmzOperatorDown fires on its absence
+    try:
+        start_http_server(settings.metrics_port)
+    except OSError as error:
+        fail(f"cannot serve /metrics on port {settings.metrics_port}: {error}")
+    kopf.configure(verbose=verbose, log_prefix=False)
+    kopf.run(
+        clusterwide=settings.namespace is None,
+        namespaces=[settings.namespace] if settings.namespace else [],
+        standalone=settings.standalone,
+        peering_name=settings.peering_name,
+        liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+    )
+
+
+def collector(
+    config: ConfigOption,
+    listen: Annotated[
+        str | None,
+        typer.Option(help="host:port of the sample stream (default: collectorAddress's port)."),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz (default: $SCIDMZ_HTTP_PORT or 9460)."
+        ),
+    ] = None,
+    pipeline_dir: Annotated[
+        Path, typer.Option(help="Where the pipeline ConfigMap to push is mounted.")
+    ] = Path("/etc/scidmz-pipeline"),
+    tls_dir: Annotated[
+        Path,
+        typer.Option(help="Where the switch TLS Secret (ca.crt, tls.crt, tls.key) is mounted."),
+    ] = Path("/etc/scidmz-tls"),
+    check: Annotated[
+        bool, typer.Option("--check", help="Validate the config and exit (0: it would run).")
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
+
+    from scidmz.api.runtime import load_runtime_config
+    from scidmz.telemetry.collector_config import collector_settings, listen_address
+    from scidmz.telemetry.service import CollectorProcess
+
+    configure_logging(verbose)
+    try:
+        runtime = load_runtime_config(config)
+        settings = collector_settings(runtime, pipeline_dir, tls_dir)
+    except ConfigError as error:
+        fail(str(error))
+        return
+    if check:
+        typer.echo(f"{config}: a valid collector config for {runtime.namespace}/{runtime.policy}")
+        return
+    port = resolve_http_port(http_port, 9460)
+    process = CollectorProcess(settings, listen or listen_address(runtime), port)
+    message = process.run_until_signalled()
+    if message:
+        fail(message)
+
+
+def controller(
+    config: ConfigOption,
+    model: Annotated[
+        Path | None,
+        typer.Option(help="Inverse model (default: <models dir>/<cca>/inverse.onnx)."),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz, /state (default: $SCIDMZ_HTTP_PORT or 9461)."
+        ),
+    ] = None,
+    netns: Annotated[
+        str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
+    ] = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check", help="Validate the config and the model, and exit (0: it would run)."
+        ),
+    ] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T.
+
+    The config file is watched: a new target rate, gains, limits or fail-safe settings are
+    taken live within a sample time (at once on SIGHUP); other changes need a restart."""
+    import asyncio
+
+    from scidmz.api.runtime import load_runtime_config
+    from scidmz.control.service import ControllerProcess
+    from scidmz.control.settings import (
+        controller_settings,
+        load_model,
+        open_actuator,
+        open_dtn_actuator,
+    )
+
+    configure_logging(verbose)
+    try:
+        runtime = load_runtime_config(config)
+        settings = controller_settings(runtime)
+        inverse = load_model(runtime, model)
+    except ConfigError as error:
+        fail(str(error))
+        return
+    if check:
+        typer.echo(f"{config}: a valid controller config for {runtime.namespace}/{runtime.policy}")
+        return
+    port = resolve_http_port(http_port, 9461)
+
+    async def main() -> str | None:
+        import signal
+
+        try:
+            actuator = await open_actuator(runtime, netns)
+            dtn_actuator = await open_dtn_actuator(runtime)
+        except ConfigError as error:
+            return str(error)
+        process = ControllerProcess(
+            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime)
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, process.reload_requested.set)
+        await process.serve(stop)
+        return None
+
+    message = asyncio.run(main())
+    if message:
+        fail(message)
+
+
+def shaper(
+    interface: Annotated[str, typer.Option(help="Interface whose egress tbf carries the rate.")],
+    failsafe_rate: Annotated[
+        str | None,
+        typer.Option(help="Rate applied when no SetRate came for --stale-after, e.g. 600Mbps."),
+    ] = None,
+    listen: Annotated[str, typer.Option(help="host:port of scidmz.v1.Shaper.")] = "0.0.0.0:9470",
+    stale_after: Annotated[
+        str | None,
+        typer.Option(help="Apply the fail-safe rate after this long without a rate (10s)."),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            help="The policy's runtime config (what the operator mounts): the fail-safe is "
+            "actuator.dtn's failsafe rate after staleAfter + 2T, followed live as the file "
+            "changes. Instead of --failsafe-rate and --stale-after."
+        ),
+    ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Port of /metrics, /healthz, /readyz (default: $SCIDMZ_HTTP_PORT or 9471)."
+        ),
+    ] = None,
+    netns: Annotated[str | None, typer.Option(help="Network namespace of the interface.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """The DTN actuator's tc agent: a tbf on this node's interface, set by the controller.
+
+    It holds its own fail-safe rate when the controller goes quiet, so a dead or
+    partitioned controller never leaves a stale cap on the DTN."""
+    import asyncio
+
+    from scidmz.api.policy import MAX_RATE_BPS
+    from scidmz.api.units import UnitError, parse_duration, parse_rate
+    from scidmz.control.actuators import ActuatorError, TcActuator
+
+    configure_logging(verbose)
+    if config is not None:
+        if failsafe_rate is not None or stale_after is not None:
+            fail("--config gives the fail-safe: drop --failsafe-rate and --stale-after")
+        try:
+            rate, stale = _shaper_failsafe_from(config)
+        except ValueError as error:
+            fail(f"--config: {error}")
+            return
+    else:
+        if failsafe_rate is None:
+            fail("--failsafe-rate (or --config) is required")
+            return
+        try:
+            rate = parse_rate(failsafe_rate)
+            stale = parse_duration(stale_after or "10s")
+        except UnitError as error:
+            fail(f"--failsafe-rate / --stale-after: {error}")
+            return
+        if not 0 < stale <= 3600:
+            fail(f"--stale-after must be > 0 and at most 60m, got {stale_after}")
+        if not 0 < rate <= MAX_RATE_BPS:
+            fail(f"--failsafe-rate must be above 0 and at most 10Tbps, got {failsafe_rate}")
+    port = resolve_http_port(http_port, 9471)
+
+    async def main() -> str | None:
+        import signal
+
+        import grpc
+        from prometheus_client import CollectorRegistry
+
+        from scidmz.control.shaper import ShaperService, follow_config
+        from scidmz.metrics.http import Health, register_build_info, serve_http
+        from scidmz.proto import telemetry_pb2_grpc
+
+        try:
+            actuator = await TcActuator.open(interface, netns)
+        except ActuatorError as error:
+            return f"--interface: {error}"
+        service = ShaperService(actuator, rate, stale)
+        server = grpc.aio.server()
+        telemetry_pb2_grpc.add_ShaperServicer_to_server(service, server)
+        try:
+            bound = server.add_insecure_port(listen)
+        except RuntimeError as error:
+            bound = 0
+            log_error = str(error)
+        else:
+            log_error = "port in use or address invalid"
+        if not bound:
+            await actuator.close()
+            return f"--listen {listen}: cannot bind ({log_error})"
+        await service.apply_failsafe()  # a known rate from the start
+        registry = CollectorRegistry()
+        register_build_info(registry, "shaper")
+        health = Health()
+        try:
+            http = serve_http(port, health, registry=registry)
+        except OSError as error:
+            await actuator.close()
+            return f"cannot serve /healthz on port {port}: {error}"
+        health.set_ready(True, f"shaping {interface}")
+        await server.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        typer.echo(f"shaper on {interface}: scidmz.v1.Shaper at {listen}", err=True)
+        follower = (
+            asyncio.create_task(follow_config(service, config, _shaper_failsafe_from))
+            if config is not None
+            else None
+        )
+        try:
+            await service.watch(stop)
+        finally:
+            if follower is not None:
+                follower.cancel()
+            await server.stop(0.5)
+            await actuator.close()
+            http.shutdown()
+        return None
+
+    message = asyncio.run(main())
+    if message:
+        fail(message)
+
+
+def _shaper_failsafe_from(path: Path) -> tuple[float, float]:
+    """The DTN agent's fail-safe (cap, quiet time) from a runtime config; ValueError
+    (``ConfigError``) naming what is wrong."""
+    from scidmz.api.runtime import load_runtime_config, shaper_failsafe
+
+    return shaper_failsafe(load_runtime_config(path))

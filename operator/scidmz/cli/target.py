@@ -1,0 +1,237 @@
+"""``scidmz target``: the software P4Runtime switch over the simulator or a packet tap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from scidmz.api.flags import within
+from scidmz.cli.common import fail
+
+if TYPE_CHECKING:
+    import grpc
+
+    from scidmz.switch.netsim_source import NetsimSource
+    from scidmz.switch.packet_source import PacketTapSource
+
+
+def target(
+    source: Annotated[
+        str,
+        typer.Option(
+            help="Packet source: sim (the network simulator), packets (a packet tap on "
+            "--taps), lab (the packet tap of `scidmz lab up`)."
+        ),
+    ] = "sim",
+    taps: Annotated[
+        str,
+        typer.Option(
+            help="--source packets: the interfaces carrying each side of BR1, "
+            "campus=IF,dtn=IF,bottleneck=IF,acks=IF (bottleneck: frames leaving the queue; "
+            "acks: the returning ACKs)."
+        ),
+    ] = "",
+    netns: Annotated[
+        str | None, typer.Option(help="--source packets: the network namespace of --taps.")
+    ] = None,
+    capture_stats: Annotated[
+        Path | None,
+        typer.Option(
+            help="--source packets/lab: where the tap writes its per-interface "
+            "frame and kernel-drop counters every second (default: a temp file)."
+        ),
+    ] = None,
+    scenario: Annotated[
+        Path | None,
+        typer.Option("--scenario", help="Scenario YAML for --source sim (default: the paper's)."),
+    ] = None,
+    listen: Annotated[str, typer.Option(help="host:port of the P4Runtime server.")] = (
+        "127.0.0.1:9559"
+    ),
+    device_id: Annotated[int, typer.Option(help="P4Runtime device id.")] = 1,
+    speedup: Annotated[
+        float,
+        typer.Option(help="Simulated seconds per wall-clock second.", callback=within(0, 1e6)),
+    ] = 1.0,
+    ports: Annotated[
+        str, typer.Option(help="Tap wiring: which switch port sees which side of BR1.")
+    ] = "campus=1,dtn=2,bottleneck=3",
+    dtn_address: Annotated[
+        str, typer.Option(help="Where the simulated DTN streams go (inside the DTN-r prefix).")
+    ] = "203.0.113.10",
+    campus_address: Annotated[
+        str, typer.Option(help="Where simulated campus flows go (inside the remote prefix).")
+    ] = "198.51.100.10",
+    tls_cert: Annotated[
+        Path | None, typer.Option(help="Serve TLS with this PEM certificate (chain).")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The PEM private key of --tls-cert.")] = None,
+    tls_client_ca: Annotated[
+        Path | None,
+        typer.Option(help="Require client certificates signed by this PEM CA (mutual TLS)."),
+    ] = None,
+) -> None:
+    """Software P4Runtime target running the scidmz pipeline over the network simulator.
+
+    With --tls-cert/--tls-key the one port (P4Runtime and the sim actuator) speaks TLS only.
+    """
+    import asyncio
+    import signal
+
+    from scidmz.contract.pipeline import build_p4info
+    from scidmz.lab.topology import LabError
+    from scidmz.netsim.scenario import ScenarioError
+    from scidmz.switch.observation import PacketSource
+    from scidmz.switch.packet_source import PacketTapSource
+    from scidmz.switch.runner import Target
+
+    if source not in ("sim", "packets", "lab"):
+        fail(f"--source must be sim, packets or lab, not {source!r}")
+    credentials = _target_credentials(tls_cert, tls_key, tls_client_ca)
+    packet_source: PacketSource
+    try:
+        wired = _parse_ports(ports)
+        if source != "sim":
+            packet_source = _packet_tap(source, taps, netns, wired, capture_stats)
+        else:
+            packet_source = _netsim_source(scenario, wired, dtn_address, campus_address, speedup)
+    except (ValueError, ScenarioError, LabError) as error:
+        fail(str(error))
+        return
+
+    async def main() -> None:
+        device = Target(build_p4info("v1model"), packet_source, device_id=device_id)
+        try:
+            await device.start(listen, credentials)
+        except OSError as error:
+            fail(str(error))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        described = f"sim at {speedup:g}x" if source == "sim" else f"{source} ({taps or 'lab'})"
+        typer.echo(
+            f"scidmz target: device {device_id} on {listen}, source {described}, "
+            f"ports {ports}; Ctrl-C stops it"
+        )
+        stopping = asyncio.create_task(stop.wait())
+        failing = asyncio.create_task(device.failed())
+        await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+        failure = failing.result() if failing.done() else None
+        failing.cancel()
+        stopping.cancel()
+        await device.stop()
+        if failure is not None:
+            fail(f"the packet source failed: {failure}")
+
+    try:
+        if isinstance(packet_source, PacketTapSource):
+            packet_source.start()
+        asyncio.run(main())
+    except RuntimeError as error:  # the tap reader refused an interface, or died
+        fail(str(error))
+    finally:
+        if isinstance(packet_source, PacketTapSource):
+            packet_source.close()
+
+
+def _parse_ports(text: str) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name.strip() not in ("campus", "dtn", "bottleneck") or not value.strip().isdigit():
+            raise ValueError(f"--ports wants campus=N,dtn=N,bottleneck=N, got {text!r}")
+        ports[name.strip()] = int(value)
+    if set(ports) != {"campus", "dtn", "bottleneck"}:
+        raise ValueError(f"--ports wants campus=N,dtn=N,bottleneck=N, got {text!r}")
+    return ports
+
+
+def _target_credentials(
+    cert: Path | None, key: Path | None, client_ca: Path | None
+) -> grpc.ServerCredentials | None:
+    """The target's TLS credentials (None: plaintext); bad flags exit 2 naming them."""
+    if cert is None and key is None:
+        if client_ca is not None:
+            fail("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if cert is None or key is None:
+        fail("--tls-cert and --tls-key go together")
+    assert cert is not None and key is not None
+    from scidmz.switch.server import server_credentials
+    from scidmz.telemetry.tls import looks_like_pem
+
+    try:
+        pems = [p.read_bytes() if p is not None else None for p in (cert, key, client_ca)]
+    except OSError as error:
+        fail(f"{error.filename}: {error.strerror}")
+        return None
+    for path, pem in zip((cert, key, client_ca), pems, strict=True):
+        if pem is not None and not looks_like_pem(pem):
+            fail(f"{path}: not PEM")
+    return server_credentials(pems[0] or b"", pems[1] or b"", pems[2])
+
+
+def _netsim_source(
+    scenario: Path | None, wired: dict[str, int], dtn_address: str, campus_address: str,
+    speedup: float,
+) -> NetsimSource:  # fmt: skip
+    import ipaddress
+
+    from scidmz.netsim.scenario import Scenario, load_scenario
+    from scidmz.switch.netsim_source import NetsimSource, Wiring
+
+    wiring = Wiring(
+        campus_port=wired["campus"],
+        dtn_port=wired["dtn"],
+        bottleneck_port=wired["bottleneck"],
+        dtn_address=ipaddress.ip_address(dtn_address),
+        campus_address=ipaddress.ip_address(campus_address),
+    )
+    chosen = load_scenario(scenario) if scenario is not None else Scenario()
+    return NetsimSource(chosen, wiring, speedup=speedup)
+
+
+def _packet_tap(
+    source: str, taps: str, netns: str | None, wired: dict[str, int], stats: Path | None
+) -> PacketTapSource:
+    """The packet tap of --source packets (--taps, --netns) or --source lab (the lab's)."""
+    import tempfile
+
+    from scidmz.lab import native, runner, topology
+    from scidmz.switch.packet_source import PacketTapSource, TapWiring
+
+    if source == "lab":
+        runner.read_state()  # a clear error when no lab is up
+        interfaces = dict(topology.TAP_INTERFACES)
+        netns = topology.BORDER
+    else:
+        roles = ("campus", "dtn", "bottleneck", "acks")
+        interfaces = {}
+        for part in taps.split(","):
+            role, _, interface = part.partition("=")
+            if role.strip() not in roles or not interface.strip():
+                raise ValueError(
+                    f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}"
+                )
+            interfaces[role.strip()] = interface.strip()
+        if set(interfaces) != set(roles):
+            raise ValueError(f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}")
+    wiring = TapWiring(
+        campus_in=interfaces["campus"],
+        dtn_in=interfaces["dtn"],
+        bottleneck_out=interfaces["bottleneck"],
+        acks_in=interfaces["acks"],
+        campus_port=wired["campus"],
+        dtn_port=wired["dtn"],
+        bottleneck_port=wired["bottleneck"],
+    )
+    reader = [str(native.binary("tapreader"))]
+    if netns:
+        reader = ["ip", "netns", "exec", netns, *reader]
+    if stats is None:
+        stats = Path(tempfile.mkdtemp(prefix="scidmz-tap-")) / "capture.json"
+    stats.unlink(missing_ok=True)
+    return PacketTapSource(wiring, reader, stats)

@@ -1,0 +1,116 @@
+"""Tools around the services: ``demo``, ``testenv``, and the generators of checked-in
+files (``crd``, ``p4info``, ``dashboards``)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scidmz.api.flags import within
+from scidmz.cli.common import fail
+
+testenv_app = typer.Typer(
+    help="A local Kubernetes control plane (etcd, apiserver, kwok).", no_args_is_help=True
+)
+
+
+def demo(
+    keep: Annotated[
+        bool,
+        typer.Option(help="Leave everything running until Ctrl-C instead of cleaning up at once."),
+    ] = False,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for Ready.", callback=within(0, 86_400))
+    ] = 60.0,
+    duration: Annotated[
+        float,
+        typer.Option(help="Seconds to run the example's loop live.", callback=within(0, 86_400)),
+    ] = 60.0,
+    report: Annotated[Path, typer.Option(help="Where the run's report (CSV, plots) goes.")] = Path(
+        "demo-report"
+    ),
+) -> None:
+    """Local control plane + operator + examples/*.yaml, then one policy's loop running live."""
+    from scidmz.demo import DemoError, run_demo
+
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        run_demo(keep=keep, timeout_s=timeout, duration_s=duration, report_dir=report)
+    except DemoError as error:
+        fail(str(error))
+
+
+def crd(
+    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Print the DTNTransferPolicy CRD generated from the API models."""
+    from scidmz.api.crd import render_crd_yaml
+
+    text = render_crd_yaml()
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+
+
+def p4info(
+    arch: Annotated[str, typer.Option(help="v1model or tna.")] = "v1model",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write here (default: standard output).")
+    ] = None,
+) -> None:
+    """Render the P4Info of the p4/ programs from the pipeline contract (text format)."""
+    from google.protobuf import text_format
+
+    from scidmz.contract.pipeline import build_p4info
+
+    if arch not in ("v1model", "tna"):
+        fail(f"--arch must be v1model or tna, not {arch!r}")
+    text = text_format.MessageToString(build_p4info(arch))  # type: ignore[arg-type]
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        typer.echo(f"wrote {out}")
+
+
+def dashboards(
+    out: Annotated[Path, typer.Option(help="Folder for <name>.json.")] = Path("dashboards"),
+) -> None:
+    """Write the Grafana dashboards (formatted JSON generated from the metric names)."""
+    from scidmz.metrics.dashboards import DASHBOARDS, render
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in DASHBOARDS:
+        (out / f"{name}.json").write_text(render(name))
+        typer.echo(f"wrote {out / f'{name}.json'}")
+
+
+@testenv_app.command("up")
+def testenv_up(
+    workdir: Annotated[
+        Path | None, typer.Option("--dir", help="Keep state here (default: a temporary directory).")
+    ] = None,
+) -> None:
+    """Start the local control plane and keep it running until Ctrl-C."""
+    import signal
+    import threading
+
+    from scidmz.testenv.cluster import ControlPlaneError, start_control_plane
+
+    try:
+        plane = start_control_plane(workdir=workdir)
+    except ControlPlaneError as error:
+        fail(str(error))
+        return
+    typer.echo(f"export KUBECONFIG={plane.kubeconfig}\nCtrl-C stops it.")
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    plane.stop()

@@ -1,0 +1,26 @@
+"""What one sample led to: the type the loop produces and the exporter renders.
+
+It stands apart from both so that the exporter depends on the decision, not on the loop
+(the loop imports the exporter to publish its snapshots).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scidmz.control.antiwindup import FilterOutput
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one sample led to (exported on /state and as metrics)."""
+
+    sequence: int
+    u_bps: float
+    u_hat_bps: float
+    error_bps: float
+    output: FilterOutput | None
+    dt_s: float
+    """The time since the previous decision on the injected clock (the integral's dt)."""
+    dtn_cap_bps: float | None = None
+    dtn_output: FilterOutput | None = None

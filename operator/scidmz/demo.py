@@ -21,7 +21,13 @@ from rich.live import Live
 from rich.table import Table
 
 from scidmz.api.runtime import RuntimeConfig
-from scidmz.demo_loop import Workloads, start_workloads, watch, write_report
+from scidmz.demo_loop import (
+    Workloads,
+    dashboard_pictures,
+    start_workloads,
+    watch,
+    write_report,
+)
 from scidmz.k8s.reconcile import STATE_URL_ANNOTATION
 from scidmz.testenv.cluster import (
     REPO_ROOT,
@@ -177,10 +183,14 @@ def run_demo(
             f"operator rendered into ConfigMap {namespace}/{name}-config:"
         )
         workloads = start_workloads(rendered, workdir, controller_port, console.print)
+        started = time.time()
         rows = watch(workloads, f"{namespace}/{name}", rendered.target_rate_bps, duration_s,
                      console)  # fmt: skip
         console.print(plane.kubectl("get", "dtp", "-A").stdout)
         written = write_report(rows, report_dir, f"{namespace}/{name}")
+        written += dashboard_pictures(
+            workloads.prometheus_port, started, time.time(), report_dir, console.print
+        )
         console.print("  report: " + ", ".join(str(p) for p in written))
         if keep:
             console.print(

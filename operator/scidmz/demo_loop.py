@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,32 @@ def watch(
             live.update(_view(row, policy, elapsed, duration_s))
             time.sleep(1.0)
     return rows
+
+
+def dashboard_pictures(
+    prometheus_port: int | None, start_s: float, end_s: float, out: Path,
+    log: Callable[[str], None],
+) -> list[Path]:  # fmt: skip
+    """``dashboard-<name>.png`` for each Grafana dashboard, drawn from its own queries
+    against the demo's Prometheus (no Grafana runs here); nothing without a Prometheus."""
+    if prometheus_port is None:
+        return []
+    from scidmz.metrics.dashboards import DASHBOARDS
+    from scidmz.metrics.preview import fetch_series, render
+
+    out.mkdir(parents=True, exist_ok=True)
+    source = fetch_series(
+        f"http://127.0.0.1:{prometheus_port}", start_s, end_s, step_s=2.0,
+        variables={"namespace": ".*", "policy": ".*"},
+    )  # fmt: skip
+    written = []
+    for name, build in DASHBOARDS.items():
+        path = out / f"dashboard-{name}.png"
+        dashboard = build()
+        with_data = render(dashboard, source, path)
+        log(f"  dashboard {name}: {with_data} of {len(dashboard['panels'])} panels with data")
+        written.append(path)
+    return written
 
 
 def write_report(rows: list[dict[str, Any]], out: Path, policy: str) -> list[Path]:

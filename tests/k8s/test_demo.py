@@ -34,4 +34,8 @@ def test_the_demo_runs_the_loop_and_writes_its_report(tmp_path):
     assert len(samples) >= 8
     assert all(float(s["dtn_rate_bps"]) > 0 for s in samples)
     assert (report / "demo.png").stat().st_size > 10_000
+    # the dashboards drawn from their own queries: every overview panel has the loop's data
+    assert "dashboard overview: 8 of 8 panels with data" in output
+    for name in ("overview", "health"):
+        assert (report / f"dashboard-{name}.png").stat().st_size > 10_000
     assert "tracking error" in (report / "summary.md").read_text()

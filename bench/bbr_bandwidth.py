@@ -9,7 +9,7 @@ averages 1). So for each BBR case of a ``scidmz lab record`` dataset, over the s
 the first 10: the DTN's delivered rate (goodput), the sum of its streams' bandwidth
 estimates (lab: ``ss``'s ``bbr:(bw:…)`` in flows.csv, recorded from 2026-11-25's third
 session on; twin: its streams' BTL_BW), their ratio, the streams' mean min-RTT estimate and
-the DTN's losses per segment delivered. Issue 13: the twin's BBR DTN loses ~1.5× what
+the DTN's losses per segment delivered. The twin's BBR DTN loses ~1.5× what
 Linux's does; this says whether its estimate runs further above what it delivers.
 """
 

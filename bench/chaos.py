@@ -1,5 +1,5 @@
 """Chaos on the simulated loop: faults, a Subscribe storm, malformed P4Runtime requests, and
-operator fail-over under 100 policies (issue 16).
+operator fail-over under 100 policies.
 
     .venv/bin/python bench/chaos.py                      # everything, ~15 min
     .venv/bin/python bench/chaos.py --repeats 1 --skip-storm --skip-failover   # ~2 min

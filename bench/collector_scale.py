@@ -3,7 +3,7 @@
     .venv/bin/python bench/collector_scale.py            # all figures, printed
     .venv/bin/python bench/collector_scale.py --write    # ... and bench/results/collector_scale.md
 
-Targets (issue 4): under 10 ms of collector work per sample at 10k flows, under 100 ms at
+Targets: under 10 ms of collector work per sample at 10k flows, under 100 ms at
 100k, and under 300 MB of memory. The software target runs in a child process with a
 synthetic packet source: N campus flows, all active, each yielding ``--rtt-per-flow`` RTT
 matches per second (the P4 program samples every data packet; a flow at 1 sample/s is a
@@ -270,7 +270,7 @@ def main() -> None:
     if args.write:
         targets = {1000: "—", 10000: "< 10 ms", 100000: "< 100 ms"}
         lines = [
-            "# Collector scale (issue 4)",
+            "# Collector scale",
             "",
             f"`{' '.join(['.venv/bin/python bench/collector_scale.py', *sys.argv[1:]])}` on "
             "2 cores; T = 1 s; each flow gives "

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/control_latency.py [--samples 5000] [--write]
 
-Targets (issues 5 and 11): loop p99 < 5 ms, inference < 0.5 ms. The controller's real
+Targets: loop p99 < 5 ms, inference < 0.5 ms. The controller's real
 per-sample path (``Controller.on_sample``: y_d, features by name, onnxruntime, both
 anti-windup filters, saturators) runs with the shipped cubic model, the shipped gains and
 two dry-run actuators (campus and DTN cap), on samples replayed from a simulated
@@ -71,7 +71,7 @@ def main() -> None:
         inference.append(time.perf_counter() - started)
     infer = np.array(inference) * 1e3
     lines = [
-        "# Controller loop latency (issues 5 and 11)",
+        "# Controller loop latency",
         "",
         f"`.venv/bin/python bench/control_latency.py --samples {args.samples}`; "
         "shipped cubic model and gains, both filters, two dry-run actuators (campus, DTN cap).",

@@ -1,4 +1,4 @@
-"""Control quality on the simulator: every controller arm against the fixed baselines (issue 11).
+"""Control quality on the simulator: every controller arm against the fixed baselines.
 
     .venv/bin/python bench/control_quality.py                # full: 10 seeds, N_s 50..200
     .venv/bin/python bench/control_quality.py --quick        # 3 seeds, N_s = 100

@@ -1,4 +1,4 @@
-"""Is the inverse model's feed-forward right at every campus load? (issue 11)
+"""Is the inverse model's feed-forward right at every campus load?
 
     .venv/bin/python bench/inverse_model_loads.py [--models models] [--seeds 3] [--write]
 

@@ -1,4 +1,4 @@
-"""The collector on real packets against the kernel's ground truth (issue 12).
+"""The collector on real packets against the kernel's ground truth.
 
     .venv/bin/python bench/lab_accuracy.py [--bottleneck 300Mbps] [--campus-flows 52]
         [--dtn-streams 8] [--duration 105] [--warmup 45] [--write [--report PATH]]
@@ -132,7 +132,7 @@ def main() -> int:
 def render(summary: dict[str, Any], campus_rtt_settled_s: float, args: argparse.Namespace) -> str:
     flows = args.campus_flows + args.dtn_streams
     lines = [
-        "# The collector on real packets vs the kernel (issue 12)",
+        "# The collector on real packets vs the kernel",
         "",
         f"`python bench/lab_accuracy.py --bottleneck {args.bottleneck} --campus-flows "
         f"{args.campus_flows} --dtn-streams {args.dtn_streams} --duration {args.duration:g} "

@@ -1,4 +1,4 @@
-"""The closed loop on real TCP beside the simulator's, for the same scenarios (issues 11, 12).
+"""The closed loop on real TCP beside the simulator's, for the same scenarios.
 
     .venv/bin/python bench/lab_control.py [--runs 5] [--strategies trivial,pi,mlc]
         [--experiments steady,tracking,transfer] [--cca cubic|bbr] [--write]
@@ -218,7 +218,7 @@ def render(results: Results, args: argparse.Namespace) -> str:
         else "a Cubic DTN with 8 streams (100 ms)"
     )
     lines = [
-        "# The closed loop on real TCP and on the simulator (issues 11, 12)",
+        "# The closed loop on real TCP and on the simulator",
         "",
         f"`python bench/lab_control.py --runs {args.runs} --strategies {args.strategies} "
         f"--experiments {args.experiments} --cca {args.cca}`: B = 1 Gb/s, 100 Cubic campus "

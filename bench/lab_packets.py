@@ -1,5 +1,5 @@
 """The bottleneck packet by packet: which GSO packets real drop-tail drops, and the twin's
-(issue 13, loss allocation between the classes).
+(how the bottleneck allocates losses between the classes).
 
     sudo .venv/bin/python bench/lab_packets.py [--case cubic-50-steps ...] [--seconds 25]
         [--seeds 3] [--write]                                           # ~40 s a case
@@ -18,8 +18,8 @@ count per ms; 1 for independent arrivals).
 
 The twin's figures come from the same scenario at 1 ms: a flow's "packet" is what it sends
 in a step, dropped if any of it was (``--seeds`` runs). What the lab measured (2026-11-26,
-the four default cases) and what it says about the twin is in README "The bottleneck packet
-by packet".
+the four default cases) and what it says about the twin is in
+docs/design/netsim-calibration.md ("Tried and dropped": packet-level admission).
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def main() -> int:
             print(ms_lines[-1], flush=True)
     bins = " / ".join(f"{low}–{high}" if high < 44 else f"{low}+" for low, high in SIZE_BINS)
     report = [
-        "# The bottleneck packet by packet: lab against twin (issue 13)",
+        "# The bottleneck packet by packet: lab against twin",
         "",
         f"`sudo .venv/bin/python bench/lab_packets.py --seconds {args.seconds:.0f} "
         f"--seeds {args.seeds} --write`: each case's scenario from `{args.dataset}` with the "

@@ -1,4 +1,4 @@
-"""The simulator against real Linux TCP: every case of a `scidmz lab record` dataset (issue 13).
+"""The simulator against real Linux TCP: every case of a `scidmz lab record` dataset.
 
     scidmz lab record --matrix examples/lab/matrix.yaml --out lab-dataset     # root, ~20 min
     .venv/bin/python bench/netsim_vs_lab.py --dataset lab-dataset [--seeds 3] [--write]
@@ -27,7 +27,7 @@ Several ``--dataset`` recordings of the same matrix are one lab, their mean per 
 case: a single 60 s recording is noisy (``--against-lab`` shows by how much), and their mean
 is the better estimate of what real TCP does.
 
-Targets (issue 13): rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
+Targets: rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
 window; losses per class within a factor of 1.5.
 """
 
@@ -440,7 +440,7 @@ def main() -> int:
             f"`{command}{''.join(f' --against-lab {d}' for d in others)}`: every case, "
             f"{WINDOW_S:.0f} s windows after the first; in the tables 'lab' is {lab} and "
             f"'sim' is {' and '.join(str(d) for d in others)}"
-            f"{' (their mean)' if len(others) > 1 else ''}, judged by issue 13's targets for "
+            f"{' (their mean)' if len(others) > 1 else ''}, judged by the twin's targets for "
             "the twin. Where a recording has no mean queuing delay (before 2026-11-25) its 1 s "
             "snapshots stand in.",
         ]

@@ -1,6 +1,6 @@
 """Operator scale: time from applying N policies to all Ready, and the operator's peak RSS.
 
-Target (issue 2): 100 policies Ready in under 60 s with operator RSS under 200 MB.
+Target: 100 policies Ready in under 60 s with operator RSS under 200 MB.
 Each N runs on a fresh local control plane (etcd, kube-apiserver, kcm, scheduler, kwok) with
 a fresh operator process; pods become Running through kwok.
 

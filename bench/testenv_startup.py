@@ -1,4 +1,4 @@
-"""Local control plane bring-up time with a warm build cache (target, issue 2: < 10 s).
+"""Local control plane bring-up time with a warm build cache (target: < 10 s).
 
 Measures start_control_plane() — certificates, etcd, kube-apiserver to /readyz, CRDs
 established, controller-manager, scheduler, kwok and a fake node — and then the time until a

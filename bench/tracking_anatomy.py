@@ -1,4 +1,4 @@
-"""Where the tracking error of `scidmz bench control`'s R*(t) experiment comes from (issue 11).
+"""Where the tracking error of `scidmz bench control`'s R*(t) experiment comes from.
 
     .venv/bin/python bench/tracking_anatomy.py [--cca cubic] [--seeds 1-10]
         [--arms trivial,pi,mlc] [--workers 2] [--write]
@@ -136,7 +136,7 @@ def seed_range(text: str) -> list[int]:
 
 def render(by_arm: dict[str, list[list[Second]]], args: argparse.Namespace) -> str:
     lines = [
-        "# Where the tracking error comes from (issue 11)",
+        "# Where the tracking error comes from",
         "",
         f"`python bench/tracking_anatomy.py --cca {args.cca} --seeds {args.seeds} "
         f"--arms {args.arms}`: the control benchmark's tracking episodes (R*(t) uniform in "

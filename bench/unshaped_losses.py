@@ -1,5 +1,5 @@
 """How the bottleneck shares its losses between the DTN and the campus when nothing shapes the
-campus: the lab's recordings against the twin (issue 13, "loss allocation between classes").
+campus: the lab's recordings against the twin (how losses are allocated between the classes).
 
     .venv/bin/python bench/unshaped_losses.py [--write]
 
@@ -93,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
     reference = DATASETS[1]
     lines = [
-        "# Losses per class while the campus is unshaped (issue 13)",
+        "# Losses per class while the campus is unshaped",
         "",
         f"`.venv/bin/python bench/unshaped_losses.py --seeds {args.seeds}`: the `-steps` cases "
         f"from {SETTLED_S:.0f} s to u's first step (20 s), where u = B; per cell, DTN / campus "

@@ -1,5 +1,5 @@
 """The real image: the Dockerfile built by buildah (no daemon), checked by
-container-structure-test, and its entry points started with `buildah run` (issue 14).
+container-structure-test, and its entry points started with `buildah run`.
 
 The base is a debootstrap'ed bookworm with Python 3.11 (the official python image cannot be
 pulled here), passed as the Dockerfile's BASE_IMAGE. The first run makes the base (~1 min)

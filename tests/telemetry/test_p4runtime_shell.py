@@ -1,7 +1,7 @@
 """An independent P4Runtime client against `scidmz target`: p4runtime-shell (the P4.org
 community shell, its own venv because it pins protobuf < 3.21) wins arbitration, fetches the
 pipeline, writes and reads entries, and gets the P4Runtime error codes the spec names. The
-switch must not only pass its own client (issue 14)."""
+switch must not only pass its own client."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One table of rules drives both the CRD's CEL and the operator's checks (issue 14)."""
+"""One table of rules drives both the CRD's CEL and the operator's checks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Grafana dashboards type-check against Grafana's own schema package (issue 14).
+"""The Grafana dashboards type-check against Grafana's own schema package.
 
 No Grafana server can run here; `@grafana/schema` is the TypeScript model Grafana's frontend
 builds its dashboards with, so `tsc --strict` over `const d: Dashboard = <json>` catches what

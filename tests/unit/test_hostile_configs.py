@@ -1,5 +1,5 @@
-"""Hostile runtime configs handed straight to ``scidmz collector|controller --config``
-(issue 16): non-finite, absurd, negative, wrongly typed or missing values and YAML bombs are
+"""Hostile runtime configs handed straight to ``scidmz collector|controller --config``:
+non-finite, absurd, negative, wrongly typed or missing values and YAML bombs are
 refused with exit 2 naming the field, before anything starts; nothing else gets through."""
 
 from __future__ import annotations

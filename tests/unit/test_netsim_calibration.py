@@ -1,4 +1,4 @@
-"""The twin's calibration against real Linux TCP (issue 13): frames, the shaper that follows u,
+"""The twin's calibration against real Linux TCP: frames, the shaper that follows u,
 loss trains of whole GSO bursts, the tail-loss probe and retransmission timeouts, BBR's
 probe-rtt and its ACK-aggregation allowance."""
 
@@ -133,7 +133,7 @@ def test_a_paced_senders_bytes_weigh_less_in_the_drop_draw():
 
 def test_beside_a_paced_dtn_the_campus_keeps_less_of_a_full_link():
     """With a paced DTN's bytes drawn less often the campus loses more per byte it
-    delivers, so it carries less and the BBR DTN more (the lab's split, issue 13)."""
+    delivers, so it carries less and the BBR DTN more (the lab's split)."""
 
     def rates(weight: float) -> tuple[float, float, float]:
         sim = Simulator(
@@ -502,9 +502,9 @@ def test_bbr_without_loss_recovery_ignores_losses_in_its_window():
 
 
 def test_linux_bbr_loss_recovery_cuts_the_twins_bbr_dtn_far_below_the_lab():
-    """The exact Linux rule overshoots in the twin (README, "Losses"): a BBR DTN beside 100
-    Cubic flows loses a fraction of its segments without it, and with it both its losses
-    and its rate fall well below the lab's (bbr-100-fixed: the lab's DTN 246 Mb/s)."""
+    """The exact Linux rule overshoots in the twin (docs/design/netsim-calibration.md): a BBR
+    DTN beside 100 Cubic flows loses a fraction of its segments without it, and with it both its
+    losses and its rate fall well below the lab's (bbr-100-fixed: the lab's DTN 246 Mb/s)."""
     rates, losses = [], []
     for recovery in (False, True):
         scenario = parse_scenario(

@@ -1,5 +1,5 @@
 """Cubic's HyStart, the bookkeeping it relies on (tcp_cubic's last_max_cwnd, reset at an
-RTO) and classes that start after a connection set-up (issue 13)."""
+RTO) and classes that start after a connection set-up."""
 
 import numpy as np
 import pytest

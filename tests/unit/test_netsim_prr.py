@@ -1,5 +1,5 @@
 """Loss recovery with proportional rate reduction (scenario ``proportional_rate_reduction``,
-Linux ``tcp_cwnd_reduction``, RFC 6937), issue 13."""
+Linux ``tcp_cwnd_reduction``, RFC 6937)."""
 
 import numpy as np
 import pytest

@@ -3,7 +3,7 @@
 One rule for everything that models or builds a tbf: the campus shaper and the DTN cap the
 ``tc`` actuators write (``control.actuators``), and the simulator's copies of them
 (``netsim.simulator``), which must hold the same bucket and queue at every u(t) or the twin's
-campus RTT and shaper losses drift from the real shaper's (issue 13).
+campus RTT and shaper losses drift from the real shaper's.
 """
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The real-TCP lab: the paper testbed in network namespaces (issue 12)."""
+"""The real-TCP lab: the paper testbed in network namespaces."""

@@ -1,4 +1,4 @@
-"""The twin set up as a lab case ran, and the calibration variants it is judged in (issue 13).
+"""The twin set up as a lab case ran, and the calibration variants it is judged in.
 
 A lab case's ``case.json`` holds the netsim scenario the lab was built from. The shipped twin
 runs it as is; a ``Variant`` adds what the lab's Linux does that the shipped twin leaves out

@@ -200,7 +200,7 @@ class CampusLoad:
 
     The paper identifies at one load (100 senders). A model that never saw another load
     extrapolates in the active-flow input: the first load-blind model, fed AF = 58 at
-    N_s = 50, answered û ≈ 2 Gb/s for a link of 1 Gb/s (README, issue 11). So the number of
+    N_s = 50, answered û ≈ 2 Gb/s for a link of 1 Gb/s (docs/design/control.md). So the number of
     sending campus long flows is drawn log-uniformly from ``min_flows..max_flows`` (as many
     holds at 10–50 flows as at 50–250), and a ``limited_share`` of the holds also caps the
     campus's demand (application-limited senders, uniform in 5–60 % of B): the state where

@@ -155,7 +155,7 @@ class Target:
 
 
 def targets(episodes: list[Episode]) -> list[Target]:
-    """Issue 11's targets, judged on the episodes (missing data counts as missed)."""
+    """The control targets, judged on the episodes (missing data counts as missed)."""
     found: list[Target] = []
 
     def add(name: str, measured: str, met: bool) -> None:
@@ -264,7 +264,7 @@ def targets(episodes: list[Episode]) -> list[Target]:
 
 def markdown(episodes: list[Episode], command: str) -> str:
     lines = [
-        "# Control quality on the simulator (issue 11, paper §4.2–4.5)",
+        "# Control quality on the simulator (paper §4.2–4.5)",
         "",
         f"`{command}` ({len({e.seed for e in episodes})} seeds); mean ± 95 % interval over "
         "seeds. In brackets: the change against the",

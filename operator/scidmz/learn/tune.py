@@ -12,7 +12,7 @@ seed, with or without worker processes.
 Episode k runs with ``TUNING_CAMPUS_FLOWS[k mod 4]`` long campus flows (100, 50, 150, 200:
 table 5's N_s), so ``--episodes 4`` scores a triple on every load the benchmark judges;
 ``--episodes 1`` is the 100-flow load the inverse model was trained on. Why it matters: in
-one experiment (README, "Tuning the gains") one episode gave mlc gains without an integral
+one experiment (docs/design/control.md) one episode gave mlc gains without an integral
 (Ki = 0), best at 100 flows, while at 50 flows, where the model extrapolates, nothing
 removed its bias and a 10 GB transfer ran at 0.33 R*.
 
@@ -27,7 +27,7 @@ fitness, on ``STEADY_CAMPUS_FLOWS[j mod 2]`` flows (200, 50: the benchmark's end
 inverse model's bias is largest), each scored by its IAE over the same 120 s. Our addition
 to eq. 2: the paper's fitness only sees R* jumping every 20 s, where a bias of ~10 Mb/s is a
 small part of the IAE and the GA gives up the integral (Ki = 0) that removes it; a product
-is judged on both (issue 11: tracking and the constant-R* transfers). The fitness is the
+is judged on both (tracking and the constant-R* transfers). The fitness is the
 mean IAE over all runs. 0 (the default) is the paper's fitness.
 """
 

@@ -20,7 +20,7 @@ Sources and simplifications:
   with tcp_cubic's bookkeeping around it (``last_max_cwnd`` apart from the epoch's origin,
   growth of at least 5 % a round before the first loss, both reset by a timeout). Off by
   default: against the lab it helps the matrix a little and the ns-3 dumbbell not at all
-  (README, "Slow start, HyStart and set-up time"), and the shipped models were identified
+  (docs/design/netsim-calibration.md, "Tried and dropped"), and the shipped models were identified
   without it.
 * **Loss recovery of Reno and Cubic** — one window reduction per round trip; in recovery
   the sender may send its new window less what is in flight, at once. Optionally as Linux
@@ -28,7 +28,7 @@ Sources and simplifications:
   Linux ``tcp_cwnd_reduction``): in proportion to what is acknowledged, without TSO deferral,
   the window ssthresh when recovery ends. Off by default: against the lab it changes the
   matrix within its seeds' noise and moves the dumbbell's DTN closer to Linux early and
-  further from it later (README, "Loss recovery (PRR), optional").
+  further from it later (docs/design/netsim-calibration.md, "Tried and dropped").
 * **BBR v1** — draft-cardwell-iccrg-bbr-congestion-control-00 and Linux ``tcp_bbr.c``:
   startup (gain 2/ln 2), drain, the 8-phase probe-bw gain cycle [1.25, 0.75, 1 × 6] starting at
   a per-flow pseudo-random phase, probe-rtt (cwnd 4 for 200 ms + one round after min_rtt is
@@ -201,7 +201,7 @@ def kept(value: float) -> float:
     ~10 cycles each. Adding 0.0 is exact for every value except −0.0 (which becomes +0.0; no
     time, rate or count here is −0.0), and LLVM may not drop it without fast-math, so the
     select stays a blend followed by a plain store (``hack/netsim_fingerprint.py``: output
-    byte-identical; README "Benchmarks" for the figures).
+    byte-identical; docs/design/netsim-speed.md for the figures).
     """
     return value + 0.0
 
@@ -475,8 +475,9 @@ def hystart_update(
     one RTT sample; the receiver acknowledges every second segment (delayed ACKs).
     Runs after this step's window growth, where Linux runs it just before: at most one step
     of slow start apart. Against Linux with and without HyStart on the ns-3 dumbbell it
-    lowers the DTN's early share as Linux's does (−16 % against −15 %); README, "Slow start,
-    HyStart and set-up time", says why it is still off by default.
+    lowers the DTN's early share as Linux's does (−16 % against −15 %);
+    docs/design/netsim-calibration.md ("Tried and dropped") says why it is still off by
+    default.
     """
     flow_f[MIN_RTT, i] = min(flow_f[MIN_RTT, i], rtt_sample)  # Cubic's delay_min
     cwnd = flow_f[CWND, i]

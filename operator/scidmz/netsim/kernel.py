@@ -41,7 +41,8 @@ LLVM vectorises as long as no pass stores a value it loaded inside a branch or a
 such a pass, which also counts the marks, and done by a scalar pass only when there are any.
 Sums over flows stay sequential so that the output does not depend on how a loop is compiled.
 A change here is checked with ``hack/netsim_fingerprint.py`` (output byte-identical) and
-``bench/netsim_speed.py --against REF``; README "Benchmarks" has the figures and what was tried.
+``bench/netsim_speed.py --against REF``; docs/design/netsim-speed.md has the figures and what
+was tried.
 """
 
 from __future__ import annotations
@@ -387,7 +388,7 @@ def _tail_drop(
     lab_packets.py, bbr-50-steps) a campus packet of 1-2 segments was dropped 1.3-1.4x as
     often as the BBR DTN's of the same size and one of 3-5 segments 1.6x. The weight is
     fitted, not measured: 0.8 brings the campus beside a BBR DTN to the lab's rate (scanned
-    0.4-1 on the lab's matrix; README "Against the three recordings at once"), a stand-in
+    0.4-1 on the lab's matrix; docs/design/netsim-calibration.md), a stand-in
     for sub-millisecond timing a 1 ms step does not hold. When the step's excess is more
     than the other flows bring, a paced sender still loses the rest: the weight moves the
     losses a step shares, not their sum.

@@ -3,7 +3,7 @@
 Writes into the output directory:
 
 * ``samples.csv`` — one row per sample time T, columns ``records.SAMPLE_COLUMNS`` (documented in
-  ``records.SAMPLE_COLUMN_DOCS`` and the README);
+  ``records.SAMPLE_COLUMN_DOCS`` and docs/simulator.md);
 * ``flows.csv`` — one row per completed flow: ``serial,kind,start_s,end_s,fct_s,size_bytes``;
 * ``summary.json`` — what ``summarise`` returns.
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: sysdeps demo test lint unit image crds chart-docs protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control bench-chaos clean
+.PHONY: sysdeps demo test lint docs docs-screenshot unit image crds chart-docs protos dashboards testenv bench-operator bench-testenv bench-netsim bench-collector bench-control bench-chaos clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,9 +25,17 @@ sysdeps:
 demo: $(STAMP) testenv sysdeps
 	$(BIN)/scidmz demo
 
-## Every test: static gates, then unit and control-plane tests.
-test: $(STAMP) testenv sysdeps lint
+## Every test: static gates, the docs site (strict), then unit and control-plane tests.
+test: $(STAMP) testenv sysdeps lint docs
 	$(BIN)/pytest
+
+## The docs site into build/site: a broken link or anchor, or a page not in the nav, fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+## docs/images/landing.png: the built site's landing page in headless Chromium.
+docs-screenshot: docs sysdeps
+	$(BIN)/python -m scidmz.testenv.browser build/site docs/images/landing.png
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator tests bench

@@ -12,6 +12,7 @@ declare -A PACKAGES=(
   [tcpdump]=tcpdump                               # bench/lab_packets.py
   [npm]=npm                                       # the dashboards against @grafana/schema
   [buildah]=buildah [debootstrap]=debootstrap     # the image build and its structure test
+  [chromium-headless-shell]=chromium-headless-shell  # the docs site rendered (tests/docs)
 )
 missing=()
 for tool in "${!PACKAGES[@]}"; do

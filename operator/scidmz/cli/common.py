@@ -12,6 +12,7 @@ import typer
 ConfigOption = Annotated[
     Path, typer.Option("--config", help="Runtime config rendered by the operator (YAML).")
 ]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Log at debug level.")]
 
 
 def configure_logging(verbose: bool) -> None:

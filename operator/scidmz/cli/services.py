@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from scidmz.api.runtime import ConfigError
-from scidmz.cli.common import ConfigOption, configure_logging, fail, resolve_http_port
+from scidmz.cli.common import (
+    ConfigOption,
+    VerboseOption,
+    configure_logging,
+    fail,
+    resolve_http_port,
+)
 
 
 def operator(
@@ -19,7 +25,7 @@ def operator(
     standalone: Annotated[
         bool, typer.Option(help="No peering: a single replica (development).")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run the DTNTransferPolicy operator (kopf)."""
     import os
@@ -75,7 +81,7 @@ def collector(
     check: Annotated[
         bool, typer.Option("--check", help="Validate the config and exit (0: it would run).")
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Telemetry collector: P4Runtime client computing the seven state variables y(t)."""
 
@@ -121,7 +127,7 @@ def controller(
             "--check", help="Validate the config and the model, and exit (0: it would run)."
         ),
     ] = False,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """MLC controller: ANN inverse model + anti-windup PI setting u(t) every T.
 
@@ -201,7 +207,7 @@ def shaper(
         ),
     ] = None,
     netns: Annotated[str | None, typer.Option(help="Network namespace of the interface.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """The DTN actuator's tc agent: a tbf on this node's interface, set by the controller.
 

@@ -10,7 +10,8 @@ from scidmz.k8s.manifests import WorkloadSettings
 
 
 class OperatorSettings(BaseSettings):
-    """``SCIDMZ_IMAGE=...``, ``SCIDMZ_NAMESPACE=...``, ... (see the README)."""
+    """``SCIDMZ_IMAGE=...``, ``SCIDMZ_NAMESPACE=...``, ...: every field is one variable, and the
+    docs site's operator settings table is generated from these descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="SCIDMZ_", extra="ignore")
 
@@ -18,7 +19,9 @@ class OperatorSettings(BaseSettings):
         default=f"ghcr.io/scidmz/scidmz:{__version__}",
         description="Image for the collector and controller workloads.",
     )
-    image_pull_policy: str = Field(default="IfNotPresent")
+    image_pull_policy: str = Field(
+        default="IfNotPresent", description="Pull policy of the workloads' image."
+    )
     namespace: str | None = Field(
         default=None, description="Watch only this namespace; all namespaces when unset."
     )
@@ -54,11 +57,21 @@ class OperatorSettings(BaseSettings):
         description="Where a policy's controller serves its state; {service}, {namespace}, "
         "{name} and {port} are filled in.",
     )
-    collector_grpc_port: int = 50051
-    collector_http_port: int = 9460
-    controller_http_port: int = 9461
-    shaper_grpc_port: int = 9470
-    shaper_http_port: int = 9471
+    collector_grpc_port: int = Field(
+        default=50051, description="Port of a collector's sample stream (gRPC)."
+    )
+    collector_http_port: int = Field(
+        default=9460, description="Port of a collector's /metrics, /healthz, /readyz, /state."
+    )
+    controller_http_port: int = Field(
+        default=9461, description="Port of a controller's /metrics, /healthz, /readyz, /state."
+    )
+    shaper_grpc_port: int = Field(
+        default=9470, description="Port of a DTN shaper agent's scidmz.v1.Shaper (gRPC)."
+    )
+    shaper_http_port: int = Field(
+        default=9471, description="Port of a DTN shaper agent's /metrics, /healthz, /readyz."
+    )
 
     def workload(self) -> WorkloadSettings:
         return WorkloadSettings(

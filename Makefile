@@ -38,8 +38,8 @@ docs-screenshot: docs sysdeps
 	$(BIN)/python -m scidmz.testenv.browser build/site docs/images/landing.png
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests bench
-	$(BIN)/ruff format --check operator tests bench
+	$(BIN)/ruff check operator tests bench hack
+	$(BIN)/ruff format --check operator tests bench hack
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

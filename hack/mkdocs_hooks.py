@@ -11,7 +11,8 @@
   fails the build);
 - ``<!-- generated: operator-settings -->`` becomes the operator's environment variables
   (``OperatorSettings``), ``<!-- generated: reports -->`` the table of benchmark reports with
-  the command each names and the date it was last committed;
+  the command each names and the date it was last committed, ``<!-- generated:
+  sample-columns -->`` the simulator's ``samples.csv`` columns (``netsim.records``);
 - a link to ``https://github.com/scidmz/scidmz/blob/main/<path>`` or ``.../tree/main/<path>``
   must name a file or folder of this repository (a broken one fails a strict build).
 """
@@ -99,9 +100,7 @@ def _title(path: Path) -> str:
 
 def on_config(config: Any) -> Any:
     """The committed reports join the nav under Benchmarks, so none is an orphan."""
-    reports = [
-        {_title(p): _report_uri(p)} for p in _reports() if p.suffix == ".md"
-    ]
+    reports = [{_title(p): _report_uri(p)} for p in _reports() if p.suffix == ".md"]
     for section in config["nav"]:
         if isinstance(section, dict) and "Benchmarks" in section:
             section["Benchmarks"].append({"Reports": reports})
@@ -131,7 +130,7 @@ def _alert_rules() -> dict[str, dict[str, Any]]:
 def _alert_block(rule: dict[str, Any]) -> str:
     annotations = rule.get("annotations", {})
     lines = [
-        f"| severity | for | summary |",
+        "| severity | for | summary |",
         "|---|---|---|",
         f"| {rule['labels']['severity']} | {rule.get('for', '0s')} | "
         f"{annotations.get('summary', '').replace('|', '&#124;')} |",
@@ -165,7 +164,10 @@ def _committed(path: Path) -> str:
     try:
         out = subprocess.run(
             ["git", "log", "-1", "--format=%cs", "--", str(path)],
-            cwd=REPO, capture_output=True, text=True, check=True,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -192,7 +194,19 @@ def _operator_settings() -> str:
     return settings_reference(OperatorSettings, "SCIDMZ_")
 
 
-GENERATED = {"operator-settings": _operator_settings, "reports": _reports_table}
+def _sample_columns() -> str:
+    from scidmz.netsim.records import SAMPLE_COLUMN_DOCS, SAMPLE_COLUMNS
+
+    rows = ["| column of `samples.csv` | meaning |", "|---|---|"]
+    rows += [f"| `{column}` | {SAMPLE_COLUMN_DOCS[column]} |" for column in SAMPLE_COLUMNS]
+    return "\n".join(rows)
+
+
+GENERATED = {
+    "operator-settings": _operator_settings,
+    "reports": _reports_table,
+    "sample-columns": _sample_columns,
+}
 _GENERATED_MARKER = re.compile(r"^<!-- generated: ([\w-]+) -->$", re.M)
 
 

@@ -258,3 +258,11 @@ def test_pages_render_in_headless_chromium(site):
     except BrowserUnavailable as error:
         pytest.fail(str(error))
     assert failures == []
+
+
+def test_the_simulator_page_lists_every_sample_column(site):
+    from scidmz.netsim.records import SAMPLE_COLUMNS
+
+    html = page(site, "simulator")
+    for column in SAMPLE_COLUMNS:
+        assert f"<code>{column}</code>" in html, column

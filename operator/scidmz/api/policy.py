@@ -132,6 +132,7 @@ TelemetryDuration = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_
 DigestHold = Annotated[Duration, Checked(_duration_rule("1ms", "30s"))]
 StaleAfter = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_open=True))]
 DesiredRtt = Annotated[Duration, Checked(_duration_rule("0s", "60s", low_open=True))]
+PinnedAfter = Annotated[Duration, Checked(_duration_rule("1s", "60m"))]
 CidrPrefix = Annotated[
     str,
     Field(max_length=64),
@@ -418,6 +419,12 @@ class ControllerSpec(ApiModel):
     desired_state: DesiredState = Field(
         default_factory=DesiredState, description="Overrides for the desired state y_d(t)."
     )
+    pinned_after: PinnedAfter = Field(
+        default="60s",
+        description="How long u(t) may stay at limits.min or limits.max held there by the "
+        "filter's integral (without it the filter would be inside) before the controller "
+        "reports not ready and ScidmzControllerPinned fires: 1s to 60m.",
+    )
 
 
 class TcActuator(ApiModel):
@@ -542,6 +549,14 @@ class TelemetrySpec(ApiModel):
         default="1s",
         description="A data packet's timestamp slot expires after this long: later ACKs "
         "give no RTT sample.",
+    )
+    max_active_flows: int = Field(
+        default=65536,
+        ge=1,
+        le=10_000_000,
+        description="The most active flows the data plane can report (its flow register's "
+        "size; the shipped P4 programs hold 65536). A sample reporting more is physically "
+        "impossible: the controller skips it rather than feed it to the model.",
     )
     digest_hold: DigestHold = Field(
         default="10ms",

@@ -118,6 +118,7 @@ class ControllerConfig(_Frozen):
     desired_dtn_rtt_s: float | None = Field(default=None, gt=0, le=60)
     desired_campus_rtt_s: float | None = Field(default=None, gt=0, le=60)
     desired_state_mode: Literal["reachable", "table3"] = "reachable"
+    pinned_after_s: float = Field(default=60.0, ge=1, le=3600)
 
 
 class ActuatorConfig(_Frozen):
@@ -157,6 +158,7 @@ class TelemetryConfig(_Frozen):
     idle_timeout_s: Window = 2.0
     rtt_horizon_s: Window = 1.0
     digest_hold_s: float = Field(default=0.01, ge=0.001, le=30)
+    max_active_flows: int = Field(default=65536, ge=1, le=10_000_000)
 
 
 class RuntimeConfig(_Frozen):
@@ -327,6 +329,7 @@ def resolve_runtime_config(
                 parse_duration(desired.campus_rtt) if desired.campus_rtt else None
             ),
             desired_state_mode=desired.mode,
+            pinned_after_s=parse_duration(ctl.pinned_after),
         ),
         actuator=ActuatorConfig(
             type=act.type,
@@ -355,6 +358,7 @@ def resolve_runtime_config(
             idle_timeout_s=parse_duration(spec.telemetry.idle_timeout),
             rtt_horizon_s=parse_duration(spec.telemetry.rtt_horizon),
             digest_hold_s=parse_duration(spec.telemetry.digest_hold),
+            max_active_flows=spec.telemetry.max_active_flows,
         ),
         collector_address=collector_address,
     )
@@ -405,6 +409,7 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("controller", "integral_band_bps"),
     ("controller", "desired_dtn_rtt_s"),
     ("controller", "desired_campus_rtt_s"),
+    ("controller", "pinned_after_s"),
     ("failsafe", "stale_after_s"),
     ("failsafe", "rate_bps"),
     ("actuator", "dtn", "gains"),

@@ -5,11 +5,13 @@ model's output û(t)::
 
     ū(t) = û(t) + Kp·e(t) + I(t)                    the filter's unconstrained output
     u(t) = sat(ū(t))                                bounds [min, max] and slew ±Δu
-    w(t) = u(t) − ū(t)                              the anti-windup signal (0 unless saturated)
+    w(t) = clamp(ū(t), min, max) − ū(t)             the anti-windup signal (0 unless ū is
+                                                    beyond a bound)
     I(t+T) = I(t) + T·Ki·e(t) + (1 − exp(−Kw·T))·w(t)   integral with back-calculation,
                                                     while |e(t)| ≤ band; outside, only
                                                     the part of that move toward 0
-                                                    (I ≡ 0 when Ki = 0: no integral action)
+                                                    (I ≡ 0 when Ki = 0: no integral action),
+                                                    and never beyond ±the integral's limit
 
 The integral only accumulates while the error is inside ``band`` (``Limits.integral_band_bps``;
 *conditional integration*, Åström & Hägglund, Advanced PID Control, 2006, §3.5), our
@@ -28,9 +30,12 @@ The back-calculation term is figure 5's dI/dt = Kw·w integrated exactly over th
 boundary when Kw·T > 1 and oscillates for ever when Kw·T > 2 (a GA-tuned Kw = 2.9 at
 T = 1 s made u swing between two slew limits at constant R*). For Kw·T ≪ 1 the two agree.
 The paper leaves the saturator's "±Δu(t) interval" open; here ū is clamped to
-``[min, max]`` and then to ``u(t−T) ± maxStep`` (shared/PAPER_NOTES.md), where u(t−T)
-is first moved by any change of the feed-forward set point (``follow_setpoint``). Sign: a DTN below
-target gives e < 0, so the filter lowers the campus rate u. Gains are ≥ 0 (eq. 2's
+``[min, max]`` and then to ``u(t−T) ± maxStep`` (docs/design/index.md), where u(t−T)
+is first moved by any change of the feed-forward set point (``follow_setpoint``). The
+back-calculation acts on the bounds only: what the slew holds back for a sample is a
+transient of û, and integrated it left the integral tens of Mb/s off for minutes after one
+odd sample (Kw·T = 0.03 unwinds 3 % a sample); u catches up at maxStep a sample instead.
+Sign: a DTN below target gives e < 0, so the filter lowers the campus rate u. Gains are ≥ 0 (eq. 2's
 constraint); Kp is dimensionless, Ki and Kw are per second.
 """
 
@@ -61,13 +66,16 @@ class Gains:
 
 @dataclass(frozen=True)
 class Limits:
-    """Bounds of u(t) (bit/s), its largest change per sample time, and the error band
-    within which the integral accumulates (infinite: always, as figure 5)."""
+    """Bounds of u(t) (bit/s), its largest change per sample time, the error band within
+    which the integral accumulates (infinite: always, as figure 5), and the largest the
+    integral may grow either way (the controller sets it to B_max: an integral beyond the
+    whole range of u only stores windup that takes minutes to unwind)."""
 
     min_bps: float
     max_bps: float
     max_step_bps: float
     integral_band_bps: float = math.inf
+    integral_limit_bps: float = math.inf
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.min_bps) and math.isfinite(self.max_bps)):
@@ -83,6 +91,10 @@ class Limits:
         if not self.integral_band_bps > 0:
             raise ControlConfigError(
                 f"limits.integralBand must be > 0, got {self.integral_band_bps}"
+            )
+        if not self.integral_limit_bps > 0:
+            raise ControlConfigError(
+                f"the integral's limit must be > 0, got {self.integral_limit_bps}"
             )
 
     def with_floor(self, floor_bps: float) -> Limits:
@@ -172,7 +184,10 @@ def step(
     proportional = gains.kp * error_bps
     u_bar = u_hat_bps + proportional + state.integral_bps
     u = limits.saturate(u_bar, state.applied_bps)
-    windup = u - u_bar
+    # the back-calculation answers the bounds, not the slew: a deficit the slew leaves is
+    # a transient of û (the model's answer to one odd sample), which the integral, there
+    # to remove the model's bias, must not remember; u catches up at maxStep a sample
+    windup = limits.saturate(u_bar, None) - u_bar
     # (1 − exp(−Kw·dt))·w is exact for dI/dt = Kw·w
     change = dt_s * gains.ki * error_bps - math.expm1(-gains.kw * dt_s) * windup
     if gains.ki == 0:
@@ -184,6 +199,7 @@ def step(
         integral = state.integral_bps + change
     else:
         integral = _towards_zero(state.integral_bps, change)
+    integral = min(max(integral, -limits.integral_limit_bps), limits.integral_limit_bps)
     output = FilterOutput(
         u_bps=u,
         u_bar_bps=u_bar,
@@ -193,3 +209,20 @@ def step(
         windup_bps=windup,
     )
     return FilterState(integral_bps=integral, applied_bps=u), output
+
+
+def pinned_by_integral(output: FilterOutput, limits: Limits) -> bool:
+    """Whether u(t) sits at a bound of ``limits`` because of the integral: û + Kp·e alone
+    would be inside, the integral pushes past it. A controller that stays so does not
+    control (its integral holds u against the bound whatever the network does) and says
+    so (``Controller.pinned``)."""
+    without_integral = output.u_hat_bps + output.proportional_bps
+    return (
+        output.u_bps >= limits.max_bps
+        and output.integral_bps > 0
+        and without_integral < limits.max_bps
+    ) or (
+        output.u_bps <= limits.min_bps
+        and output.integral_bps < 0
+        and without_integral > limits.min_bps
+    )

@@ -34,6 +34,7 @@ class ControllerSnapshot:
     iae_bits: float = math.nan
     failsafe: bool = False
     last_fresh_s: float | None = None
+    pinned: bool = False
 
 
 class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
@@ -66,6 +67,8 @@ class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
             (names.TRACKING_MRAE, "MRAE (eq. 3) over the last 120 samples.", s.mrae),
             (names.TRACKING_IAE, "IAE (eq. 2) over the last 120 samples, bytes.", s.iae_bits / 8),
             (names.FAILSAFE_ACTIVE, "1 while the fail-safe rate is applied.", float(s.failsafe)),
+            (names.CONTROLLER_PINNED, "1 while u(t) has been held at a limit by the integral "
+             "for longer than pinnedAfter.", float(s.pinned)),
             (names.SAMPLE_AGE, names.SAMPLE_AGE_HELP, age),
         ]  # fmt: skip
         for name, doc, value in rows:

@@ -18,7 +18,7 @@ from scidmz.control.loop import ControllerSettings
 from scidmz.control.settings import controller_settings
 
 LIVE_FIELDS = frozenset(
-    {"setpoint", "gains", "limits", "stale_after_s", "failsafe_rate_bps", "dtn"}
+    {"setpoint", "gains", "limits", "stale_after_s", "failsafe_rate_bps", "dtn", "pinned_after_s"}
 )
 """ControllerSettings fields a running controller takes from a reloaded config."""
 

@@ -44,6 +44,7 @@ from scidmz.control.antiwindup import (
     Gains,
     Limits,
     follow_setpoint,
+    pinned_by_integral,
     step,
 )
 from scidmz.control.decision import Decision
@@ -60,6 +61,12 @@ from scidmz.control.features import (
     fill_missing,
 )
 from scidmz.control.model import InverseModel
+from scidmz.control.plausibility import (
+    DEFAULT_MAX_ACTIVE_FLOWS,
+    SampleBounds,
+    clamp_model_output,
+    implausible,
+)
 from scidmz.control.quality import iae, mrae
 from scidmz.metrics import names
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
@@ -70,6 +77,8 @@ TRACKING_WINDOW = 120
 """t_N of eq. 3: the paper's MRAE window, in samples."""
 AT_CAP = 0.02
 """A DTN within this fraction of its cap counts as held by it."""
+IMPLAUSIBLE_LOG_INTERVAL_S = 60.0
+"""Skipped implausible samples are logged at most once in this long (and counted always)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,15 @@ class ControllerSettings:
     """The DTN actuator's filter; None without a DTN actuator."""
     hold_unsaturated: bool = True
     """Never lower u while the bottleneck holds no standing queue (see ``_decide``)."""
+    max_active_flows: float = DEFAULT_MAX_ACTIVE_FLOWS
+    """The most active flows the data plane can report; a sample with more is skipped."""
+    pinned_after_s: float = 60.0
+    """How long u may stay at a limit held by the integral before the controller says it
+    does not control (not ready, ``scidmz_controller_pinned``)."""
+
+    @property
+    def sample_bounds(self) -> SampleBounds:
+        return SampleBounds.for_link(self.setpoint.capacity_bps, self.max_active_flows)
 
 
 @dataclass(frozen=True)
@@ -169,6 +187,9 @@ class Controller:
         self._mailbox: asyncio.Queue[telemetry_pb2.StateSample] = asyncio.Queue(maxsize=1)
         self._actuation = asyncio.Lock()
         self._in_doubt: set[Actuator] = set()
+        self._pinned_since_s: float | None = None
+        self._implausible_logged_s = -math.inf
+        self._implausible_unlogged = 0
         self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
         self.registry.register(
             ControllerExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
@@ -194,6 +215,13 @@ class Controller:
         measured = from_message(sample)
         if sample.stale or not math.isfinite(measured.dtn_rate_bps):
             m.samples.labels(*m.labels, "skipped").inc()
+            return None
+        problems = implausible(measured, self.settings.sample_bounds)
+        if problems:
+            # never fed to the model or the filter, and no fresher than none: a stream of
+            # them ends in the fail-safe, as a silent collector would
+            m.samples.labels(*m.labels, "implausible").inc()
+            self._report_implausible(sample.sequence, problems, received)
             return None
         m.samples.labels(*m.labels, "fresh").inc()
         await self._settle_doubts()
@@ -261,6 +289,7 @@ class Controller:
                 limits = limits.with_floor(self.filter.applied_bps)
             self.filter, output = step(self.filter, error, u_hat, max(dt, 1e-3), s.gains, limits)
             u = output.u_bps
+        self._track_pinning(output, received)
         self.history.append(y)
         self._last_target_bps = target
         await self._apply(u, dtn_cap)
@@ -284,7 +313,43 @@ class Controller:
         u_hat = self.model.predict(row)
         m = self.metrics
         m.inference.labels(*m.labels).observe(self._clock() - started)
-        return u_hat if math.isfinite(u_hat) else self.trivial_rate_bps
+        if not math.isfinite(u_hat):
+            return self.trivial_rate_bps
+        return clamp_model_output(u_hat, s.setpoint.capacity_bps)
+
+    def _report_implausible(self, sequence: int, problems: tuple[str, ...], now_s: float) -> None:
+        """One log line a minute at most, with how many were skipped since the last one."""
+        self._implausible_unlogged += 1
+        if now_s - self._implausible_logged_s < IMPLAUSIBLE_LOG_INTERVAL_S:
+            return
+        log.warning(
+            "skipped sample %d: %s is outside what the link can show (%d implausible "
+            "sample(s) skipped since the last such line)",
+            sequence, ", ".join(problems), self._implausible_unlogged,
+        )  # fmt: skip
+        self._implausible_logged_s = now_s
+        self._implausible_unlogged = 0
+
+    def _track_pinning(self, output: FilterOutput | None, now_s: float) -> None:
+        """When u(t) first sat at a configured limit held there by the integral."""
+        if output is not None and pinned_by_integral(output, self.settings.limits):
+            if self._pinned_since_s is None:
+                self._pinned_since_s = now_s
+        else:
+            self._pinned_since_s = None
+
+    @property
+    def pinned_for_s(self) -> float:
+        """How long u(t) has been held at a limit by the integral (0: it is not)."""
+        since = self._pinned_since_s
+        return 0.0 if since is None else max(0.0, self._clock() - since)
+
+    @property
+    def pinned(self) -> bool:
+        """Held at a limit by the integral for pinnedAfter or longer: not controlling."""
+        return self._pinned_since_s is not None and (
+            self.pinned_for_s >= self.settings.pinned_after_s
+        )
 
     async def _try(self, actuator: Actuator, rate_bps: float, what: str) -> float | None:
         """Apply one rate; an actuator error is counted and logged (retried next time)."""
@@ -347,6 +412,7 @@ class Controller:
             iae_bits=iae(targets, rates, self.settings.sample_time_s),
             failsafe=self.failsafe_active,
             last_fresh_s=self.last_fresh_s,
+            pinned=self.pinned,
         )
 
     def reconfigure(self, settings: ControllerSettings) -> None:
@@ -393,6 +459,7 @@ class Controller:
         self.failsafe_active = True
         self.history.clear()
         self._last_step_s = None
+        self._pinned_since_s = None
         self._publish()
         applied = await self._try(self.actuator, self.settings.failsafe_rate_bps, "fail-safe")
         if applied is not None:

@@ -52,6 +52,13 @@ class ControllerProcess:
             elif c.latest is None:
                 c_reason = f"waiting for samples from {c.settings.collector_address}"
                 ready = False
+            elif c.pinned:
+                c_reason = (
+                    f"not controlling: u = {c.applied_bps or 0:.0f} bit/s held at its limit by "
+                    f"the integral for {c.pinned_for_s:.0f} s (pinnedAfter "
+                    f"{c.settings.pinned_after_s:g} s)"
+                )
+                ready = False
             else:
                 c_reason = f"{c.settings.strategy} controlling, u = {c.applied_bps or 0:.0f} bit/s"
                 if c.dtn_actuator is not None:

@@ -55,9 +55,10 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
             config.dtn_congestion_control, config.bottleneck_capacity_bps
         )
     )
+    capacity = config.bottleneck_capacity_bps
     limits = _checked(
         "controller.limits",
-        lambda: Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps, band_bps),
+        lambda: Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps, band_bps, capacity),
     )
     dtn_control = None
     if dtn is not None:
@@ -69,7 +70,7 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
             # is figure 5's, unconditional: its feed-forward (a cap at R*) leaves the DTN a
             # steady ~8 % of R* under target (a BBR DTN in the benchmark), beyond any band
             # the campus filters use, so a band would stop it where it is needed
-            limits=Limits(0.0, config.bottleneck_capacity_bps, c.max_step_bps),
+            limits=Limits(0.0, capacity, c.max_step_bps, integral_limit_bps=capacity),
             failsafe_rate_bps=dtn.failsafe_rate_bps,
         )
     return ControllerSettings(
@@ -90,6 +91,8 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
         collector_address=config.collector_address,
         desired_state_mode=c.desired_state_mode,
         dtn=dtn_control,
+        max_active_flows=config.telemetry.max_active_flows,
+        pinned_after_s=c.pinned_after_s,
     )
 
 

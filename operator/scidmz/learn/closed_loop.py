@@ -150,6 +150,7 @@ def bench_settings(
         capacity_bps,
         DEFAULT_MAX_STEP_FRACTION * capacity_bps,
         integral_band_bps,
+        integral_limit_bps=capacity_bps,
     )
     dtn = (
         # the DTN cap's filter integrates always, as controller_settings builds it

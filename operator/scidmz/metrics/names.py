@@ -43,6 +43,8 @@ DTN_RATE_LIMIT = "scidmz_dtn_rate_limit_bytes_per_second"
 MODEL_OUTPUT = "scidmz_model_output_bytes_per_second"
 TRACKING_MRAE = "scidmz_tracking_mrae"
 FAILSAFE_ACTIVE = "scidmz_failsafe_active"
+CONTROLLER_PINNED = "scidmz_controller_pinned"
+"""1 while u(t) has been held at a limit by the integral for longer than pinnedAfter."""
 CONTROL_LOOP = "scidmz_control_loop_seconds"
 
 BUILD_INFO = "scidmz_build_info"

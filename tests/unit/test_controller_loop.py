@@ -504,3 +504,33 @@ def test_u_falls_when_a_queue_stands_or_nothing_says_otherwise(case):
     queue = {"queued": 0.05, "unmeasured": None, "hold off": 0.0}[case]
     decisions = _decisions(settings, [_queued_sample(k, 500, queue) for k in range(5)])
     assert decisions[-1].u_bps < decisions[2].u_bps < 400 * MBPS
+
+
+class HeldActuator(DryRunActuator):
+    """An actuator with a rate already in force (a tbf left by an earlier controller)."""
+
+    def __init__(self, held_bps: float | None) -> None:
+        super().__init__()
+        self.held_bps = held_bps
+
+    async def current(self) -> float | None:
+        return self.held_bps
+
+
+def test_a_start_with_no_rate_in_force_applies_the_fixed_split_at_once():
+    async def main(held_bps):
+        clock, actuator = Clock(), HeldActuator(held_bps)
+        dtn = HeldActuator(None)
+        settings = dataclasses.replace(
+            SETTINGS, dtn=DtnControl(Gains(0.1, 0.1, 0.1), SETTINGS.limits, None)
+        )
+        controller = Controller(settings, actuator, clock=clock, dtn_actuator=dtn)
+        await controller.adopt_rates_in_force()
+        return actuator.applied, dtn.applied, controller.applied_bps
+
+    campus, cap, in_force = _run(main(None))
+    assert campus == [400 * MBPS] and cap == [600 * MBPS]  # B − R* and R*, before any sample
+    assert in_force == 400 * MBPS
+    campus, cap, in_force = _run(main(300 * MBPS))
+    assert campus == [] and cap == [600 * MBPS]  # a rate in force is kept, not overwritten
+    assert in_force == 300 * MBPS

@@ -477,17 +477,43 @@ class Controller:
     async def adopt_rates_in_force(self) -> None:
         """Start from the rates the actuators hold (a previous controller's, or the
         fail-safe a stopped one restored): the first decisions then move by at most maxStep
-        from them. An actuator that cannot tell leaves the start free."""
+        from them. Where no rate is in force (no tbf yet, an actuator that cannot tell), the
+        fixed split is applied at once (B_max − R* to the campus, R* to the DTN cap): left
+        unshaped until the first decision at T, the campus fills a short buffer in
+        milliseconds and a DTN in slow start leaves it at a few Mb/s."""
         # nothing is known yet of what is in force: the same read-back as after a failure
         self._in_doubt.add(self.actuator)
         if self.dtn_actuator is not None:
             self._in_doubt.add(self.dtn_actuator)
         await self._settle_doubts()
+        found = (self.applied_bps, self.dtn_applied_bps)
+        if self.applied_bps is None:
+            rate = self.settings.limits.saturate(self.trivial_rate_bps, None)
+            applied = await self._try(self.actuator, rate, "start")
+            if applied is not None:
+                self.applied_bps = applied
+                self.filter = FilterState(applied_bps=applied)
+        if self.dtn_actuator is not None and self.dtn_applied_bps is None:
+            assert self.settings.dtn is not None
+            cap = self.settings.dtn.limits.saturate(self.settings.setpoint.target_rate_bps, None)
+            cap_applied = await self._try(self.dtn_actuator, cap, "start (DTN)")
+            if cap_applied is not None:
+                self.dtn_applied_bps = cap_applied
+                self.dtn_filter = FilterState(applied_bps=cap_applied)
+
+        def shown(found_bps: float | None, now_bps: float | None) -> str:
+            if found_bps is not None:
+                return f"{found_bps:.0f} bit/s in force"
+            if now_bps is not None:
+                return f"none in force, the fixed split {now_bps:.0f} bit/s applied"
+            return "unknown (the actuator failed; retried with the first decision)"
+
         log.info(
-            "rate in force at start: campus %s, DTN cap %s",
-            "unknown" if self.applied_bps is None else f"{self.applied_bps:.0f} bit/s",
-            "unknown" if self.dtn_applied_bps is None else f"{self.dtn_applied_bps:.0f} bit/s",
-        )
+            "at start: campus %s; DTN cap %s",
+            shown(found[0], self.applied_bps),
+            "none configured" if self.dtn_actuator is None
+            else shown(found[1], self.dtn_applied_bps),
+        )  # fmt: skip
         self._publish()
 
     async def run(self, stop: asyncio.Event) -> None:

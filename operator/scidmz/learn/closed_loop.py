@@ -49,7 +49,7 @@ class DirectActuator:
         return rate_bps
 
     async def current(self) -> float | None:
-        return None  # the benchmarks start each episode free, from the fixed split
+        return None  # nothing in force as an episode starts: the controller applies the split
 
     async def close(self) -> None:
         return
@@ -87,6 +87,7 @@ class SimLoop:
         )
         self._sequence = 0
         self._last_decision_s: float | None = None
+        self._started = False
 
     @property
     def sim(self) -> Simulator:
@@ -103,6 +104,11 @@ class SimLoop:
     async def step(self, target_bps: float | None = None) -> LoopStep:
         if target_bps is not None:
             self.set_target(target_bps)
+        if not self._started:
+            # as a controller process starts: nothing in force, so the fixed split from
+            # t = 0, before the first sample time passes
+            await self.controller.adopt_rates_in_force()
+            self._started = True
         sample = self.collector.measure()
         self._sequence += 1
         decision = await self.controller.on_sample(state_message(sample.measured, self._sequence))

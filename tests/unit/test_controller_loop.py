@@ -534,3 +534,47 @@ def test_a_start_with_no_rate_in_force_applies_the_fixed_split_at_once():
     campus, cap, in_force = _run(main(300 * MBPS))
     assert campus == [] and cap == [600 * MBPS]  # a rate in force is kept, not overwritten
     assert in_force == 300 * MBPS
+
+
+class DeadActuator(DryRunActuator):
+    async def apply(self, rate_bps: float) -> float:
+        raise ActuatorError("sim: connection refused")
+
+
+def test_a_stop_that_cannot_restore_the_failsafe_says_so_and_reports_failure():
+    async def main():
+        settings = dataclasses.replace(SETTINGS, restore_for_s=0.3)
+        controller = Controller(settings, DeadActuator())
+        stop = asyncio.Event()
+        seen = []
+
+        async def watch():
+            while True:
+                seen.append(
+                    controller.registry.get_sample_value(
+                        names.FAILSAFE_RESTORE_FAILED, {"policy": "p", "namespace": "ns"}
+                    )
+                )
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        stop.set()
+        restored = await controller.run(stop)
+        watcher.cancel()
+        return restored, seen
+
+    restored, seen = _run(main())
+    assert restored is False
+    assert 1 in seen  # exported while it retried
+
+
+def test_a_stop_that_restores_the_failsafe_reports_success():
+    async def main():
+        actuator = DryRunActuator()
+        controller = Controller(SETTINGS, actuator)
+        stop = asyncio.Event()
+        stop.set()
+        return await controller.run(stop), actuator.applied
+
+    restored, applied = _run(main())
+    assert restored is True and applied[-1] == 400 * MBPS

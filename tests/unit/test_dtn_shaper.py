@@ -89,6 +89,19 @@ def test_the_controller_sets_the_dtn_cap_and_the_agent_fails_safe(netns):
         proc.wait(timeout=10)
     assert proc.returncode == 0
     assert _rate(netns) == "600Mbit"  # left in force on shutdown
+    err = proc.stderr.read()
+    assert "stopping: fail-safe rate 600000000 bit/s applied" in err
+    assert err.count("no rate for") == 1  # the quiet controller, not the plain SIGTERM
+
+
+def test_an_agent_that_cannot_apply_its_failsafe_on_the_way_out_says_so_and_exits_1(netns):
+    proc, _, _ = _shaper(netns, "--failsafe-rate", "600Mbps")
+    subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "del", "dtn0"], check=True)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "stopped WITHOUT the fail-safe rate 600000000 bit/s" in err
+    assert "stopping: fail-safe rate 600000000 bit/s applied" not in err
 
 
 def test_bad_rates_are_refused_over_grpc_and_a_dead_agent_is_an_actuator_error(netns):

@@ -45,6 +45,7 @@ def test_bad_config_stops_start_up_with_a_clear_error(tmp_path, component):
 
 
 def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_policy):
+    example_policy["spec"]["actuator"] = {"type": "dryRun"}  # a fail-safe it can restore
     config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
@@ -67,6 +68,31 @@ def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_p
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=10)
     assert proc.returncode == 0
+    err = proc.stderr.read()
+    assert "stopped: fail-safe rates restored" in err and "WITHOUT" not in err
+
+
+def test_a_controller_that_cannot_restore_its_failsafe_says_so_and_exits_1(
+    tmp_path, example_policy
+):
+    # the simulated shaper it should restore is not there: SIGTERM must not claim it did
+    example_policy["spec"]["actuator"] = {
+        "type": "sim", "sim": {"address": f"127.0.0.1:{free_port()}"},
+    }  # fmt: skip
+    config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_runtime_config(config))
+    port = free_port()
+    proc = _run(["controller", "--config", str(path), "--http-port", str(port),
+                 "--restore-for", "1.5"])  # fmt: skip
+    wait_http_ok(f"http://127.0.0.1:{port}/healthz", 20, proc)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1
+    assert "stopped WITHOUT restoring the fail-safe rates" in err
+    assert "fail-safe rates restored" not in err
+    assert 1.0 <= time.monotonic() - started < 15  # it kept trying for --restore-for
 
 
 def _collector_config(tmp_path, example_policy, switch_port, **spec_changes):

@@ -27,7 +27,8 @@ def resolve_http_port(option: int | None, default: int) -> int:
     return option if option is not None else int(os.environ.get("SCIDMZ_HTTP_PORT", default))
 
 
-def fail(message: str) -> NoReturn:
-    """Exit 2 with ``error: message`` on stderr: the one way a command refuses its input."""
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Exit with ``error: message`` on stderr: 2 (the default) when a command refuses its
+    input, 1 when it ran and failed (a fail-safe it could not restore)."""
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
+    raise typer.Exit(code=code)

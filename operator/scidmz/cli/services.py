@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from scidmz.api.flags import within
 from scidmz.api.runtime import ConfigError
 from scidmz.cli.common import (
     ConfigOption,
@@ -121,6 +123,14 @@ def controller(
     netns: Annotated[
         str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
     ] = None,
+    restore_for: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM, seconds to keep trying to restore the fail-safe rates when the "
+            "shapers refuse them; exit 1 if they never take them.",
+            callback=within(0, 3600, low_open=False),
+        ),
+    ] = 20.0,
     check: Annotated[
         bool,
         typer.Option(
@@ -147,7 +157,7 @@ def controller(
     configure_logging(verbose)
     try:
         runtime = load_runtime_config(config)
-        settings = controller_settings(runtime)
+        settings = replace(controller_settings(runtime), restore_for_s=restore_for)
         inverse = load_model(runtime, model)
     except ConfigError as error:
         fail(str(error))
@@ -173,12 +183,20 @@ def controller(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, process.reload_requested.set)
-        await process.serve(stop)
+        if not await process.serve(stop):
+            raise RestoreFailed
         return None
 
-    message = asyncio.run(main())
+    try:
+        message = asyncio.run(main())
+    except RestoreFailed:
+        fail("stopped without restoring the fail-safe rates (see the log above)", code=1)
     if message:
         fail(message)
+
+
+class RestoreFailed(Exception):
+    """A stopping controller could not restore its fail-safe rates."""
 
 
 def shaper(
@@ -271,7 +289,7 @@ def shaper(
         if not bound:
             await actuator.close()
             return f"--listen {listen}: cannot bind ({log_error})"
-        await service.apply_failsafe()  # a known rate from the start
+        await service.apply_failsafe("starting")  # a known rate from the start
         registry = CollectorRegistry()
         register_build_info(registry, "shaper")
         health = Health()
@@ -293,16 +311,21 @@ def shaper(
             else None
         )
         try:
-            await service.watch(stop)
+            restored = await service.watch(stop)
         finally:
             if follower is not None:
                 follower.cancel()
             await server.stop(0.5)
             await actuator.close()
             http.shutdown()
+        if not restored:
+            raise RestoreFailed
         return None
 
-    message = asyncio.run(main())
+    try:
+        message = asyncio.run(main())
+    except RestoreFailed:
+        fail("stopped without applying the fail-safe rate (see the log above)", code=1)
     if message:
         fail(message)
 

@@ -35,6 +35,7 @@ class ControllerSnapshot:
     failsafe: bool = False
     last_fresh_s: float | None = None
     pinned: bool = False
+    restore_failed: bool = False
 
 
 class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
@@ -69,6 +70,8 @@ class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
             (names.FAILSAFE_ACTIVE, "1 while the fail-safe rate is applied.", float(s.failsafe)),
             (names.CONTROLLER_PINNED, "1 while u(t) has been held at a limit by the integral "
              "for longer than pinnedAfter.", float(s.pinned)),
+            (names.FAILSAFE_RESTORE_FAILED, "1 while a stopping controller cannot restore "
+             "its fail-safe rates.", float(s.restore_failed)),
             (names.SAMPLE_AGE, names.SAMPLE_AGE_HELP, age),
         ]  # fmt: skip
         for name, doc, value in rows:

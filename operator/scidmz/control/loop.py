@@ -104,6 +104,10 @@ class ControllerSettings:
     pinned_after_s: float = 60.0
     """How long u may stay at a limit held by the integral before the controller says it
     does not control (not ready, ``scidmz_controller_pinned``)."""
+    restore_for_s: float = 20.0
+    """On shutdown, how long to keep trying to restore the fail-safe rates when the
+    actuators refuse (within Kubernetes' 30 s grace period, and long enough for a scrape
+    at 15 s to see ``scidmz_failsafe_restore_failed``)."""
 
     @property
     def sample_bounds(self) -> SampleBounds:
@@ -188,6 +192,8 @@ class Controller:
         self._actuation = asyncio.Lock()
         self._in_doubt: set[Actuator] = set()
         self._pinned_since_s: float | None = None
+        self.restore_failed = False
+        """Set while a shutdown cannot restore the fail-safe rates (exported, then exit 1)."""
         self._implausible_logged_s = -math.inf
         self._implausible_unlogged = 0
         self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
@@ -413,6 +419,7 @@ class Controller:
             failsafe=self.failsafe_active,
             last_fresh_s=self.last_fresh_s,
             pinned=self.pinned,
+            restore_failed=self.restore_failed,
         )
 
     def reconfigure(self, settings: ControllerSettings) -> None:
@@ -444,13 +451,13 @@ class Controller:
             return dtn.failsafe_rate_bps
         return self.settings.setpoint.target_rate_bps
 
-    async def apply_failsafe(self) -> None:
+    async def apply_failsafe(self) -> bool:
         """The fail-safe rates on both actuators (each retried on the next check if it
-        fails); the integrals restart from them."""
+        fails); the integrals restart from them. True if every actuator took its rate."""
         async with self._actuation:
-            await self._failsafe()
+            return await self._failsafe()
 
-    async def _failsafe(self) -> None:
+    async def _failsafe(self) -> bool:
         """``apply_failsafe`` with the actuation lock held.
 
         The fail-safe is a mode, entered before any actuator is called: with the switch
@@ -465,13 +472,16 @@ class Controller:
         if applied is not None:
             self.applied_bps = applied
             self.filter = FilterState(applied_bps=applied)  # restart the integral
+        dtn_ok = True
         dtn_rate = self.dtn_failsafe_rate_bps
         if self.dtn_actuator is not None and dtn_rate is not None:
             dtn_applied = await self._try(self.dtn_actuator, dtn_rate, "DTN fail-safe")
+            dtn_ok = dtn_applied is not None
             if dtn_applied is not None:
                 self.dtn_applied_bps = dtn_applied
                 self.dtn_filter = FilterState(applied_bps=dtn_applied)
         self._publish()
+        return applied is not None and dtn_ok
 
     # ---- running ----------------------------------------------------------------------------
     async def adopt_rates_in_force(self) -> None:
@@ -516,9 +526,10 @@ class Controller:
         )  # fmt: skip
         self._publish()
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def run(self, stop: asyncio.Event) -> bool:
         """Take over the rates in force, subscribe to the collector (reconnecting) and watch
-        for staleness until ``stop``; then restore the fail-safe rate."""
+        for staleness until ``stop``; then restore the fail-safe rate. False if it could not
+        be restored within ``restore_for_s`` (the process then exits non-zero)."""
         await self.adopt_rates_in_force()
         tasks = [
             asyncio.create_task(self._subscribe_forever(), name="subscribe"),
@@ -531,13 +542,34 @@ class Controller:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            await self.apply_failsafe()
-            log.info(
-                "stopped: fail-safe rate %.0f bit/s restored%s",
-                self.settings.failsafe_rate_bps,
-                "" if self.dtn_actuator is None
-                else f", DTN cap {self.dtn_failsafe_rate_bps:.0f} bit/s",
+        return await self._restore_on_shutdown()
+
+    async def _restore_on_shutdown(self) -> bool:
+        """The fail-safe rates, retried once a second for ``restore_for_s`` while
+        ``scidmz_failsafe_restore_failed`` says so; logged as what happened."""
+        rates = f"campus {self.settings.failsafe_rate_bps:.0f} bit/s" + (
+            "" if self.dtn_actuator is None else f", DTN cap {self.dtn_failsafe_rate_bps:.0f} bit/s"
+        )
+        deadline = time.monotonic() + self.settings.restore_for_s
+        restored = await self.apply_failsafe()
+        while not restored and time.monotonic() < deadline:
+            if not self.restore_failed:
+                log.error("stopping, but the fail-safe rates (%s) were refused: retrying", rates)
+            self.restore_failed = True
+            self._publish()
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+            restored = await self.apply_failsafe()
+        if restored:
+            self.restore_failed = False
+            self._publish()
+            log.info("stopped: fail-safe rates restored (%s)", rates)
+        else:
+            log.error(
+                "stopped WITHOUT restoring the fail-safe rates (%s) after %.0f s of retries: "
+                "the shapers keep whatever they last took",
+                rates, self.settings.restore_for_s,
             )  # fmt: skip
+        return restored
 
     async def _watch_forever(self) -> None:
         while True:  # the period follows a reloaded staleAfter

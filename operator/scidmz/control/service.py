@@ -68,7 +68,8 @@ class ControllerProcess:
             self.health.set_ready(ready, c_reason)
             await asyncio.sleep(0.5)
 
-    async def serve(self, stop: asyncio.Event) -> None:
+    async def serve(self, stop: asyncio.Event) -> bool:
+        """Run until ``stop``; False if the fail-safe rates could not be restored."""
         from scidmz.metrics.http import Health
 
         self.health = Health()
@@ -88,7 +89,7 @@ class ControllerProcess:
         if self.config is not None:
             tasks.append(asyncio.create_task(self._watch_config(*self.config)))
         try:
-            await self.controller.run(stop)
+            return await self.controller.run(stop)
         finally:
             for task in tasks:
                 task.cancel()

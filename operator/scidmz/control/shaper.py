@@ -79,18 +79,20 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
         """Apply the fail-safe rate when no SetRate came for stale_after; True if so."""
         if self._clock() - self.last_set_s < self.stale_after_s:
             return False
-        await self.apply_failsafe()
+        await self.apply_failsafe(f"no rate for {self.stale_after_s:.1f} s")
         return True
 
-    async def apply_failsafe(self) -> None:
+    async def apply_failsafe(self, why: str) -> bool:
+        """The fail-safe rate, logged with ``why`` the first time; False if refused."""
         try:
             self.applied_bps = await self.actuator.apply(self.failsafe_rate_bps)
         except ActuatorError as error:
-            log.warning("fail-safe rate not applied: %s (retried)", error)
-            return
+            log.warning("%s: fail-safe rate not applied: %s (retried)", why, error)
+            return False
         if not self.failsafe_active:
-            log.warning("no rate for %.1f s: fail-safe rate applied", self.stale_after_s)
+            log.warning("%s: fail-safe rate %.0f bit/s applied", why, self.failsafe_rate_bps)
         self.failsafe_active = True
+        return True
 
     async def retune(self, failsafe_rate_bps: float, stale_after_s: float) -> None:
         """Take a new fail-safe cap and quiet time; a fail-safe in force moves to the new
@@ -102,16 +104,30 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
             "fail-safe now %.0f bit/s after %.1f s without a rate", failsafe_rate_bps, stale_after_s
         )
         if self.failsafe_active:
-            await self.apply_failsafe()
+            await self.apply_failsafe("new fail-safe settings")
 
-    async def watch(self, stop: asyncio.Event) -> None:
-        """Check staleness until ``stop``; then leave the fail-safe rate in force."""
+    async def watch(self, stop: asyncio.Event, restore_for_s: float = 5.0) -> bool:
+        """Check staleness until ``stop``; then leave the fail-safe rate in force, retried
+        once a second for ``restore_for_s``. False if it was never taken: the agent then
+        says so and exits non-zero instead of claiming a cap it did not set."""
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), self.stale_after_s / 4)
             except TimeoutError:
                 await self.check_staleness()
-        await self.apply_failsafe()
+        self.failsafe_active = False  # say what happens on the way out, once
+        deadline = time.monotonic() + restore_for_s
+        while not await self.apply_failsafe("stopping"):
+            if time.monotonic() >= deadline:
+                log.error(
+                    "stopped WITHOUT the fail-safe rate %.0f bit/s: the tbf keeps %s",
+                    self.failsafe_rate_bps,
+                    "an unknown rate" if self.applied_bps is None
+                    else f"{self.applied_bps:.0f} bit/s",
+                )  # fmt: skip
+                return False
+            await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return True
 
 
 async def follow_config(

@@ -56,11 +56,21 @@ def _run(command: str, text: str, tmp_path) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 HOSTILE = st.one_of(
     st.sampled_from([math.nan, math.inf, -math.inf, 1e300, -1e300, -1.0, 0.0, 2**130]),
     st.sampled_from(["", "fast", "1e400", "nan", [], {}, None, True]),
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(min_value=-(2**70), max_value=2**70),
+    # addresses whose port is out of range or missing, and values nested absurdly deep
+    st.sampled_from(["switch-1:99999", "switch-1:0", "[2001:db8::1]:70000", "no-port", "a:b"]),
+    st.integers(min_value=20, max_value=200).map(_nested),
 )
 
 
@@ -88,7 +98,8 @@ def test_a_hostile_value_anywhere_is_refused_or_harmless(base_config, tmp_path, 
         code, output = _run(command, text, tmp_path)
         if not valid:
             assert code == 2, output
-            assert field.rsplit(".", 1)[-1] in output or "must" in output, output
+            named = (field.rsplit(".", 1)[-1], "must", "nested deeper than")
+            assert any(word in output for word in named), output
         elif command == "collector" and code == 2:
             # the collector's own checks: wiring (tap ports, class prefixes) and the files a
             # config names (the pipeline, the TLS Secret), not mounted here
@@ -120,6 +131,61 @@ def test_the_issues_cases_exit_2_naming_the_field(base_config, tmp_path, command
     code, output = _run(command, yaml.safe_dump(config), tmp_path)
     assert code == 2, output
     assert field.rsplit(".", 1)[-1] in output
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["switch.address", "collector_address", "actuator.sim_address"],
+)
+@pytest.mark.parametrize("command", COMMANDS)
+def test_an_address_with_a_port_out_of_range_exits_2_naming_it(
+    base_config, tmp_path, command, field
+):
+    import copy
+
+    config = copy.deepcopy(base_config)
+    _set(config, field, "switch-1:99999")
+    code, output = _run(command, yaml.safe_dump(config), tmp_path)
+    assert code == 2, output
+    assert field.rsplit(".", 1)[-1] in output and "65535" in output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_config_nested_thousands_deep_exits_2_not_a_traceback(base_config, tmp_path, command):
+    text = yaml.safe_dump(base_config) + "x: " + "[" * 2000 + "]" * 2000 + "\n"  # 4 kB
+    code, output = _run(command, text, tmp_path)
+    assert code == 2 and "nested deeper than" in output, output
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["target", "--listen"], ["shaper", "--interface", "x", "--failsafe-rate", "1Mbps",
+                                "--listen"]],
+    ids=["target", "shaper"],
+)  # fmt: skip
+@pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0", "localhost"])
+def test_a_listen_address_out_of_range_exits_2_naming_the_flag(argv, address):
+    result = CliRunner().invoke(app, [*argv, address])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--listen'" in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_port_in_use_exits_2_naming_it(base_config, tmp_path, command):
+    import socket
+
+    path = tmp_path / "config.yaml"
+    config = dict(base_config, actuator={"type": "dryRun"})
+    path.write_text(yaml.safe_dump(config))
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(app, [command, "--config", str(path), "--http-port", str(port)])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    assert result.exit_code == 2, result.output
+    assert f"port {port}" in result.output and "in use" in result.output
 
 
 @pytest.mark.parametrize("command", COMMANDS)

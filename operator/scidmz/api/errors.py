@@ -27,9 +27,17 @@ MAX_FILE_BYTES = 1 << 20
 """A config or scenario file above this is refused before parsing (they are a few kB)."""
 
 
+MAX_NESTING = 32
+"""The deepest a config or scenario nests (they use four or five levels); deeper is refused
+while composing, before Python's recursion limit turns it into a traceback."""
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML without aliases (an alias bomb expands exponentially when validated) and
-    without duplicate keys (YAML would silently keep the last one)."""
+    """Safe YAML without aliases (an alias bomb expands exponentially when validated),
+    without duplicate keys (YAML would silently keep the last one), and not nested deeper
+    than ``MAX_NESTING`` (a 4 kB file of 2,000 nested lists otherwise exhausts the stack)."""
+
+    _depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
@@ -37,7 +45,16 @@ class _StrictLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(
                 None, None, "anchors and aliases (*name) are not allowed here", event.start_mark
             )
-        return super().compose_node(parent, index)
+        if self._depth >= MAX_NESTING:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[object, object]:
         seen: set[object] = set()

@@ -30,3 +30,20 @@ def within(
         return value
 
     return check
+
+
+def host_port(value: str | None) -> str | None:
+    """A typer callback for ``host:port`` flags (``--listen``): the API's own rule, so a
+    port of 99999 or 0 stops the command naming the flag instead of binding elsewhere."""
+    if value is None or value == "":
+        return value
+    from pydantic import TypeAdapter, ValidationError
+
+    from scidmz.api.policy import HostPort
+
+    try:
+        TypeAdapter(HostPort).validate_python(value)
+    except ValidationError as error:
+        reasons = "; ".join(item["msg"] for item in error.errors())
+        raise typer.BadParameter(f"{value!r} is not host:port ({reasons})") from None
+    return value

@@ -21,6 +21,7 @@ from scidmz.api.policy import (
     ActuatorType,
     CongestionControl,
     DTNTransferPolicySpec,
+    HostPort,
     Strategy,
 )
 from scidmz.api.units import parse_duration, parse_rate
@@ -90,7 +91,7 @@ class GainsConfig(_Frozen):
 
 
 class SwitchConfig(_Frozen):
-    address: str = Field(min_length=1, max_length=255)
+    address: HostPort
     device_id: int = Field(ge=0, lt=2**64)
     election_id: int = Field(ge=1, lt=2**128)
     # the tap ports' range and distinctness are the collector's checks (collector_config)
@@ -125,7 +126,7 @@ class ActuatorConfig(_Frozen):
     type: ActuatorType
     tc_node_name: str | None = None
     tc_interface: str | None = None
-    sim_address: str | None = None
+    sim_address: HostPort | None = None
     dtn: DtnActuatorConfig | None = None
 
 
@@ -135,7 +136,7 @@ class DtnActuatorConfig(_Frozen):
     type: ActuatorType
     tc_node_name: str | None = None
     tc_interface: str | None = None
-    address: str | None = Field(
+    address: HostPort | None = Field(
         default=None,
         description="sim: the target's address; tc: the `scidmz shaper` agent's host:port.",
     )
@@ -179,9 +180,7 @@ class RuntimeConfig(_Frozen):
     actuator: ActuatorConfig
     failsafe: FailsafeConfig
     telemetry: TelemetryConfig = TelemetryConfig()
-    collector_address: str = Field(
-        min_length=1,
-        max_length=255,
+    collector_address: HostPort = Field(
         description="host:port of the collector's sample stream, as the controller dials it.",
     )
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from scidmz.api.flags import within
+from scidmz.api.flags import host_port, within
 from scidmz.api.runtime import ConfigError
 from scidmz.cli.common import (
     ConfigOption,
@@ -65,7 +65,10 @@ def collector(
     config: ConfigOption,
     listen: Annotated[
         str | None,
-        typer.Option(help="host:port of the sample stream (default: collectorAddress's port)."),
+        typer.Option(
+            help="host:port of the sample stream (default: collectorAddress's port).",
+            callback=host_port,
+        ),
     ] = None,
     http_port: Annotated[
         int | None,
@@ -183,7 +186,11 @@ def controller(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         loop.add_signal_handler(signal.SIGHUP, process.reload_requested.set)
-        if not await process.serve(stop):
+        try:
+            restored = await process.serve(stop)
+        except ConfigError as error:
+            return str(error)
+        if not restored:
             raise RestoreFailed
         return None
 
@@ -205,7 +212,9 @@ def shaper(
         str | None,
         typer.Option(help="Rate applied when no SetRate came for --stale-after, e.g. 600Mbps."),
     ] = None,
-    listen: Annotated[str, typer.Option(help="host:port of scidmz.v1.Shaper.")] = "0.0.0.0:9470",
+    listen: Annotated[
+        str, typer.Option(help="host:port of scidmz.v1.Shaper.", callback=host_port)
+    ] = "0.0.0.0:9470",
     stale_after: Annotated[
         str | None,
         typer.Option(help="Apply the fail-safe rate after this long without a rate (10s)."),

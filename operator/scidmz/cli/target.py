@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from scidmz.api.flags import within
+from scidmz.api.flags import host_port, within
 from scidmz.cli.common import fail
 
 if TYPE_CHECKING:
@@ -47,9 +47,9 @@ def target(
         Path | None,
         typer.Option("--scenario", help="Scenario YAML for --source sim (default: the paper's)."),
     ] = None,
-    listen: Annotated[str, typer.Option(help="host:port of the P4Runtime server.")] = (
-        "127.0.0.1:9559"
-    ),
+    listen: Annotated[
+        str, typer.Option(help="host:port of the P4Runtime server.", callback=host_port)
+    ] = "127.0.0.1:9559",
     device_id: Annotated[int, typer.Option(help="P4Runtime device id.")] = 1,
     speedup: Annotated[
         float,

@@ -73,12 +73,18 @@ class ControllerProcess:
         from scidmz.metrics.http import Health
 
         self.health = Health()
-        http = serve_http(
-            self.http_port,
-            self.health,
-            lambda: self.controller.state().model_dump(mode="json"),
-            self.controller.registry,
-        )
+        try:
+            http = serve_http(
+                self.http_port,
+                self.health,
+                lambda: self.controller.state().model_dump(mode="json"),
+                self.controller.registry,
+            )
+        except OSError as error:
+            await self._close_actuators()
+            raise ConfigError(
+                f"cannot serve /metrics on port {self.http_port}: {error.strerror or error}"
+            ) from None
         s = self.controller.settings
         log.info(
             "controller for %s: %s, actuator %s, samples from %s, metrics on :%d",
@@ -93,10 +99,13 @@ class ControllerProcess:
         finally:
             for task in tasks:
                 task.cancel()
-            await self.controller.actuator.close()
-            if self.controller.dtn_actuator is not None:
-                await self.controller.dtn_actuator.close()
+            await self._close_actuators()
             http.shutdown()
+
+    async def _close_actuators(self) -> None:
+        await self.controller.actuator.close()
+        if self.controller.dtn_actuator is not None:
+            await self.controller.dtn_actuator.close()
 
     async def _watch_config(self, path: Path, started_with: RuntimeConfig) -> None:
         """Poll ``path`` every sample time (or at once on ``reload_requested``); a change

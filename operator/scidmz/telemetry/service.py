@@ -39,14 +39,24 @@ class CollectorProcess:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Serve until ``stop``; raises ``CollectorError`` on a fatal configuration error."""
+        try:
+            http = serve_http(
+                self.http_port, self.collector.health, self.state, self.collector.registry
+            )
+        except OSError as error:
+            raise CollectorError(
+                f"cannot serve /metrics on port {self.http_port}: {error.strerror or error}"
+            ) from None
         server = grpc.aio.server()
         telemetry_pb2_grpc.add_TelemetryServicer_to_server(self.collector.stream, server)
-        if server.add_insecure_port(self.listen) == 0:
-            raise CollectorError(f"cannot listen on {self.listen}")
+        try:
+            bound = server.add_insecure_port(self.listen)
+        except RuntimeError:  # grpcio raises on a port in use where it once returned 0
+            bound = 0
+        if bound == 0:
+            http.shutdown()
+            raise CollectorError(f"cannot listen on {self.listen}: port in use or address invalid")
         await server.start()
-        http = serve_http(
-            self.http_port, self.collector.health, self.state, self.collector.registry
-        )
         log.info(
             "collector for %s: samples on %s, metrics on :%d, switch %s",
             self.collector.settings.policy, self.listen, self.http_port,

@@ -13,10 +13,11 @@ at the simulator (and its journal of every rate set) and the controller's /state
 (`scidmz.chaos`).
 
 Targets: fail-safe ≤ staleAfter + T after the collector dies; control resumes < 10 s after
-each restart; no jump of u(t) above maxStep on resume; 200 concurrent Subscribe clients with
-slow readers leave memory bounded and others undelayed; malformed requests get the right
-codes while the switch stays up; (our addition) a standby operator takes over and applies a
-change < 10 s after the active one is killed.
+each restart; after a long switch outage (60 s, 5 min: ``--long-outages``) control is back
+< 2 s after the switch accepts connections again; no jump of u(t) above maxStep on resume;
+200 concurrent Subscribe clients with slow readers leave memory bounded and others
+undelayed; malformed requests get the right codes while the switch stays up; (our addition)
+a standby operator takes over and applies a change < 10 s after the active one is killed.
 
 Writes bench/results/chaos.md (or --out) and prints it.
 """
@@ -36,14 +37,15 @@ import yaml
 from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import RuntimeConfig, resolve_runtime_config
 from scidmz.chaos.failover import FailoverResult, run_operator_failover
-from scidmz.chaos.faults import ALL_FAULTS, FaultResult, run_fault
+from scidmz.chaos.faults import ALL_FAULTS, Fault, FaultResult, run_fault
 from scidmz.chaos.local_loop import PROBE_S, LocalLoop
-from scidmz.chaos.p4runtime_abuse import Refusal, malformed_requests
+from scidmz.chaos.p4runtime_abuse import Refusal, malformed_requests, write_error_model
 from scidmz.chaos.storm import StormResult, run_storm
 from scidmz.testenv.cluster import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.md"
 RESUME_TARGET_S = 10.0
+AFTER_ACCEPT_TARGET_S = 2.0
 FAILOVER_TARGET_S = 10.0
 
 
@@ -107,6 +109,28 @@ def fault_table(config: RuntimeConfig, results: list[FaultResult]) -> tuple[str,
         f"{_verdict(not any('jump' in m for m in misses))}",
     ]
     return "\n".join(lines), verdicts + ([f"  - {m}" for m in misses] if misses else [])
+
+
+def outage_table(results: list[FaultResult]) -> tuple[str, list[str]]:
+    lines = [
+        "| switch down for | switch accepting after restart (s) | control back after the "
+        "switch accepts (s) | resume after restart (s) | largest jump of u (Mb/s) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    slow: list[str] = []
+    for r in results:
+        after = r.resume_after_accept_s
+        lines.append(
+            f"| {r.outage_s:.0f} s | {_s(r.accepted_s)} | {_s(after)} | {_s(r.resume_s)} | "
+            f"{r.max_jump_bps / 1e6:.1f} |"
+        )
+        if after is None or after >= AFTER_ACCEPT_TARGET_S:
+            slow.append(f"{r.outage_s:.0f} s")
+    verdict = (
+        f"- control back < {AFTER_ACCEPT_TARGET_S:.0f} s after the switch accepts again, after "
+        f"long outages: {_verdict(not slow)}"
+    )
+    return "\n".join(lines), [verdict] + ([f"  - missed after {', '.join(slow)}"] if slow else [])
 
 
 def storm_table(config: RuntimeConfig, r: StormResult) -> tuple[str, list[str]]:
@@ -186,6 +210,14 @@ def main() -> None:
         "--storm-sample-time", default="100ms",
         help="the storm's loop samples faster, so stalled readers hit back-pressure",
     )  # fmt: skip
+    parser.add_argument(
+        "--long-outages", default="60,300",
+        help="seconds the switch stays down in the long-outage runs (comma-separated; '' none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--only-long-outages", action="store_true",
+        help="skip the fault repeats, the malformed requests, the storm and the fail-over",
+    )  # fmt: skip
     parser.add_argument("--failover-policies", type=int, default=100)
     parser.add_argument("--skip-storm", action="store_true")
     parser.add_argument("--skip-failover", action="store_true")
@@ -201,9 +233,23 @@ def main() -> None:
         outage = config.failsafe.stale_after_s + 2 * config.sample_time_s
         print(f"faults: {len(ALL_FAULTS)} × {args.repeats}, outage {outage:.1f} s each", flush=True)
         results: list[FaultResult] = []
+        long_outages = [float(x) for x in args.long_outages.split(",") if x.strip()]
+        repeats = 0 if args.only_long_outages else args.repeats
         with LocalLoop(config, work / "faults") as loop:
             loop.wait_until(loop.controlling, 90, "first control")
-            for repeat in range(args.repeats):
+            outages: list[FaultResult] = []
+            for seconds in long_outages:
+                print(f"switch down for {seconds:.0f} s ...", flush=True)
+                result = run_fault(
+                    loop, Fault("target", "kill"), seconds, args.observe, resume_timeout_s=60
+                )
+                outages.append(result)
+                print(
+                    f"  accepting {_s(result.accepted_s)} s after the restart, control back "
+                    f"{_s(result.resume_after_accept_s)} s after that",
+                    flush=True,
+                )
+            for repeat in range(repeats):
                 for fault in ALL_FAULTS:
                     result = run_fault(loop, fault, outage, args.observe, resume_timeout_s=60)
                     results.append(result)
@@ -213,27 +259,46 @@ def main() -> None:
                         f"largest jump {result.max_jump_bps / 1e6:.1f} Mb/s",
                         flush=True,
                     )
-            print("malformed P4Runtime requests ...", flush=True)
-            loop.wait_until(loop.controlling, 60, "control before the malformed requests")
-            refusals = malformed_requests(loop)
-            time.sleep(3 * config.sample_time_s)
-            alive, controlling = loop.alive("target"), loop.controlling()
-        table, v = fault_table(config, results)
-        sections.append(
-            "## Process faults\n\nEach fault held for staleAfter + 2T = "
-            f"{outage:.1f} s; times from the probes (±{PROBE_S * 1000:.0f} ms). The switch "
-            "is `scidmz target`, which also hosts the simulator and its actuator: with it "
-            "gone, the controller's fail-safe is a mode (reported on /state and "
-            "`scidmz_failsafe_active`) until the simulator is back, when the fail-safe rate is "
-            "applied first. Jumps exclude the step onto the fail-safe rate itself.\n\n" + table
-        )
-        verdicts += v
-        table, v = refusal_table(refusals, alive, controlling)
-        sections.append(
-            "## Malformed P4Runtime requests\n\nSent to the switch while the collector holds "
-            "mastership and the loop runs.\n\n" + table
-        )
-        verdicts += v
+            if not args.only_long_outages:
+                print("malformed P4Runtime requests ...", flush=True)
+                loop.wait_until(loop.controlling, 60, "control before the malformed requests")
+                refusals = malformed_requests(loop)
+                sw = loop.config.switch
+                refusals += write_error_model(loop.switch, sw.device_id, sw.election_id)
+                time.sleep(3 * config.sample_time_s)
+                alive, controlling = loop.alive("target"), loop.controlling()
+        if outages:
+            table, v = outage_table(outages)
+            sections.append(
+                "## Long switch outages\n\nThe switch (`scidmz target`) killed and restarted "
+                "after the time given; 'accepting' is from the restart to its P4Runtime port "
+                "accepting connections (its own start-up, polled every 10 ms), 'control back' "
+                "from then to the controller deciding on fresh samples again: what the "
+                "collector's and gRPC's reconnect policies add.\n\n" + table
+            )
+            verdicts += v
+        if args.only_long_outages:
+            args.skip_storm = args.skip_failover = True
+        else:
+            table, v = fault_table(config, results)
+            sections.append(
+                "## Process faults\n\nEach fault held for staleAfter + 2T = "
+                f"{outage:.1f} s; times from the probes (±{PROBE_S * 1000:.0f} ms). The "
+                "switch is `scidmz target`, which also hosts the simulator and its actuator: "
+                "with it gone, the controller's fail-safe is a mode (reported on /state and "
+                "`scidmz_failsafe_active`) until the simulator is back, when the fail-safe "
+                "rate is applied first. Jumps exclude the step onto the fail-safe rate "
+                "itself.\n\n" + table
+            )
+            verdicts += v
+            table, v = refusal_table(refusals, alive, controlling)
+            sections.append(
+                "## Malformed P4Runtime requests\n\nSent to the switch while the collector "
+                "holds mastership and the loop runs; the Write error model (§12) is probed with "
+                "the primary's election id (a Write carries it) on IPv6 entries the loop never "
+                "matches, each per-update code in brackets.\n\n" + table
+            )
+            verdicts += v
         if not args.skip_storm:
             storm_config = chaos_config(args.storm_sample_time)
             print(

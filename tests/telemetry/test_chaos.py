@@ -21,7 +21,7 @@ from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import RuntimeConfig, resolve_runtime_config
 from scidmz.chaos.faults import Fault, actuation_trace, run_fault
 from scidmz.chaos.local_loop import LocalLoop
-from scidmz.chaos.p4runtime_abuse import malformed_requests
+from scidmz.chaos.p4runtime_abuse import malformed_requests, write_error_model
 from scidmz.chaos.storm import run_storm
 from scidmz.metrics import names
 from scidmz.metrics.dashboards import FIRING_ALERTS
@@ -73,9 +73,11 @@ def test_malformed_requests_get_their_codes_and_the_loop_runs_on(loop):
     reconnects = loop.collector_metric(names.SWITCH_RECONNECTS)
     since = time.monotonic()
     refusals = malformed_requests(loop)
+    sw = loop.config.switch
+    refusals += write_error_model(loop.switch, sw.device_id, sw.election_id)
     wrong = [r for r in refusals if not r.ok]
     assert not wrong, wrong
-    assert len(refusals) >= 12
+    assert len(refusals) >= 18
     time.sleep(4 * loop.config.sample_time_s)
     assert loop.alive("target") and loop.controlling()
     assert not any(p.failsafe for p in loop.probes.controller if p.t > since)

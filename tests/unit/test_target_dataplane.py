@@ -10,6 +10,7 @@ from scidmz.contract.p4runtime import EntryKey, entry_key
 from scidmz.contract.pipeline import build_p4info
 from scidmz.switch.dataplane import Dataplane
 from scidmz.switch.digests import DigestConfig
+from scidmz.switch.entries import Change
 from scidmz.switch.observation import FlowChange, Observation, RttMatch, Traffic
 from scidmz.telemetry.program import Ids, Plan, desired_entries
 
@@ -29,6 +30,20 @@ CAMPUS = ip_address("203.0.113.77")
 ELSEWHERE = ip_address("192.0.2.1")
 
 
+def _sync(dataplane, entries, installed=None):
+    """Bring ``dataplane`` from the ``installed`` entries to ``entries``, one change each, as
+    the target commits a batch of writes."""
+    installed = installed or {}
+    for key, old in installed.items():
+        if key not in entries:
+            dataplane.apply(Change(old.table_id, key, old, None))
+    for key, entry in entries.items():
+        if installed.get(key) != entry:
+            dataplane.apply(Change(entry.table_id, key, installed.get(key), entry))
+    dataplane.entries_settled()
+    return entries
+
+
 def _installed(plan=PLAN, skip=()):
     info = build_p4info()
     rules = []
@@ -38,9 +53,10 @@ def _installed(plan=PLAN, skip=()):
         name = dataplane.tables[entry.table_id].rsplit(".", 1)[-1]
         if name not in skip:
             entries[entry_key(entry)] = entry
-    dataplane.entries_changed(entries)
+    _sync(dataplane, entries)
     for queue in dataplane.digests.values():
         queue.configure(DigestConfig(0, 0, 0))
+    dataplane.installed = entries
     return dataplane, rules
 
 
@@ -91,7 +107,7 @@ def test_untapped_ports_measure_nothing_and_qd_needs_the_bottleneck_side():
         if entry.table_id == tap_ports and entry.match[0].exact.value == (3).to_bytes(2, "big"):
             continue
         entries[entry_key(entry)] = entry
-    dataplane.entries_changed(entries)
+    _sync(dataplane, entries, dataplane.installed)
     dataplane.observe(
         Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 1_000_000),)), 1
     )
@@ -137,7 +153,7 @@ def test_flow_digests_follow_the_activity_rule_and_late_classification():
     dataplane.observe(Observation(bottleneck_port=3, flow_changes=(early,)), 1)
     assert _digests(dataplane, "flow_start_t") == []  # nothing classified yet
     entries = {entry_key(e): e for e in desired_entries(Ids.from_p4info(info), PLAN)}
-    dataplane.entries_changed(entries)  # the flow is still active: reported now
+    _sync(dataplane, entries)  # the flow is still active: reported now
     assert _digests(dataplane, "flow_start_t") == [(21, contract.CLASS_CAMPUS)]
     active = dataplane.registers[dataplane.register_ids["ScidmzIngress.flow_active"]]
     assert active[21] == 1

@@ -19,6 +19,7 @@ probes, on the monotonic clock, to the probes' resolution (``PROBE_S``):
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from itertools import pairwise
@@ -60,6 +61,16 @@ class FaultResult:
     """The largest step of u(t) in force after the fault cleared (fail-safe steps excluded)."""
     held: bool | None
     """For a controller fault: the rate in force stayed unchanged while it was down."""
+    accepted_s: float | None = None
+    """For a switch restart: from clearing the fault to the switch accepting connections."""
+
+    @property
+    def resume_after_accept_s(self) -> float | None:
+        """For a switch restart: from the switch accepting again to control resumed, the
+        part of the outage the loop itself adds (the switch's own start-up excluded)."""
+        if self.resume_s is None or self.accepted_s is None:
+            return None
+        return self.resume_s - self.accepted_s
 
 
 def _is(rate: float | None, expected: float) -> bool:
@@ -96,6 +107,20 @@ def failsafe_reached(loop: LocalLoop, fault: Fault, since: float) -> float | Non
     return None
 
 
+def accepting_at(address: str, timeout_s: float, poll_s: float = 0.01) -> float | None:
+    """When ``host:port`` first accepts a TCP connection (monotonic), polled every
+    ``poll_s``; None if not within ``timeout_s``."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((host, int(port)), timeout=poll_s * 10):
+                return time.monotonic()
+        except OSError:
+            time.sleep(poll_s)
+    return None
+
+
 def run_fault(
     loop: LocalLoop, fault: Fault, outage_s: float, observe_s: float, resume_timeout_s: float
 ) -> FaultResult:
@@ -106,8 +131,11 @@ def run_fault(
     loop.signal(fault.component, signal.SIGKILL if fault.kind == "kill" else signal.SIGSTOP)
     time.sleep(outage_s)
     cleared = time.monotonic()
+    accepted_at: float | None = None
     if fault.kind == "kill":
         loop.spawn(fault.component)
+        if fault.component == "target":
+            accepted_at = accepting_at(loop.switch, resume_timeout_s)
     else:
         loop.signal(fault.component, signal.SIGCONT)
     failsafe_at = failsafe_reached(loop, fault, struck)
@@ -135,6 +163,7 @@ def run_fault(
             loop.probes.actuations, cleared, time.monotonic(), loop.config.failsafe.rate_bps
         ),
         held=held,
+        accepted_s=None if accepted_at is None else accepted_at - cleared,
     )
 
 

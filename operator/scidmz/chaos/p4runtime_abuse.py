@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from finsy.proto import p4r, p4r_grpc
+from finsy.proto import p4r, p4r_grpc, rpc_code, rpc_status
 
 from scidmz.chaos.local_loop import LocalLoop
 
@@ -105,3 +105,129 @@ def _arbitration(device: int, election: int) -> p4r.StreamMessageRequest:
             device_id=device, election_id=p4r.Uint128(low=election)
         )
     )
+
+
+def _write_codes(stub: Any, request: p4r.WriteRequest) -> str:
+    """A Write's status, with each update's own code from the ``google.rpc.Status``
+    details when the batch failed: ``UNKNOWN [OK, INVALID_ARGUMENT]``."""
+    try:
+        stub.Write(request, timeout=5)
+    except grpc.RpcError as error:
+        code = str(error.code().name)
+        details = dict(error.trailing_metadata() or ()).get("grpc-status-details-bin")
+        if not details:
+            return code
+        status = rpc_status.Status.FromString(details)
+        per_update = []
+        for detail in status.details:
+            update_error = p4r.Error()
+            detail.Unpack(update_error)
+            per_update.append(rpc_code.Code.Name(update_error.canonical_code))  # type: ignore[arg-type]
+        return f"{code} [{', '.join(per_update)}]"
+    return "OK"
+
+
+def _v6_entry(table_id: int, set_class: int, index: int) -> p4r.TableEntry:
+    """A classification entry for 2001:db8:<index>::/48: IPv6, so nothing the loop
+    measures (its traffic is IPv4) can match it."""
+    entry = p4r.TableEntry(table_id=table_id)
+    match = entry.match.add(field_id=1)
+    match.lpm.value = (0x20010DB8 << 96 | index << 80).to_bytes(16, "big")
+    match.lpm.prefix_len = 48
+    entry.action.action.action_id = set_class
+    entry.action.action.params.add(param_id=1, value=b"\x02")
+    return entry
+
+
+def write_error_model(address: str, device_id: int, election_id: int) -> list[Refusal]:
+    """P4Runtime's Write error model (§12) probed as the primary (a Write carries the
+    primary's election id) on entries the loop never uses: update types outside INSERT,
+    MODIFY, DELETE; a ROLLBACK_ON_ERROR batch with a failing update (nothing of it may
+    stay); DATAPLANE_ATOMIC, which this target does not offer; a table over its size; a
+    settings value the program would not run (the settings must stay as they were).
+    Everything it installs it removes again."""
+    from scidmz.contract.pipeline import build_p4info, qualified
+
+    info = build_p4info()
+    tables = {t.preamble.name: t for t in info.tables}
+    actions = {a.preamble.name: a.preamble.id for a in info.actions}
+    v6 = tables[qualified("classify_v6")]
+    set_class = actions[qualified("set_class")]
+    election = p4r.Uint128(low=election_id)
+
+    def write(*updates: p4r.Update, atomicity: int = 0) -> p4r.WriteRequest:
+        return p4r.WriteRequest(
+            device_id=device_id,
+            election_id=election,
+            updates=updates,
+            atomicity=atomicity,  # type: ignore[arg-type]
+        )
+
+    def insert(entry: p4r.TableEntry, kind: int = p4r.Update.INSERT) -> p4r.Update:
+        return p4r.Update(type=kind, entity=p4r.Entity(table_entry=entry))  # type: ignore[arg-type]
+
+    def present(entry: p4r.TableEntry) -> bool:
+        request = p4r.ReadRequest(device_id=device_id)
+        request.entities.add().table_entry.CopyFrom(entry)
+        return _code(lambda: list(stub.Read(request, timeout=3))) == "OK"
+
+    refusals: list[Refusal] = []
+    with grpc.insecure_channel(address) as channel:
+        stub = p4r_grpc.P4RuntimeStub(channel)
+        probe = _v6_entry(v6.preamble.id, set_class, 1)
+        for kind, label in ((99, "99"), (p4r.Update.UNSPECIFIED, "UNSPECIFIED")):
+            refusals.append(Refusal(
+                f"Write of an update of type {label}", "UNKNOWN [INVALID_ARGUMENT]",
+                _write_codes(stub, write(insert(probe, kind))),
+            ))  # fmt: skip
+        bad = _v6_entry(v6.preamble.id, set_class, 2)
+        bad.match[0].lpm.prefix_len = 129
+        got = _write_codes(
+            stub, write(insert(probe), insert(bad), atomicity=p4r.WriteRequest.ROLLBACK_ON_ERROR)
+        )
+        kept = " — its good update stayed" if present(probe) else ""
+        refusals.append(Refusal(
+            "ROLLBACK_ON_ERROR batch of a good insert and a bad one",
+            "UNKNOWN [ABORTED, INVALID_ARGUMENT]", got + kept,
+        ))  # fmt: skip
+        refusals.append(Refusal(
+            "DATAPLANE_ATOMIC batch", "UNIMPLEMENTED",
+            _write_codes(stub, write(insert(probe), atomicity=p4r.WriteRequest.DATAPLANE_ATOMIC)),
+        ))  # fmt: skip
+        fill = [_v6_entry(v6.preamble.id, set_class, 16 + i) for i in range(v6.size)]
+        one_more = _v6_entry(v6.preamble.id, set_class, 16 + v6.size)
+        filled = _write_codes(stub, write(*(insert(e) for e in fill)))
+        over = _write_codes(stub, write(insert(one_more)))
+        _write_codes(stub, write(*(insert(e, p4r.Update.DELETE) for e in fill)))
+        refusals.append(Refusal(
+            f"an insert into a full table ({v6.size} entries)", "UNKNOWN [RESOURCE_EXHAUSTED]",
+            over if filled == "OK" else f"filling it: {filled}",
+        ))  # fmt: skip
+        settings = p4r.TableEntry(
+            table_id=tables[qualified("settings")].preamble.id, is_default_action=True
+        )
+        before = _settings(stub, device_id, settings)
+        zero = p4r.TableEntry()
+        zero.CopyFrom(settings)
+        zero.action.action.action_id = actions[qualified("set_settings")]
+        for param_id, value in enumerate((0, 100_000_000, 2_000_000_000, 1_000_000_000), 1):
+            zero.action.action.params.add(param_id=param_id, value=value.to_bytes(8, "big"))
+        got = _write_codes(stub, write(insert(zero, p4r.Update.MODIFY)))
+        changed = (
+            " — the settings changed" if _settings(stub, device_id, settings) != before else ""
+        )
+        refusals.append(Refusal(
+            "settings with C_TH = 0", "UNKNOWN [INVALID_ARGUMENT]", got + changed,
+        ))  # fmt: skip
+    return refusals
+
+
+def _settings(stub: Any, device_id: int, settings: p4r.TableEntry) -> bytes:
+    """The settings default action as installed (empty when none is)."""
+    request = p4r.ReadRequest(device_id=device_id)
+    request.entities.add().table_entry.CopyFrom(settings)
+    try:
+        found = list(stub.Read(request, timeout=3))
+    except grpc.RpcError:
+        return b""
+    return b"".join(e.table_entry.action.SerializeToString() for r in found for e in r.entities)

@@ -35,6 +35,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
+from scidmz.contract.channels import RECONNECT_OPTIONS
 from scidmz.contract.codec import from_message
 from scidmz.contract.state import StateVector
 from scidmz.control.actuators import Actuator, ActuatorError
@@ -580,7 +581,7 @@ class Controller:
         address = self.settings.collector_address
         while True:
             try:
-                async with grpc.aio.insecure_channel(address) as channel:
+                async with grpc.aio.insecure_channel(address, options=RECONNECT_OPTIONS) as channel:
                     stub = telemetry_pb2_grpc.TelemetryStub(channel)
                     async for sample in stub.Subscribe(telemetry_pb2.SubscribeRequest()):
                         self._post(sample)

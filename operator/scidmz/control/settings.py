@@ -70,7 +70,10 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
             # is figure 5's, unconditional: its feed-forward (a cap at R*) leaves the DTN a
             # steady ~8 % of R* under target (a BBR DTN in the benchmark), beyond any band
             # the campus filters use, so a band would stop it where it is needed
-            limits=Limits(0.0, capacity, c.max_step_bps, integral_limit_bps=capacity),
+            # and its back-calculation answers the slew too, as its gains were tuned
+            limits=Limits(
+                0.0, capacity, c.max_step_bps, integral_limit_bps=capacity, slew_in_windup=True
+            ),
             failsafe_rate_bps=dtn.failsafe_rate_bps,
         )
     return ControllerSettings(

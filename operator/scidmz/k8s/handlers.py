@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -24,6 +25,7 @@ from scidmz.k8s.client import KubeApiError, KubeClient
 from scidmz.k8s.manifests import MANAGED_BY
 from scidmz.k8s.reconcile import (
     SpecRefused,
+    controller_state_url,
     reconcile_policy,
     refresh_live_state,
     refresh_status,
@@ -162,15 +164,28 @@ _STATE_POLL_S = OperatorSettings().state_poll_s  # kopf reads timer intervals at
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_STATE_POLL_S, sharp=True)
-def poll_live_state(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """status.state and status.tracking from the policy's controller, every poll."""
+async def poll_live_state(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """status.state and status.tracking from the policy's controller, every poll.
+
+    Async, with the fetch and the status write in threads of their own: a slow or hostile
+    /state (it had no total deadline and no size cap) must not hold one of kopf's workers,
+    which reconcile every policy."""
     settings: OperatorSettings = memo.settings
     meta = body["metadata"]
-    try:
+    if (body.get("spec") or {}).get("paused"):
+        return
+    url = controller_state_url(
+        dict(meta), settings.controller_state_url, settings.controller_http_port
+    )
+    fetched = await asyncio.to_thread(fetch_state, url)
+    if fetched is None:
+        return
+
+    def write() -> None:
         with _status_locks[(meta["namespace"], meta["name"])]:
-            refresh_live_state(
-                memo.client, meta["namespace"], meta["name"], fetch_state,
-                settings.controller_state_url, settings.controller_http_port,
-            )  # fmt: skip
+            refresh_live_state(memo.client, meta["namespace"], meta["name"], fetched)
+
+    try:
+        await asyncio.to_thread(write)
     except KubeApiError as error:
         log.warning("live state of %s: %s", meta["name"], error)

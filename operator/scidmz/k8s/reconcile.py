@@ -277,26 +277,31 @@ def refresh_status(
     return False
 
 
+def controller_state_url(metadata: dict[str, Any], url_template: str, port: int) -> str:
+    """Where a policy's controller serves /state: the policy's own annotation (the demo
+    points it at a local process), else the operator's template for the in-cluster Service."""
+    namespace, name = metadata["namespace"], metadata["name"]
+    annotations = metadata.get("annotations") or {}
+    url: str = annotations.get(STATE_URL_ANNOTATION) or url_template.format(
+        service=child_name(name, CONTROLLER), namespace=namespace, name=name, port=port
+    )
+    return url
+
+
 def refresh_live_state(
     client: KubeClient,
     namespace: str,
     name: str,
-    fetch: Callable[[str], dict[str, Any] | None],
-    url_template: str,
-    port: int,
+    fetched: dict[str, Any] | None,
 ) -> bool:
-    """Copy the controller's /state into status.state and status.tracking when they
+    """Copy a controller's /state (``fetched``, read by the caller off the reconcile
+    workers, None when it could not be read) into status.state and status.tracking when they
     changed. An unreachable controller changes nothing (its Deployment's readiness is
     already in the conditions). Returns True when something was written."""
+    if fetched is None:
+        return False
     policy = client.get_policy(namespace, name)
     if policy is None or (policy.get("spec") or {}).get("paused"):
-        return False
-    annotations = policy["metadata"].get("annotations") or {}
-    url = annotations.get(STATE_URL_ANNOTATION) or url_template.format(
-        service=child_name(name, CONTROLLER), namespace=namespace, name=name, port=port
-    )
-    fetched = fetch(url)
-    if fetched is None:
         return False
     try:
         state = ControllerState.model_validate(fetched)

@@ -162,7 +162,7 @@ def bench_settings(
         # the DTN cap's filter integrates always, as controller_settings builds it
         DtnControl(
             Gains(*dtn_gains),
-            replace(limits, integral_band_bps=math.inf),
+            replace(limits, integral_band_bps=math.inf, slew_in_windup=True),
             failsafe_rate_bps=None,
         )
         if dtn_gains is not None

@@ -6,14 +6,20 @@ snapshot callback. It runs in a daemon thread so it answers even while the main 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
+import math
+import socket
+import sys
 import threading
-import urllib.error
-import urllib.request
+import time
+import urllib.parse
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 from prometheus_client import (
@@ -44,16 +50,69 @@ class Health:
 
 log = logging.getLogger(__name__)
 
+MAX_STATE_BYTES = 1 << 20
+"""A /state document is a few hundred bytes; a reply larger than this is refused."""
 
-def fetch_state(url: str, timeout_s: float = 2.0) -> dict[str, Any] | None:
-    """Another process's /state JSON, or None when it cannot be read (not running yet)."""
+
+def _http_target(url: str) -> tuple[str, int, str] | None:
+    """(host, port, path) of a plain ``http://`` URL; None for anything else (file://,
+    https://, no host)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        return None
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
-            data = json.load(response)
-    except (OSError, urllib.error.URLError, ValueError) as error:
+        port = parts.port or 80
+    except ValueError:  # a port out of range
+        return None
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return parts.hostname, port, path
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def fetch_state(
+    url: str, timeout_s: float = 2.0, max_bytes: int = MAX_STATE_BYTES
+) -> dict[str, Any] | None:
+    """Another process's /state JSON, or None when it cannot be had: not running yet, not
+    plain http, an error status, not JSON, larger than ``max_bytes``, or slower than
+    ``timeout_s`` in all — a deadline on the whole exchange, not on each read, so a server
+    that sends a byte a second cannot hold the caller (a per-read timeout let one hold it
+    for as long as it liked)."""
+    target = _http_target(url)
+    if target is None:
+        log.debug("state %s: not a plain http:// URL", url)
+        return None
+    host, port, path = target
+    data = bytearray()
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            deadline = threading.Timer(timeout_s, _shut, args=(sock,))
+            deadline.start()
+            try:
+                request = f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+                sock.sendall(request.encode("ascii", "replace"))
+                while chunk := sock.recv(65536):
+                    data += chunk
+                    if len(data) > max_bytes + 16_384:  # headers' share on top
+                        log.debug("state %s: more than %d bytes, refused", url, max_bytes)
+                        return None
+            finally:
+                deadline.cancel()
+    except OSError as error:
         log.debug("state %s: %s", url, error)
         return None
-    return data if isinstance(data, dict) else None
+    head, found, body = bytes(data).partition(b"\r\n\r\n")
+    status = head.split(b"\r\n", 1)[0].split()
+    if not found or len(status) < 2 or status[1] != b"200" or len(body) > max_bytes:
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
 
 
 def register_build_info(registry: CollectorRegistry, component: str) -> None:
@@ -66,16 +125,116 @@ def register_build_info(registry: CollectorRegistry, component: str) -> None:
     ).labels(component, __version__).set(1)
 
 
+REQUEST_TIMEOUT_S = 2.0
+"""A client that has not sent its request (or read the reply) within this long is dropped."""
+MAX_REQUEST_BYTES = 16 * 1024
+"""Request line and headers together; the endpoints take no body."""
+WORKERS = 8
+"""Requests served at once; probes and scrapes need one or two."""
+QUEUED = 64
+"""Connections accepted beyond the workers before new ones are closed at once."""
+DROP_LOG_INTERVAL_S = 60.0
+
+
+class _Limited(io.RawIOBase):
+    """A request's input, cut off after ``MAX_REQUEST_BYTES``."""
+
+    def __init__(self, inner: Any, limit: int) -> None:
+        self._inner, self._left = inner, limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._left <= 0:
+            raise ConnectionAbortedError(f"request larger than {MAX_REQUEST_BYTES} bytes")
+        # read1: one read of the socket at most, so a client that sent half a line meets
+        # the socket's timeout instead of a buffer waiting to be filled
+        data: bytes = self._inner.read1(min(len(buffer), self._left))
+        memoryview(buffer)[: len(data)] = data
+        self._left -= len(data)
+        return len(data)
+
+
+class BoundedHTTPServer(HTTPServer):
+    """An HTTP server with a fixed pool of workers, a bounded queue, per-client timeouts
+    and quiet handling of clients that go away.
+
+    ``ThreadingHTTPServer`` starts a thread per connection and keeps it for as long as the
+    client likes: 300 half-sent requests left 306 threads, and 100 reset /metrics requests
+    wrote 400 tracebacks. Here a slow client holds one worker for ``REQUEST_TIMEOUT_S`` at
+    most, connections beyond ``WORKERS + QUEUED`` are closed at once, and dropped clients
+    are counted and logged once a minute."""
+
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        # the pool first: a port in use makes the base class call server_close() at once
+        self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
+        self._drops_lock = threading.Lock()
+        self.dropped = 0
+        """Clients that went away, timed out, sent too much or found no room."""
+        self._unlogged = 0
+        self._logged_at = -math.inf
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            self._drop("no room")
+            return
+        self._pool.submit(self._serve_one, request, client_address)
+
+    def _serve_one(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:  # any failure of one client is that client's alone
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # reset, broken pipe, timeout, too large
+            self._drop(type(error).__name__)
+            return
+        log.exception("HTTP request from %s failed", client_address)
+
+    def _drop(self, why: str) -> None:
+        with self._drops_lock:
+            self.dropped += 1
+            self._unlogged += 1
+            now = time.monotonic()
+            if now - self._logged_at < DROP_LOG_INTERVAL_S:
+                return
+            count, self._unlogged, self._logged_at = self._unlogged, 0, now
+        log.info("HTTP: %d client connection(s) dropped in the last minute (latest: %s)",
+                 count, why)  # fmt: skip
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 def serve_http(
     port: int,
     health: Health,
     state: Callable[[], dict[str, Any]] | None = None,
     registry: CollectorRegistry = REGISTRY,
     host: str = "0.0.0.0",  # noqa: S104 - scraped and probed from outside the pod
-) -> ThreadingHTTPServer:
-    """Start the endpoint in a daemon thread; ``server.shutdown()`` stops it."""
+) -> BoundedHTTPServer:
+    """Start the endpoint in a daemon thread; ``server.shutdown()`` stops it. Raises
+    ``OSError`` when the port cannot be bound (in use, not permitted)."""
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = io.BufferedReader(_Limited(self.rfile, MAX_REQUEST_BYTES))
+
         def _send(self, code: int, body: bytes, content_type: str) -> None:
             self.send_response(code)
             self.send_header("Content-Type", content_type)
@@ -101,7 +260,6 @@ def serve_http(
         def log_message(self, format: str, *args: Any) -> None:
             return  # probes every few seconds would drown the logs
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    server = BoundedHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

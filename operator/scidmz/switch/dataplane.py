@@ -19,7 +19,7 @@ No I/O and no clocks: the runner passes ``now_ns``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from ipaddress import IPv4Network, IPv6Network, ip_network
 
@@ -31,6 +31,7 @@ from scidmz.contract import pipeline as contract
 from scidmz.contract.p4runtime import EntryKey, ids_by_name
 from scidmz.contract.pipeline import qualified
 from scidmz.switch.digests import DigestQueue, DigestRecord
+from scidmz.switch.entries import Change, UpdateError
 from scidmz.switch.observation import ActivityRule, Address, FlowChange, Observation
 
 Network = IPv4Network | IPv6Network
@@ -98,9 +99,10 @@ class Dataplane:
         }
         self.digest_ids = {contract.digest_struct(d): d.preamble.id for d in p4info.digests}
         self.direct: dict[EntryKey, list[int]] = {}
-        self.routes: tuple[Route, ...] = ()
-        self.reverse_routes: tuple[Route, ...] = ()
-        self.roles: Mapping[int, int] = {}
+        self._routes: dict[EntryKey, Route] = {}
+        self._reverse: dict[EntryKey, Route] = {}
+        self._sorted: tuple[tuple[Route, ...], tuple[Route, ...]] | None = ((), ())
+        self.roles: dict[int, int] = {}
         self.settings = Settings(*DEFAULT_SETTINGS)
         self._on_settings = on_settings
         # The source's activity rule runs whatever is installed; the program only sees
@@ -111,38 +113,99 @@ class Dataplane:
         self._now_ns = 0
 
     # ---- entries -------------------------------------------------------------------------
-    def entries_changed(self, entries: Mapping[EntryKey, p4r.TableEntry]) -> None:
-        """Re-derive routes, roles and settings from the installed entries. Direct counters
-        live and die with their entries (a modified entry keeps its counts)."""
-        routes: list[Route] = []
-        reverse: list[Route] = []
-        roles: dict[int, int] = {}
-        settings = Settings(*DEFAULT_SETTINGS)
-        for key, entry in entries.items():
-            name = self.tables.get(entry.table_id, "").rsplit(".", 1)[-1]
-            params = [_int(p.value) for p in entry.action.action.params]
-            action = self.action_names.get(entry.action.action.action_id, "")
-            if name == "settings" and action.endswith("set_settings"):
-                settings = Settings(*params)
-            elif name == "tap_ports" and action.endswith("set_tap_role"):
-                roles[_int(entry.match[0].exact.value)] = params[0]
-            elif name in ("classify_v4", "classify_v6", "reverse_v4", "reverse_v6"):
-                if not action.endswith("set_class") or not entry.match:
-                    continue
-                lpm = entry.match[0].lpm
-                width = 32 if name.endswith("v4") else 128
-                value = _int(lpm.value).to_bytes(width // 8, "big")
-                route = Route(ip_network((value, lpm.prefix_len)), params[0], key)
-                (routes if name.startswith("classify") else reverse).append(route)
-        by_length = lambda r: -r.network.prefixlen  # noqa: E731
-        self.routes = tuple(sorted(routes, key=by_length))
-        self.reverse_routes = tuple(sorted(reverse, key=by_length))
-        self.roles = roles
-        self.direct = {r.key: self.direct.get(r.key, [0, 0]) for r in self.routes}
+    def _what(self, entry: p4r.TableEntry) -> tuple[str, str, list[int]]:
+        """The entry's table (short name), action (full name) and parameters as integers."""
+        table = self.tables.get(entry.table_id, "").rsplit(".", 1)[-1]
+        action = self.action_names.get(entry.action.action.action_id, "")
+        return table, action, [_int(p.value) for p in entry.action.action.params]
+
+    def check(self, change: Change) -> None:
+        """Refuse what the program would not run, before anything is changed: settings
+        outside their ranges (C_TH 0 counts every flow active at its first packet, and a
+        zero window or timeout stops every flow at once). Refused, such a write left the
+        entry installed while the data path kept the old settings: a Read showed c_th 0."""
+        if change.new is None:
+            return
+        table, action, params = self._what(change.new)
+        if table == "settings" and action.endswith("set_settings"):
+            names = ("c_th", "t_th_ns", "idle_ns", "rtt_max_ns")
+            bad = [f"{n} = {v}" for n, v in zip(names, params, strict=False) if v < 1]
+            if bad or len(params) != len(names):
+                raise UpdateError(
+                    "INVALID_ARGUMENT", f"settings: {', '.join(bad) or 'parameters'} out of range"
+                )
+
+    def apply(self, change: Change) -> None:
+        """Follow one committed entry change: routes, tap roles, settings, direct counters
+        (which live and die with their entries; a modified entry keeps its counts). What it
+        costs is what changed; routes are re-sorted once, at the next lookup."""
+        for entry, adding in ((change.old, False), (change.new, True)):
+            if entry is None:
+                continue
+            table, action, params = self._what(entry)
+            if table == "settings" and action.endswith("set_settings"):
+                self._set_settings(Settings(*params) if adding else Settings(*DEFAULT_SETTINGS))
+            elif table == "tap_ports" and action.endswith("set_tap_role"):
+                port = _int(entry.match[0].exact.value)
+                if adding:
+                    self.roles[port] = params[0]
+                else:
+                    self.roles.pop(port, None)
+            elif table in ("classify_v4", "classify_v6", "reverse_v4", "reverse_v6"):
+                self._route(table, action, entry, params, change.key, adding)
+        if change.new is None or change.key not in self._routes:
+            self.direct.pop(change.key, None)  # deleted (a modify keeps its counts)
+
+    def _route(
+        self,
+        table: str,
+        action: str,
+        entry: p4r.TableEntry,
+        params: list[int],
+        key: EntryKey,
+        adding: bool,
+    ) -> None:
+        routes = self._routes if table.startswith("classify") else self._reverse
+        self._sorted = None
+        if not adding:
+            routes.pop(key, None)
+            return
+        if not action.endswith("set_class") or not entry.match:
+            return
+        lpm = entry.match[0].lpm
+        width = 32 if table.endswith("v4") else 128
+        value = _int(lpm.value).to_bytes(width // 8, "big")
+        routes[key] = Route(ip_network((value, lpm.prefix_len)), params[0], key)
+        if table.startswith("classify"):
+            self.direct.setdefault(key, [0, 0])
+
+    def _set_settings(self, settings: Settings) -> None:
         if settings != self.settings:
             self.settings = settings
             if self._on_settings is not None:
                 self._on_settings(settings.activity_rule())
+
+    def _sorted_routes(self) -> tuple[tuple[Route, ...], tuple[Route, ...]]:
+        if self._sorted is None:
+            by_length = lambda r: -r.network.prefixlen  # noqa: E731
+            self._sorted = (
+                tuple(sorted(self._routes.values(), key=by_length)),
+                tuple(sorted(self._reverse.values(), key=by_length)),
+            )
+        return self._sorted
+
+    @property
+    def routes(self) -> tuple[Route, ...]:
+        """The classification routes, longest prefix first."""
+        return self._sorted_routes()[0]
+
+    @property
+    def reverse_routes(self) -> tuple[Route, ...]:
+        return self._sorted_routes()[1]
+
+    def entries_settled(self) -> None:
+        """After a batch of changes: a flow already active when its prefix got installed is
+        reported now, as its next C_TH packets would make the program do."""
         unreported = [c for h, c in self._active.items() if h not in self._reported]
         self._report_flows(unreported, self._now_ns)
 

@@ -1,9 +1,10 @@
 """Table-entry validation and bookkeeping of the software P4Runtime target.
 
-Pure functions: the gRPC layer turns an ``UpdateError`` into the per-update error of a
+Validation is pure (``plan_update`` says what an update would change); ``EntryStore``
+commits it. The gRPC layer turns an ``UpdateError`` into the per-update error of a
 WriteRequest (P4Runtime spec §12), with the gRPC code the spec asks for: NOT_FOUND for an
-unknown table or a missing entry, ALREADY_EXISTS for a duplicate insert, INVALID_ARGUMENT
-for anything malformed.
+unknown table or a missing entry, ALREADY_EXISTS for a duplicate insert, RESOURCE_EXHAUSTED
+for a full table, INVALID_ARGUMENT for anything malformed (an unknown update type too).
 """
 
 from __future__ import annotations
@@ -120,44 +121,117 @@ def _check_action(index: PipelineIndex, table: p4i.Table, entry: p4r.TableEntry)
             )
 
 
+UPDATE_TYPES = ("INSERT", "MODIFY", "DELETE")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One table entry's change: ``old`` → ``new`` under ``key`` (None: absent)."""
+
+    table_id: int
+    key: EntryKey
+    old: p4r.TableEntry | None
+    new: p4r.TableEntry | None
+
+    def inverse(self) -> Change:
+        return Change(self.table_id, self.key, self.new, self.old)
+
+
+def update_type_name(value: int) -> str:
+    """INSERT, MODIFY or DELETE; anything else (UNSPECIFIED, an unknown number) is refused
+    with INVALID_ARGUMENT, as P4Runtime asks for a malformed update."""
+    if value in p4r.Update.Type.values():
+        name = p4r.Update.Type.Name(value)  # type: ignore[arg-type]
+        if name in UPDATE_TYPES:
+            return name
+    raise UpdateError("INVALID_ARGUMENT", f"update type {value} is not INSERT, MODIFY or DELETE")
+
+
+def plan_update(
+    index: PipelineIndex,
+    entries: Mapping[EntryKey, p4r.TableEntry],
+    counts: Mapping[int, int],
+    update_type: str,
+    entry: p4r.TableEntry,
+) -> Change:
+    """Validate one update (INSERT, MODIFY or DELETE) against the entries installed and
+    each table's entry count, and say what it changes; nothing is changed here.
+
+    A default action is changed with MODIFY and ``is_default_action`` (keyless tables such
+    as the settings table have nothing else); it is kept under the key with no match and
+    counts against no table's size. An INSERT into a table holding ``size`` entries is
+    RESOURCE_EXHAUSTED.
+    """
+    table = index.tables.get(entry.table_id)
+    if table is None:
+        raise UpdateError("NOT_FOUND", f"no table with id {entry.table_id}")
+    key = entry_key(entry)
+    name = table.preamble.name
+    old = entries.get(key)
+    if entry.is_default_action:
+        if update_type != "MODIFY" or entry.match:
+            raise UpdateError(
+                "INVALID_ARGUMENT", f"{name}: a default action is only modified, without a match"
+            )
+        _check_action(index, table, entry)
+        return Change(entry.table_id, key, old, entry)
+    if not table.match_fields:
+        raise UpdateError("INVALID_ARGUMENT", f"{name} is keyless: modify its default action")
+    _check_match(table, entry)
+    if update_type == "INSERT":
+        if old is not None:
+            raise UpdateError("ALREADY_EXISTS", f"{name}: the entry exists")
+        if table.size and counts.get(entry.table_id, 0) >= table.size:
+            raise UpdateError("RESOURCE_EXHAUSTED", f"{name} is full ({table.size} entries)")
+        _check_action(index, table, entry)
+        return Change(entry.table_id, key, None, entry)
+    if old is None:
+        raise UpdateError("NOT_FOUND", f"{name}: no such entry")
+    if update_type == "MODIFY":
+        _check_action(index, table, entry)
+        return Change(entry.table_id, key, old, entry)
+    if update_type == "DELETE":
+        return Change(entry.table_id, key, old, None)
+    raise UpdateError("INVALID_ARGUMENT", f"unknown update type {update_type!r}")
+
+
+class EntryStore:
+    """The installed table entries and each table's count of them (default actions are
+    not counted), changed one ``Change`` at a time: a write costs what it changes, not what
+    the tables hold (copying the whole map on every update made 2,000 inserts take 148 s)."""
+
+    def __init__(self) -> None:
+        self.entries: dict[EntryKey, p4r.TableEntry] = {}
+        self.counts: dict[int, int] = {}
+
+    def commit(self, change: Change) -> None:
+        if change.new is None:
+            self.entries.pop(change.key, None)
+        else:
+            self.entries[change.key] = change.new
+        if change.new is not None and change.new.is_default_action:
+            return
+        delta = (change.new is not None) - (change.old is not None)
+        if delta:
+            self.counts[change.table_id] = self.counts.get(change.table_id, 0) + delta
+
+
 def apply_update(
     index: PipelineIndex,
     entries: Mapping[EntryKey, p4r.TableEntry],
     update_type: str,
     entry: p4r.TableEntry,
 ) -> Mapping[EntryKey, p4r.TableEntry]:
-    """Validate one update (INSERT, MODIFY or DELETE) and return the new entry set.
-
-    A default action is changed with MODIFY and ``is_default_action`` (keyless tables such
-    as the settings table have nothing else); it is kept under the key with no match.
-    """
-    table = index.tables.get(entry.table_id)
-    if table is None:
-        raise UpdateError("NOT_FOUND", f"no table with id {entry.table_id}")
-    key = entry_key(entry)
-    if entry.is_default_action:
-        if update_type != "MODIFY" or entry.match:
-            raise UpdateError(
-                "INVALID_ARGUMENT",
-                f"{table.preamble.name}: a default action is only modified, without a match",
-            )
-        _check_action(index, table, entry)
-        return MappingProxyType({**entries, key: entry})
-    if not table.match_fields:
-        raise UpdateError(
-            "INVALID_ARGUMENT", f"{table.preamble.name} is keyless: modify its default action"
-        )
-    _check_match(table, entry)
-    if update_type == "INSERT":
-        if key in entries:
-            raise UpdateError("ALREADY_EXISTS", f"{table.preamble.name}: the entry exists")
-        _check_action(index, table, entry)
-        return MappingProxyType({**entries, key: entry})
-    if key not in entries:
-        raise UpdateError("NOT_FOUND", f"{table.preamble.name}: no such entry")
-    if update_type == "MODIFY":
-        _check_action(index, table, entry)
-        return MappingProxyType({**entries, key: entry})
-    if update_type == "DELETE":
-        return MappingProxyType({k: v for k, v in entries.items() if k != key})
-    raise UpdateError("INVALID_ARGUMENT", f"unknown update type {update_type!r}")
+    """``plan_update`` and the entry set it leaves, as a new mapping (for tests and tools;
+    the target itself commits to an ``EntryStore``)."""
+    counts: dict[int, int] = {}
+    for installed in entries.values():
+        if not installed.is_default_action:
+            counts[installed.table_id] = counts.get(installed.table_id, 0) + 1
+    change = plan_update(index, entries, counts, update_type, entry)
+    updated = dict(entries)
+    if change.new is None:
+        updated.pop(change.key, None)
+    else:
+        updated[change.key] = change.new
+    return MappingProxyType(updated)

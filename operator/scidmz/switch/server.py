@@ -12,20 +12,26 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from types import MappingProxyType
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf.message import DecodeError
 
-from scidmz.contract.p4runtime import EntryKey, bitstring, entry_key, from_uint128, uint128
+from scidmz.contract.p4runtime import bitstring, entry_key, from_uint128, uint128
 from scidmz.contract.pipeline import PipelineError, check_p4info, qualified
 from scidmz.switch.arbitration import Arbitration, Verdict, arbitrate, disconnect
 from scidmz.switch.dataplane import Dataplane
 from scidmz.switch.digests import DigestConfig, ReadyList
-from scidmz.switch.entries import PipelineIndex, UpdateError, apply_update
+from scidmz.switch.entries import (
+    Change,
+    EntryStore,
+    PipelineIndex,
+    UpdateError,
+    plan_update,
+    update_type_name,
+)
 from scidmz.switch.observation import ActivityRule
 
 API_VERSION = "1.4.0"
@@ -55,7 +61,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
     def _load(self, p4info: p4i.P4Info) -> None:
         self.p4info = p4info
         self.index = PipelineIndex.from_p4info(p4info)
-        self.entries: Mapping[EntryKey, p4r.TableEntry] = MappingProxyType({})
+        self.store = EntryStore()
         self.dataplane = Dataplane(p4info, self._on_settings)
         self._tap_ports_id = self.dataplane.table_ids.get(qualified("tap_ports"), -1)
 
@@ -119,21 +125,50 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
     async def Write(  # noqa: N802
         self, request: p4r.WriteRequest, context: Any
     ) -> p4r.WriteResponse:
+        """P4Runtime §12: every update gets its own status; a batch with a failure answers
+        UNKNOWN with one ``p4.v1.Error`` per update in ``google.rpc.Status`` details. A refused
+        update changes nothing. CONTINUE_ON_ERROR applies the others; ROLLBACK_ON_ERROR undoes
+        the batch at its first failure (the updates before it and after it are ABORTED);
+        DATAPLANE_ATOMIC is not offered (UNIMPLEMENTED), since packets here see the tables
+        between any two updates."""
         await self._check_device(request.device_id, context)
         await self._check_primary(request.election_id, context)
-        details = []
-        failed = False
-        for update in request.updates:
-            error = p4r.Error(canonical_code=rpc_code.OK)
+        atomicity = request.atomicity
+        if atomicity == p4r.WriteRequest.DATAPLANE_ATOMIC:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "DATAPLANE_ATOMIC is not supported by this target (CONTINUE_ON_ERROR and "
+                "ROLLBACK_ON_ERROR are)",
+            )
+        if atomicity not in (
+            p4r.WriteRequest.CONTINUE_ON_ERROR,
+            p4r.WriteRequest.ROLLBACK_ON_ERROR,
+        ):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unknown atomicity {atomicity}")
+        rollback = atomicity == p4r.WriteRequest.ROLLBACK_ON_ERROR
+        details: list[p4r.Error] = []
+        undo: list[Callable[[], None]] = []
+        failed_at: int | None = None
+        for position, update in enumerate(request.updates):
+            if rollback and failed_at is not None:
+                details.append(_error("ABORTED", "not attempted: an earlier update of this "
+                                      "ROLLBACK_ON_ERROR batch failed"))  # fmt: skip
+                continue
             try:
-                self._apply(update)
+                undo.append(self._apply(update))
+                details.append(p4r.Error(canonical_code=rpc_code.OK))
             except UpdateError as rejected:
-                error = p4r.Error(
-                    canonical_code=rpc_code.Code.Value(rejected.code), message=rejected.message
+                details.append(_error(rejected.code, rejected.message))
+                failed_at = position if failed_at is None else failed_at
+        if rollback and failed_at is not None:
+            for revert in reversed(undo):
+                revert()
+            for position in range(failed_at):
+                details[position] = _error(
+                    "ABORTED", f"rolled back: update {failed_at} of this batch failed"
                 )
-            failed = failed or error.canonical_code != rpc_code.OK
-            details.append(error)
-        if failed:
+        self.dataplane.entries_settled()
+        if failed_at is not None:
             # P4Runtime §12.3: a batch with failures is UNKNOWN, one Error per update.
             status = rpc_status.Status(code=rpc_code.UNKNOWN, message="some updates failed")
             for detail in details:
@@ -145,21 +180,29 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
             )
         return p4r.WriteResponse()
 
-    def _apply(self, update: p4r.Update) -> None:
+    def _apply(self, update: p4r.Update) -> Callable[[], None]:
+        """Apply one update, or raise ``UpdateError`` having changed nothing; returns what
+        undoes it."""
         kind = update.entity.WhichOneof("entity")
-        update_type = p4r.Update.Type.Name(update.type)
+        update_type = update_type_name(update.type)
         if kind == "table_entry":
             entry = update.entity.table_entry
             self._check_port(update_type, entry)
-            self.entries = apply_update(self.index, self.entries, update_type, entry)
-            self.dataplane.entries_changed(self.entries)
-        elif kind == "digest_entry":
-            self._apply_digest(update_type, update.entity.digest_entry)
-        else:
-            raise UpdateError(
-                "UNIMPLEMENTED",
-                f"{kind} is not writable on this target (table and digest entries are)",
+            change = plan_update(
+                self.index, self.store.entries, self.store.counts, update_type, entry
             )
+            self.dataplane.check(change)
+            self._commit(change)
+            return lambda: self._commit(change.inverse())
+        if kind == "digest_entry":
+            return self._apply_digest(update_type, update.entity.digest_entry)
+        raise UpdateError(
+            "UNIMPLEMENTED", f"{kind} is not writable on this target (table and digest entries are)"
+        )
+
+    def _commit(self, change: Change) -> None:
+        self.store.commit(change)
+        self.dataplane.apply(change)
 
     def _check_port(self, update_type: str, entry: p4r.TableEntry) -> None:
         if self.ports is None or entry.table_id != self._tap_ports_id or update_type == "DELETE":
@@ -173,15 +216,17 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
                     f"(ports: {', '.join(map(str, sorted(self.ports)))})",
                 )
 
-    def _apply_digest(self, update_type: str, entry: p4r.DigestEntry) -> None:
+    def _apply_digest(self, update_type: str, entry: p4r.DigestEntry) -> Callable[[], None]:
         queue = self.dataplane.digests.get(entry.digest_id)
         if queue is None:
             raise UpdateError("NOT_FOUND", f"no digest with id {entry.digest_id}")
+        before = queue.config
+        undo: Callable[[], None] = lambda: queue.configure(before)  # noqa: E731
         if update_type == "DELETE":
             if queue.config is None:
                 raise UpdateError("NOT_FOUND", f"digest {entry.digest_id} is not configured")
             queue.configure(None)
-            return
+            return undo
         config = DigestConfig(
             entry.config.max_timeout_ns, entry.config.max_list_size, entry.config.ack_timeout_ns
         )
@@ -195,6 +240,7 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         if update_type == "MODIFY" and queue.config is None:
             raise UpdateError("NOT_FOUND", f"digest {entry.digest_id} is not configured")
         queue.configure(config)
+        return undo
 
     async def Read(  # noqa: N802
         self, request: p4r.ReadRequest, context: Any
@@ -231,11 +277,11 @@ class TargetService(p4r_grpc.P4RuntimeServicer):
         if wanted.table_id and wanted.table_id not in self.index.tables:
             raise UpdateError("NOT_FOUND", f"no table with id {wanted.table_id}")
         if wanted.match or wanted.is_default_action:
-            found = self.entries.get(entry_key(wanted))
+            found = self.store.entries.get(entry_key(wanted))
             if found is None:
                 raise UpdateError("NOT_FOUND", "no such table entry")
             return [found]
-        return [e for e in self.entries.values() if wanted.table_id in (0, e.table_id)]
+        return [e for e in self.store.entries.values() if wanted.table_id in (0, e.table_id)]
 
     def _read_tables(self, wanted: p4r.TableEntry) -> Iterator[p4r.Entity]:
         with_counters = wanted.HasField("counter_data")
@@ -429,6 +475,10 @@ def add_port(
     )
     if bound == 0:
         raise OSError(f"cannot listen on {listen}")
+
+
+def _error(code: str, message: str) -> p4r.Error:
+    return p4r.Error(canonical_code=rpc_code.Code.Value(code), message=message)
 
 
 class MalformedRequestError(Exception):

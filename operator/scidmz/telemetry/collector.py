@@ -68,10 +68,15 @@ class CollectorSettings:
     """Where ``tls`` was read from: read again before every reconnect, so a renewed
     certificate (kubelet updates a mounted Secret in place) is used without a restart."""
     backoff_initial_s: float = 0.2
-    backoff_max_s: float = 2.0
-    """A switch back from a restart is found within 2 s (bench/chaos.py: with 5 s, control
-    resumed up to 9 s after the switch restarted); one connection attempt per 2 s is no
-    load on a switch."""
+    backoff_max_s: float = 1.0
+    """A switch back from a restart is found within ~1 s (bench/chaos.py: with 5 s, control
+    resumed up to 9 s after the switch restarted); one connection attempt a second is no
+    load on a switch. gRPC's own reconnect backoff is held under it
+    (``contract.channels.RECONNECT_OPTIONS``)."""
+    first_sample_s: float = 0.25
+    """After a session gets ready, the first sample comes this soon (its rates over the
+    measured interval since the set-up's counter reading), not a whole T later: control
+    resumes within ~1–2 s of the switch accepting again."""
     rpc_timeout_s: float = 5.0
 
 
@@ -108,6 +113,9 @@ class Collector:
         self._flow_events: list[FlowEvent] = []
         self._fatal: CollectorError | None = None
         self._last_good: NetworkState | None = None
+        self._became_ready = asyncio.Event()
+        self._quiet_since: float | None = None
+        self._unlogged_failures = 0
 
     # ---- the public face -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -154,7 +162,7 @@ class Collector:
                 code = error.code.name if isinstance(error, P4RuntimeError) else "UNAVAILABLE"
                 self.metrics.p4runtime_errors.labels(*self._labels, code).inc()
                 self.health.set_ready(False, f"switch {s.address}: {error}")
-                log.warning("switch %s: %s; retrying in %.1f s", s.address, error, delay)
+                self._log_failure(f"switch {s.address}: {error}")
             finally:
                 self._ready = None
                 self.metrics.connected.labels(*self._labels).set(0)
@@ -167,6 +175,20 @@ class Collector:
                 delay = s.backoff_initial_s
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
             delay = min(delay * 2, s.backoff_max_s)
+
+    def _log_failure(self, what: str) -> None:
+        """The first failure of an outage, then one line a minute with how many there were:
+        an attempt a second against a switch that is down would otherwise be 60 lines a
+        minute."""
+        now = self._clock()
+        self._unlogged_failures += 1
+        if self._quiet_since is not None and now - self._quiet_since < 60:
+            return
+        log.warning(
+            "%s; retrying every %.1f s at most (%d failed attempt(s) since the last such line)",
+            what, self.settings.backoff_max_s, self._unlogged_failures,
+        )  # fmt: skip
+        self._quiet_since, self._unlogged_failures = now, 0
 
     def _current_tls(self) -> ChannelTls | None:
         s = self.settings
@@ -201,6 +223,8 @@ class Collector:
             await self._set_up(session)
             self._ready = session
             self.sessions_ready += 1
+            self._quiet_since, self._unlogged_failures = None, 0
+            self._became_ready.set()
             self.health.set_ready(True, f"primary on {s.address}")
             session.role_changed.clear()
             while session.is_primary:
@@ -252,7 +276,14 @@ class Collector:
         active = program.parse_active_slots(
             await session.read(program.active_slots_request(ids), s.rpc_timeout_s)
         )
-        self._state = replace(self._state, previous=None, active_flows=active)
+        # the counters as set-up ends: the first poll measures rates from here, rather than
+        # taking a reading only to compare with the next one a whole T later
+        started = self._clock()
+        baseline = program.parse_poll(
+            await session.read(program.poll_request(ids), s.rpc_timeout_s),
+            (started + self._clock()) / 2,
+        )
+        self._state = replace(self._state, previous=baseline.counters, active_flows=active)
         log.info("set up %s: entries installed, %d active flows held", s.address, len(active))
 
     def _die(self, message: str) -> CollectorError:
@@ -327,7 +358,16 @@ class Collector:
         while True:
             if self._fatal is not None:
                 raise self._fatal
-            await asyncio.sleep(max(0.0, deadline - self._clock()))
+            try:
+                await asyncio.wait_for(
+                    self._became_ready.wait(), max(0.0, deadline - self._clock())
+                )
+            except TimeoutError:
+                pass
+            else:  # a session just got ready: sample soon, then on the cadence from there
+                self._became_ready.clear()
+                deadline = self._clock() + min(self.settings.first_sample_s, period)
+                continue
             await self.sample_once()
             deadline += period
             if deadline <= self._clock():

@@ -19,6 +19,7 @@ from scidmz.api.policy import TLS_CA_KEY as CA_FILE
 from scidmz.api.policy import TLS_CERT_KEY as CERT_FILE
 from scidmz.api.policy import TLS_PRIVATE_KEY_KEY as KEY_FILE
 from scidmz.api.runtime import ConfigError
+from scidmz.contract.channels import RECONNECT_OPTIONS
 
 _PEM_MARKER = b"-----BEGIN "
 
@@ -76,15 +77,16 @@ def load_channel_tls(directory: Path, server_name: str | None = None) -> Channel
 
 
 def open_channel(address: str, tls: ChannelTls | None) -> grpc.aio.Channel:
-    """A plaintext channel, or a TLS one verifying the switch against ``tls.ca``."""
+    """A plaintext channel, or a TLS one verifying the switch against ``tls.ca``; both
+    with ``RECONNECT_OPTIONS``."""
     if tls is None:
-        return grpc.aio.insecure_channel(address)
+        return grpc.aio.insecure_channel(address, options=RECONNECT_OPTIONS)
     credentials = grpc.ssl_channel_credentials(
         root_certificates=tls.ca,
         private_key=tls.client_key,
         certificate_chain=tls.client_cert,
     )
-    options = []
+    options: list[tuple[str, int | str]] = list(RECONNECT_OPTIONS)
     if tls.server_name:
         options.append(("grpc.ssl_target_name_override", tls.server_name))
     return grpc.aio.secure_channel(address, credentials, options=options)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -194,16 +196,22 @@ def controller(
             raise RestoreFailed
         return None
 
-    try:
-        message = asyncio.run(main())
-    except RestoreFailed:
-        fail("stopped without restoring the fail-safe rates (see the log above)", code=1)
-    if message:
-        fail(message)
+    _run_to_the_end(main(), "restoring the fail-safe rates")
 
 
 class RestoreFailed(Exception):
-    """A stopping controller could not restore its fail-safe rates."""
+    """A stopping service could not leave its fail-safe rate in force."""
+
+
+def _run_to_the_end(main: Coroutine[Any, Any, str | None], fail_safe: str) -> None:
+    """Run a service's ``main``: its message (a refused start) exits 2, a stop that could
+    not leave ``fail_safe`` in force exits 1."""
+    try:
+        message = asyncio.run(main)
+    except RestoreFailed:
+        fail(f"stopped without {fail_safe} (see the log above)", code=1)
+    if message:
+        fail(message)
 
 
 def shaper(
@@ -331,12 +339,7 @@ def shaper(
             raise RestoreFailed
         return None
 
-    try:
-        message = asyncio.run(main())
-    except RestoreFailed:
-        fail("stopped without applying the fail-safe rate (see the log above)", code=1)
-    if message:
-        fail(message)
+    _run_to_the_end(main(), "applying the fail-safe rate")
 
 
 def _shaper_failsafe_from(path: Path) -> tuple[float, float]:

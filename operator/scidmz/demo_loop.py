@@ -30,6 +30,7 @@ from scidmz.api.units import format_duration, format_rate
 from scidmz.metrics.http import fetch_state
 from scidmz.plotting import finish_panels
 from scidmz.testenv.cluster import free_port
+from scidmz.testenv.processes import stop_all
 
 COLUMNS = (
     "t_s", "dtn_rate_bps", "target_rate_bps", "campus_rate_bps", "campus_rate_limit_bps",
@@ -40,19 +41,12 @@ COLUMNS = (
 
 @dataclass
 class Workloads:
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     controller_port: int = 0
     prometheus_port: int | None = None
 
     def stop(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(self.processes)
 
 
 def workload_addresses(config: RuntimeConfig) -> tuple[str, str]:
@@ -94,11 +88,12 @@ def start_workloads(
 
     def spawn(name: str, args: list[str]) -> None:
         out = (workdir / f"{name}.log").open("ab")
-        workloads.processes.append(
+        workloads.processes.append((
+            name,
             subprocess.Popen(
                 [sys.executable, "-m", "scidmz.cli", *args], stdout=out, stderr=subprocess.STDOUT
-            )
-        )
+            ),
+        ))  # fmt: skip
         log(f"  {name}: scidmz {' '.join(args)}  (log {workdir / f'{name}.log'})")
 
     spawn("target", ["target", "--listen", f"127.0.0.1:{switch}", "--dtn-address", dtn,
@@ -119,13 +114,14 @@ def start_workloads(
         ],
     }  # fmt: skip
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(scrape))
-    workloads.processes.append(
+    workloads.processes.append((
+        "prometheus",
         subprocess.Popen(
             [prometheus, f"--config.file={workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={workdir / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
             stdout=(workdir / "prometheus.log").open("ab"), stderr=subprocess.STDOUT,
-        )
-    )  # fmt: skip
+        ),
+    ))  # fmt: skip
     workloads.prometheus_port = port
     log(f"  prometheus: http://127.0.0.1:{port} (try scidmz_rate_bytes_per_second * 8)")
     return workloads

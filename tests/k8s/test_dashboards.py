@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import urllib.parse
@@ -20,6 +19,7 @@ from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
 from scidmz.demo_loop import local_config
 from scidmz.metrics.dashboards import DASHBOARDS, FIRING_ALERTS, queries
 from scidmz.testenv.cluster import REPO_ROOT, free_port
+from scidmz.testenv.processes import stop_all
 from tests.k8s.conftest import wait_for
 
 
@@ -138,7 +138,7 @@ def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, 
                     missing.append(f"alert {rule['alert']}: {selector}")
         assert not missing, "no data for:\n" + "\n".join(missing)
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=15)
+        # the controller first: it restores its fail-safe through the switch's sim shaper
+        stop_all(
+            list(zip(("target", "collector", "controller", "prometheus"), processes, strict=True))
+        )

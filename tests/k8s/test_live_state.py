@@ -9,7 +9,6 @@ controller's /state (its URL template points at this test's port) into the statu
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from typing import Any
@@ -19,6 +18,7 @@ import yaml
 from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config
 from scidmz.demo_loop import local_config
 from scidmz.testenv.cluster import free_port
+from scidmz.testenv.processes import stop_all
 from scidmz.testenv.projection import project_like_kubelet
 from tests.k8s.conftest import wait_for
 
@@ -106,7 +106,5 @@ def test_status_shows_the_controllers_live_state_and_a_new_target_taken_live(
         assert controller.poll() is None  # taken live, not by a restart
         assert kube.get("deployment", "live-controller")["spec"]["template"] == template
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            process.wait(timeout=15)
+        # the controller first: it restores its fail-safe through the switch's sim shaper
+        stop_all(list(zip(("target", "collector", "controller"), processes, strict=True)))

@@ -32,6 +32,7 @@ from scidmz.demo_loop import local_config, workload_addresses
 from scidmz.metrics.http import fetch_state
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.testenv.cluster import free_port
+from scidmz.testenv.processes import stop_all
 
 PROBE_S = 0.05
 """The probes' period: the resolution of every time the chaos benchmark reports."""
@@ -138,15 +139,7 @@ class LocalLoop:
 
     def stop(self) -> None:
         self._stop.set()
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)  # a stopped process cannot terminate
-                process.terminate()
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(list(self.processes.items()))
         for thread in self._threads:
             thread.join(timeout=5)
 

@@ -44,6 +44,7 @@ from scidmz.lab.traffic import record_truth
 from scidmz.metrics.http import fetch_state
 from scidmz.plotting import finish_panels
 from scidmz.testenv.cluster import free_port
+from scidmz.testenv.processes import stop_all
 
 SAMPLE_COLUMNS = (
     "t_s", "dtn_rate_bps", "campus_rate_bps", "dtn_rtt_s", "campus_rtt_s",
@@ -176,14 +177,7 @@ class Processes:
                 )
 
     def stop(self) -> None:
-        for _, process in self.processes:
-            if process.poll() is None:
-                process.terminate()
-        for _, process in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_all(self.processes)
 
 
 def start_loop(

@@ -66,7 +66,7 @@ dashboards: $(STAMP)
 	cp crds/*.yaml charts/scidmz/crds/
 
 crds: $(STAMP)
-	$(BIN)/scidmz crd --out crds/scidmz.io_dtntransferpolicies.yaml
+	$(BIN)/scidmz crd --out-dir crds --admission-policy charts/scidmz/templates/admission-policy.yaml
 	cp crds/*.yaml charts/scidmz/crds/
 
 ## Regenerate the values table of charts/scidmz/README.md from values.yaml's comments.

@@ -4,7 +4,7 @@ operator fail-over under 100 policies.
     .venv/bin/python bench/chaos.py                      # everything, ~15 min
     .venv/bin/python bench/chaos.py --repeats 1 --skip-storm --skip-failover   # ~2 min
 
-The loop is the example policy (`examples/dtntransferpolicy.yaml`, T = 1 s, staleAfter =
+The loop is the example link and policy (`examples/borderlink.yaml`, T = 1 s, staleAfter =
 3 s, maxStep = 200 Mb/s) with `failsafe.rate: 150Mbps`, so that the fail-safe differs from
 the fixed split (400 Mb/s) and a resume has somewhere to jump from. Its three processes
 (`scidmz target`, `collector`, `controller`) are killed (SIGKILL, restart) or frozen
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import yaml
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import RuntimeConfig, resolve_runtime_config
+from scidmz.api.loop_file import parse_loop_documents
+from scidmz.api.runtime import RuntimeConfig
 from scidmz.chaos.failover import FailoverResult, run_operator_failover
 from scidmz.chaos.faults import ALL_FAULTS, Fault, FaultResult, run_fault
 from scidmz.chaos.local_loop import PROBE_S, LocalLoop
@@ -50,11 +50,18 @@ FAILOVER_TARGET_S = 10.0
 
 
 def chaos_config(sample_time: str, failsafe: str = "150Mbps") -> RuntimeConfig:
-    spec = yaml.safe_load((REPO_ROOT / "examples" / "dtntransferpolicy.yaml").read_text())
-    spec = spec["spec"]
-    spec["sampleTime"] = sample_time
-    spec["failsafe"] = {"rate": failsafe}
-    return resolve_runtime_config("chaos", "default", 1, parse_spec(spec), "unused:1")
+    """The example link and policy (processes on one host: the switch in plaintext)."""
+    docs = [
+        d for name in ("tenants.yaml", "borderlink.yaml", "dtntransferpolicy.yaml")
+        for d in yaml.safe_load_all((REPO_ROOT / "examples" / name).read_text())
+    ]  # fmt: skip
+    link = next(d for d in docs if d["kind"] == "BorderLink")
+    link["spec"]["sampleTime"] = sample_time
+    link["spec"]["failsafe"] = {"rate": failsafe}
+    link["spec"]["switch"] = {**link["spec"]["switch"], "tls": None, "plaintext": True}
+    link["spec"]["switch"].pop("tls")
+    loop = parse_loop_documents([d for d in docs if d["kind"] != "Role"], "examples")
+    return loop.config("unused:1")
 
 
 def _s(value: float | None) -> str:

@@ -119,9 +119,9 @@ def collector_cost(
     port = free_port()
     target = _spawn(port, flows, rtt_rate)
     settings = CollectorSettings(
-        policy="bench", namespace="bench", address=f"127.0.0.1:{port}", device_id=1,
+        link="bench", address=f"127.0.0.1:{port}", device_id=1,
         election_id=10, sample_time_s=1.0,
-        plan=Plan("203.0.113.10/32", "198.51.100.0/24", 1, 2, 3, 10, 10**8, 2 * 10**9, 10**9,
+        plan=Plan(("203.0.113.10/32",), "198.51.100.0/24", 1, 2, 3, 10, 10**8, 2 * 10**9, 10**9,
                   digest_timeout_ns),
         estimator=EstimatorSettings(rtt_smoothing=0.875, flow_timeout_s=5.0),
     )  # fmt: skip
@@ -191,7 +191,7 @@ def digest_rate(seconds: float, flood_per_tick: int) -> float:
             ids = Ids.from_p4info(info)
             from scidmz.telemetry.program import Plan, desired_entries
 
-            plan = Plan("203.0.113.10/32", "198.51.100.0/24", 1, 2, 3, 10, 10**8, 10**9, 10**9)
+            plan = Plan(("203.0.113.10/32",), "198.51.100.0/24", 1, 2, 3, 10, 10**8, 10**9, 10**9)
             updates = [
                 p4r.Update(type=p4r.Update.MODIFY if e.is_default_action else p4r.Update.INSERT,
                            entity=p4r.Entity(table_entry=e))

@@ -42,7 +42,7 @@ def main() -> None:
     gains = load_gains(default_models_dir(), "cubic")
     limits = Limits(0.0, 1e9, 2e8)
     settings = ControllerSettings(
-        policy="bench", namespace="bench", strategy="mlc",
+        link="bench", strategy="mlc",
         setpoint=Setpoint(600e6, 1e9), gains=Gains(*gains.mlc.as_tuple()),
         limits=limits, sample_time_s=1.0, stale_after_s=3.0,
         failsafe_rate_bps=4e8, collector_address="bench",

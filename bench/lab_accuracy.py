@@ -30,10 +30,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from scidmz.api.policy import Limits
+from scidmz.api.link import Limits
 from scidmz.api.units import parse_rate
 from scidmz.lab import runner
-from scidmz.lab.loop import load_policy, run_loop, settled_at
+from scidmz.lab.loop import load_loop, run_loop, settled_at
 from scidmz.lab.scenario import lab_scenario
 
 RESULTS = Path(__file__).parent / "results" / "lab_accuracy.md"
@@ -96,21 +96,15 @@ def main() -> int:
             "dtn.streams": args.dtn_streams,
         },
     )
-    policy = load_policy(POLICY)
-    spec = policy.spec.model_copy(
-        update={
-            "bottleneck_capacity": args.bottleneck,
-            "target_rate": f"{parse_rate(args.bottleneck) / 2 / 1e6:g}Mbps",
-            "actuator": policy.spec.actuator.model_copy(update={"type": "dryRun", "tc": None}),
-            "controller": policy.spec.controller.model_copy(update={"limits": Limits()}),
-        }
-    )
-    policy = type(policy)(policy.name, policy.namespace, spec)
+    example = load_loop(POLICY)
+    loop = example.with_link(
+        capacity=args.bottleneck,
+        actuator=example.link.actuator.model_copy(update={"type": "dryRun", "tc": None}),
+        controller=example.link.controller.model_copy(update={"limits": Limits()}),
+    ).retargeted(parse_rate(args.bottleneck) / 2)
     lab = runner.up(scenario, offloads=not args.no_offloads, progress=print)
     try:
-        summary = run_loop(
-            policy, lab, args.duration, args.out, progress=print, warmup_s=args.warmup
-        )
+        summary = run_loop(loop, lab, args.duration, args.out, progress=print, warmup_s=args.warmup)
     finally:
         runner.down()
     # the last second is the flows' end, which the kernel sees before the collector's T does

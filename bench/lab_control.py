@@ -43,7 +43,7 @@ from pathlib import Path
 
 from scidmz.control.settings import default_models_dir
 from scidmz.lab import runner
-from scidmz.lab.loop import load_policy, run_loop
+from scidmz.lab.loop import load_loop, run_loop
 from scidmz.lab.scenario import lab_scenario
 from scidmz.learn.evaluation import (
     MEASURED,
@@ -144,7 +144,7 @@ def main() -> int:
                 for strategy in strategies:
                     finite = experiment == "transfer"
                     summary = run_loop(
-                        load_policy(POLICY[args.cca], strategy),
+                        load_loop(POLICY[args.cca], strategy),
                         transferring(lab) if finite else lab,
                         TRANSFER_LIMIT_S if finite else WARMUP + MEASURED,
                         args.out / f"{experiment}-{strategy}-{run}",

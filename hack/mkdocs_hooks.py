@@ -35,12 +35,14 @@ ALERTS_PAGE = "operating/alerts.md"
 RESULTS = REPO / "bench" / "results"
 log = logging.getLogger("mkdocs.plugins.scidmz")
 
-API_INTRO = """# DTNTransferPolicy API reference
+API_INTRO = """# API reference: BorderLink and DTNTransferPolicy
 
-Every field of the custom resources, generated from the CustomResourceDefinitions the API
+Every field of the two custom resources (the administrators' cluster-scoped `BorderLink`,
+the tenants' namespaced `DTNTransferPolicy`), generated from the CustomResourceDefinitions the API
 server validates against (`crds/`, itself generated from the pydantic models in
 `operator/scidmz/api/`): the types, defaults and rules below are the ones enforced when you
-`kubectl apply`. `kubectl explain dtp.spec.controller.limits` shows the same descriptions.
+`kubectl apply`. `kubectl explain borderlink.spec.controller.limits` and
+`kubectl explain dtp.spec` show the same descriptions.
 Rates are strings with a unit (`bps`, `kbps`, `Mbps`, `Gbps`, `Tbps`), durations strings
 such as `100ms`, `1s`, `2m`.
 """
@@ -72,14 +74,14 @@ def _generated() -> dict[str, str]:
     sys.path.insert(0, str(REPO / "hack"))
     import chart_readme
 
-    from scidmz.api.crd import build_crd
+    from scidmz.api.crd import RESOURCES, build_crd
     from scidmz.api.reference import api_reference
     from scidmz.cli import app
     from scidmz.cli.reference import cli_reference
 
     values = (REPO / "charts" / "scidmz" / "values.yaml").read_text()
     return {
-        "reference/api.md": api_reference([build_crd()], API_INTRO),
+        "reference/api.md": api_reference([build_crd(r) for r in RESOURCES], API_INTRO),
         "reference/cli.md": cli_reference(app, CLI_INTRO),
         "reference/helm-values.md": f"{HELM_INTRO}\n{chart_readme.table(values)}\n",
     }

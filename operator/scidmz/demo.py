@@ -1,7 +1,8 @@
-"""``make demo``: the local control plane, the operator and ``examples/*.yaml`` until they
-are Ready; then the loop of ``examples/dtntransferpolicy.yaml`` running for real (software
-switch + simulator, collector, controller, Prometheus) with a live view, and a report with
-plots at the end. Cleans up after itself; on failure the logs are kept and their location
+"""``make demo``: the local control plane, the operator and ``examples/*.yaml`` (tenants'
+namespaces, two BorderLinks, their policies) until they are Ready; then the loop of
+BorderLink campus-border running for real (software switch + simulator, collector,
+controller, Prometheus, all over mutual TLS) with a live view, and a report with plots at
+the end. Cleans up after itself; on failure the logs are kept and their location
 printed."""
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from rich.table import Table
 
 from scidmz.api.runtime import RuntimeConfig
 from scidmz.demo_loop import (
+    LocalTls,
     Workloads,
     dashboard_pictures,
     start_workloads,
     watch,
     write_report,
 )
-from scidmz.k8s.reconcile import STATE_URL_ANNOTATION
 from scidmz.testenv.cluster import (
     REPO_ROOT,
     ControlPlane,
@@ -36,10 +37,20 @@ from scidmz.testenv.cluster import (
     free_port,
     start_control_plane,
 )
+from scidmz.testenv.identities import (
+    OPERATOR_NAMESPACE,
+    create_switch_secret,
+    ensure_namespace,
+    secret_to_directory,
+)
 from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 EXAMPLES = REPO_ROOT / "examples"
-LOOP_EXAMPLE = "dtntransferpolicy.yaml"
+APPLY_ORDER = ("tenants.yaml", "borderlink.yaml", "bbr-edge-tc.yaml", "dtntransferpolicy.yaml")
+"""Namespaces before the policies in them; links before the policies that name them."""
+LOOP_LINK = "campus-border"
+SWITCH_SECRETS = {"campus-switch-tls": "scidmz-target", "edge-switch-tls": "edge-switch"}
+"""The examples' switch TLS Secrets (what an administrator creates) and the switches' names."""
 CRDS = REPO_ROOT / "crds"
 
 
@@ -47,50 +58,70 @@ class DemoError(RuntimeError):
     """The demo could not run; the message says what to look at."""
 
 
-def _ready_condition(policy: dict[str, Any]) -> dict[str, Any]:
-    for condition in (policy.get("status") or {}).get("conditions", []):
-        if condition["type"] == "Ready":
+def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
+    for condition in (obj.get("status") or {}).get("conditions", []):
+        if condition["type"] == kind:
             return dict(condition)
     return {"status": "Unknown", "reason": "Pending", "message": "not reconciled yet"}
 
 
-def _policy_table(policies: list[dict[str, Any]], elapsed_s: float) -> Table:
-    table = Table(title=f"DTNTransferPolicies ({elapsed_s:.1f}s after apply)")
-    for column in (
-        "namespace/name",
-        "target",
-        "capacity",
-        "strategy",
-        "actuator",
-        "Ready",
-        "reason",
-    ):
+def _coloured(condition: dict[str, Any]) -> str:
+    colour = {"True": "green", "False": "yellow"}.get(condition["status"], "white")
+    return f"[{colour}]{condition['status']}[/]"
+
+
+def _status_tables(
+    links: list[dict[str, Any]], policies: list[dict[str, Any]], elapsed_s: float
+) -> Table:
+    table = Table(title=f"BorderLinks and DTNTransferPolicies ({elapsed_s:.1f}s after apply)")
+    for column in ("object", "link / capacity", "target", "Accepted", "Ready", "reason"):
         table.add_column(column)
+    for link in links:
+        spec, ready = link["spec"], _condition(link, "Ready")
+        admitted = (link.get("status") or {}).get("policies") or {}
+        table.add_row(
+            f"BorderLink {link['metadata']['name']}",
+            spec["capacity"],
+            admitted.get("admittedTarget", "—"),
+            "",
+            _coloured(ready),
+            ready.get("reason", ""),
+        )
     for policy in policies:
         spec, meta = policy["spec"], policy["metadata"]
-        ready = _ready_condition(policy)
-        colour = {"True": "green", "False": "yellow"}.get(ready["status"], "white")
+        accepted, ready = _condition(policy, "Accepted"), _condition(policy, "Ready")
         table.add_row(
-            f"{meta['namespace']}/{meta['name']}",
+            f"dtp {meta['namespace']}/{meta['name']}",
+            spec["linkRef"]["name"],
             spec["targetRate"],
-            spec["bottleneckCapacity"],
-            (spec.get("controller") or {}).get("strategy", "mlc"),
-            (spec.get("actuator") or {}).get("type", "dryRun"),
-            f"[{colour}]{ready['status']}[/]",
-            ready.get("reason", ""),
+            _coloured(accepted),
+            _coloured(ready),
+            ready.get("reason", "") if accepted["status"] == "True" else accepted.get("reason", ""),
         )
     return table
 
 
-def _example_name(filename: str) -> str:
-    document = yaml.safe_load((EXAMPLES / filename).read_text())
-    return str(document["metadata"]["name"])
-
-
-def _policies(plane: ControlPlane) -> list[dict[str, Any]]:
-    out = plane.kubectl("get", "dtp", "-A", "-o", "json").stdout
+def _items(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
+    out = plane.kubectl("get", kind, "-A", "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out)["items"]
     return items
+
+
+def _local_tls(plane: ControlPlane, workdir: Path, switch: Any) -> LocalTls:
+    """The operator's certificates for the loop's processes, as pods would mount them."""
+    identity = workdir / "identity"
+
+    def secret(name: str) -> Path:
+        return secret_to_directory(plane, OPERATOR_NAMESPACE, name, identity / name)
+
+    return LocalTls(
+        collector=secret(f"{LOOP_LINK}-collector-tls"),
+        controller=secret(f"{LOOP_LINK}-controller-tls"),
+        reader=secret("scidmz-metrics-reader"),
+        switch_client=switch.collector_dir,
+        switch_cert=switch.switch_cert,
+        switch_key=switch.switch_key,
+    )
 
 
 def run_demo(
@@ -100,9 +131,9 @@ def run_demo(
     report_dir: Path = Path("demo-report"),
 ) -> None:
     console = Console()
-    examples = sorted(EXAMPLES.glob("*.yaml"))
-    if not examples:
-        raise DemoError(f"no examples in {EXAMPLES}: run the demo from a clone of the repo")
+    missing = [name for name in APPLY_ORDER if not (EXAMPLES / name).exists()]
+    if missing:
+        raise DemoError(f"{', '.join(missing)} missing in {EXAMPLES}: run the demo from a clone")
     workdir = Path(tempfile.mkdtemp(prefix="scidmz-demo-"))
     failed = True
     operator: OperatorProcess | None = None
@@ -114,7 +145,7 @@ def run_demo(
             plane = start_control_plane(
                 workdir=workdir / "cluster",
                 crds=(CRDS,),
-                nodes=("kwok-node-0", "edge-1", "dtn-1"),
+                nodes=("kwok-node-0", "edge-1", "dtn-2"),
                 log=lambda m: console.print(f"  {m}"),
             )
         except ControlPlaneError as error:
@@ -122,13 +153,27 @@ def run_demo(
         console.print(f"  CRDs installed from {CRDS.relative_to(REPO_ROOT)}/")
 
         console.rule("[bold]2/5 scidmz operator")
+        ensure_namespace(plane, OPERATOR_NAMESPACE)
+        switches = {
+            name: create_switch_secret(plane, OPERATOR_NAMESPACE, name, workdir / name, host)
+            for name, host in SWITCH_SECRETS.items()
+        }
+        console.print(
+            f"  switch TLS Secrets {', '.join(SWITCH_SECRETS)} created in {OPERATOR_NAMESPACE} "
+            "(what an administrator does)"
+        )
         log_path = workdir / "operator.log"
         controller_port = free_port()
         try:
             operator = start_operator(
                 plane,
                 log_path,
-                extra_env={"SCIDMZ_STATE_POLL_S": "2"},
+                extra_env={
+                    "SCIDMZ_STATE_POLL_S": "2",
+                    # no kubelet here: the loop's controller runs locally; tell the
+                    # operator where (an operator setting, never a tenant's)
+                    "SCIDMZ_CONTROLLER_STATE_URL": f"https://127.0.0.1:{controller_port}/state",
+                },
             )
         except ControlPlaneError as error:
             raise DemoError(
@@ -137,57 +182,62 @@ def run_demo(
         console.print(f"  operator healthy (pid {operator.proc.pid}, log {log_path})")
 
         console.rule("[bold]3/5 kubectl apply -f examples/")
-        applied = plane.kubectl("apply", *[a for e in examples for a in ("-f", str(e))])
-        console.print("  " + applied.stdout.strip().replace("\n", "\n  "))
+        for name in APPLY_ORDER:
+            applied = plane.kubectl("apply", "-f", str(EXAMPLES / name))
+            console.print("  " + applied.stdout.strip().replace("\n", "\n  "))
 
         console.rule("[bold]4/5 status")
         started = time.monotonic()
         with Live(console=console, refresh_per_second=4) as live:
             while True:
-                policies = _policies(plane)
+                links, policies = _items(plane, "borderlinks"), _items(plane, "dtp")
                 elapsed = time.monotonic() - started
-                live.update(_policy_table(policies, elapsed))
-                if policies and all(_ready_condition(p)["status"] == "True" for p in policies):
+                live.update(_status_tables(links, policies, elapsed))
+                if (
+                    policies
+                    and all(_condition(p, "Ready")["status"] == "True" for p in policies)
+                    and all(_condition(x, "Ready")["status"] == "True" for x in links)
+                ):
                     break
                 if elapsed > timeout_s:
                     raise DemoError(
-                        f"policies not Ready after {timeout_s:.0f}s; operator log: {log_path}"
+                        f"links and policies not Ready after {timeout_s:.0f}s; operator log: "
+                        f"{log_path}"
                     )
                 time.sleep(0.25)
+        console.print(plane.kubectl("get", "borderlinks").stdout)
         console.print(plane.kubectl("get", "dtp", "-A").stdout)
         console.print(
             plane.kubectl(
-                "get", "deploy,svc,cm", "-A", "-l", "app.kubernetes.io/part-of=scidmz"
+                "get", "deploy,svc,cm,secret,networkpolicy", "-n", OPERATOR_NAMESPACE,
+                "-l", "app.kubernetes.io/part-of=scidmz",
             ).stdout
-        )
-        policy = next(
-            p for p in _policies(plane) if p["metadata"]["name"] == _example_name(LOOP_EXAMPLE)
-        )
-        name, namespace = policy["metadata"]["name"], policy["metadata"]["namespace"]
-        # no kubelet here: the example's controller runs locally; tell the operator where
-        plane.kubectl(
-            "annotate", "dtp", name, "-n", namespace, "--overwrite",
-            f"{STATE_URL_ANNOTATION}=http://127.0.0.1:{controller_port}/state",
         )  # fmt: skip
         rendered = RuntimeConfig.model_validate(
             yaml.safe_load(
                 plane.kubectl(
-                    "get", "configmap", f"{name}-config", "-n", namespace,
+                    "get", "configmap", f"{LOOP_LINK}-config", "-n", OPERATOR_NAMESPACE,
                     "-o", "jsonpath={.data.config\\.yaml}",
                 ).stdout
             )
         )  # fmt: skip
-        console.rule(f"[bold]5/5 the loop of {LOOP_EXAMPLE}, for {duration_s:.0f} s")
+        console.rule(f"[bold]5/5 the loop of BorderLink {LOOP_LINK}, for {duration_s:.0f} s")
         console.print(
             "  kwok runs no containers, so the workloads run here, with the config the "
-            f"operator rendered into ConfigMap {namespace}/{name}-config:"
+            f"operator rendered into ConfigMap {OPERATOR_NAMESPACE}/{LOOP_LINK}-config and "
+            "the certificates it issued them:"
         )
-        workloads = start_workloads(rendered, workdir, controller_port, console.print)
+        tls = _local_tls(plane, workdir, switches["campus-switch-tls"])
+        workloads = start_workloads(
+            rendered, workdir, controller_port, console.print, tls,
+            operator_metrics_port=operator.metrics_port if operator else None,
+        )  # fmt: skip
         started = time.time()
-        rows = watch(workloads, f"{namespace}/{name}", rendered.target_rate_bps, duration_s,
-                     console)  # fmt: skip
+        policy = rendered.policies[0]
+        label = f"{policy.namespace}/{policy.name} on {LOOP_LINK}"
+        rows = watch(workloads, label, rendered.target_rate_bps, duration_s, console)
         console.print(plane.kubectl("get", "dtp", "-A").stdout)
-        written = write_report(rows, report_dir, f"{namespace}/{name}")
+        written = write_report(rows, report_dir, label)
         written += dashboard_pictures(
             workloads.prometheus_port, started, time.time(), report_dir, console.print
         )
@@ -195,7 +245,7 @@ def run_demo(
         if keep:
             console.print(
                 f"[bold]Still running.[/] export KUBECONFIG={plane.kubeconfig}\n"
-                "Try: kubectl explain dtp.spec.controller; Ctrl-C cleans up."
+                "Try: kubectl explain borderlink.spec.tenants; Ctrl-C cleans up."
             )
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):

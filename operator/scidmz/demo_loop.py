@@ -1,9 +1,10 @@
-"""The demo's running loop: one policy's workloads as local processes, watched live.
+"""The demo's running loop: one link's workloads as local processes, watched live.
 
-No kubelet runs here, so the collector and controller of ``examples/dtntransferpolicy.yaml``
-run as processes with exactly the config the operator rendered into the policy's ConfigMap,
-pointed at a local ``scidmz target`` (the simulated switch and campus). A Prometheus
-scrapes them when one is installed. The terminal shows y(t), R*, u(t) and the tracking
+No kubelet runs here, so the collector and controller of ``examples/borderlink.yaml`` run
+as processes with exactly the config the operator rendered into the link's ConfigMap and
+the certificates it issued them, pointed at a local ``scidmz target`` (the simulated switch
+and campus, over mutual TLS). A Prometheus scrapes them, with the metrics-reader
+certificate, when one is installed. The terminal shows y(t), R*, u(t) and the tracking
 error every second; at the end a report (CSV, plots, summary) is written.
 """
 
@@ -25,8 +26,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
+from scidmz.api.runtime import ChannelSecurity, RuntimeConfig, dump_runtime_config
 from scidmz.api.units import format_duration, format_rate
+from scidmz.auth.identity import WORKLOAD_SERVER_NAME
+from scidmz.auth.mtls import http_client_context, load_mutual_tls
 from scidmz.metrics.http import fetch_state
 from scidmz.plotting import finish_panels
 from scidmz.testenv.cluster import free_port
@@ -44,13 +47,41 @@ class Workloads:
     processes: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
     controller_port: int = 0
     prometheus_port: int | None = None
+    reader: Path | None = None
+    """The metrics-reader certificate directory (None: the loop runs plaintext)."""
+    controller_name: str | None = None
+    """The name the controller's certificate carries."""
 
     def stop(self) -> None:
         stop_all(self.processes)
 
+    def state(self) -> dict[str, Any]:
+        """The controller's /state (over mutual TLS when the loop has certificates)."""
+        if self.reader is None:
+            return fetch_state(f"http://127.0.0.1:{self.controller_port}/state", 1.0) or {}
+        context = http_client_context(load_mutual_tls(self.reader))
+        url = f"https://127.0.0.1:{self.controller_port}/state"
+        return fetch_state(url, 1.0, tls=context, server_name=self.controller_name) or {}
+
+
+@dataclass(frozen=True)
+class LocalTls:
+    """Where the operator's certificates and the switch's were written for local processes:
+    a directory (ca.crt, tls.crt, tls.key) per identity, and the switch's own pair."""
+
+    collector: Path
+    controller: Path
+    reader: Path
+    switch_client: Path
+    """The switch TLS Secret's content (the collector's and a sim controller's)."""
+    switch_cert: Path
+    switch_key: Path
+
 
 def workload_addresses(config: RuntimeConfig) -> tuple[str, str]:
     """A DTN address inside the DTN-r prefix, a campus one inside the remote prefix."""
+    if config.dtn_prefix is None:
+        raise ValueError(f"link {config.link} has no admitted policy: no DTN to simulate")
     dtn = ipaddress.ip_network(config.dtn_prefix)
     campus = ipaddress.ip_network(config.campus_prefix)
     dtn_host = next(iter(dtn.hosts()), dtn.network_address)
@@ -58,33 +89,66 @@ def workload_addresses(config: RuntimeConfig) -> tuple[str, str]:
     return str(dtn_host), str(campus_host)
 
 
-def local_config(rendered: RuntimeConfig, switch: str, collector: str) -> RuntimeConfig:
+def local_config(
+    rendered: RuntimeConfig,
+    switch: str,
+    collector: str,
+    identity: Path | None = None,
+    switch_tls: bool = False,
+) -> RuntimeConfig:
     """The operator's rendered config with only the addresses changed: the switch (and the
     sim actuators, campus and DTN) at a local ``scidmz target``, the sample stream at
-    ``collector``."""
+    ``collector``; ``identity`` is where this process's certificate was written (None:
+    plaintext, as processes on one host may run), and the switch keeps its TLS only with
+    ``switch_tls`` (the local target then serves it)."""
     dtn = rendered.actuator.dtn
     local_dtn = dtn.model_copy(update={"type": "sim", "address": switch}) if dtn else None
     actuator = rendered.actuator.model_copy(
         update={"type": "sim", "sim_address": switch, "dtn": local_dtn}
     )
+    security = None
+    if identity is not None and rendered.security is not None:
+        security = rendered.security.model_copy(update={"identity_dir": str(identity)})
+    elif identity is not None:
+        raise ValueError("a certificate was given but the rendered config runs plaintext")
+    switch_update: dict[str, object] = {"address": switch}
+    if not switch_tls:
+        switch_update |= {"tls_secret": None, "tls_server_name": None}
     return rendered.model_copy(
         update={
-            "switch": rendered.switch.model_copy(update={"address": switch}),
+            "switch": rendered.switch.model_copy(update=switch_update),
             "actuator": actuator,
             "collector_address": collector,
+            "security": security,
         }
     )
 
 
 def start_workloads(
-    rendered: RuntimeConfig, workdir: Path, controller_port: int, log: Any
+    rendered: RuntimeConfig,
+    workdir: Path,
+    controller_port: int,
+    log: Any,
+    tls: LocalTls | None = None,
+    operator_metrics_port: int | None = None,
 ) -> Workloads:
     switch, grpc_port, collector_http = free_port(), free_port(), free_port()
-    local = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
-    config = workdir / "config.yaml"
-    config.write_text(dump_runtime_config(local))
+    configs = {}
+    for component in ("collector", "controller"):
+        identity = getattr(tls, component) if tls is not None else None
+        local = local_config(
+            rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}", identity,
+            switch_tls=tls is not None,
+        )  # fmt: skip
+        configs[component] = workdir / f"{component}.yaml"
+        configs[component].write_text(dump_runtime_config(local))
     dtn, campus = workload_addresses(local)
-    workloads = Workloads(controller_port=controller_port)
+    security = rendered.security if tls is not None else None
+    workloads = Workloads(
+        controller_port=controller_port,
+        reader=tls.reader if tls is not None else None,
+        controller_name=WORKLOAD_SERVER_NAME if security else None,
+    )
 
     def spawn(name: str, args: list[str]) -> None:
         out = (workdir / f"{name}.log").open("ab")
@@ -96,23 +160,38 @@ def start_workloads(
         ))  # fmt: skip
         log(f"  {name}: scidmz {' '.join(args)}  (log {workdir / f'{name}.log'})")
 
-    spawn("target", ["target", "--listen", f"127.0.0.1:{switch}", "--dtn-address", dtn,
-                     "--campus-address", campus])  # fmt: skip
-    spawn("collector", ["collector", "--config", str(config), "--http-port", str(collector_http)])
-    spawn("controller", ["controller", "--config", str(config), "--http-port",
-                         str(controller_port)])  # fmt: skip
+    target = ["target", "--listen", f"127.0.0.1:{switch}", "--dtn-address", dtn,
+              "--campus-address", campus]  # fmt: skip
+    switch_tls: list[str] = []
+    if tls is not None and rendered.switch.tls_secret:
+        target += ["--tls-cert", str(tls.switch_cert), "--tls-key", str(tls.switch_key),
+                   "--tls-client-ca", str(tls.switch_client / "ca.crt")]  # fmt: skip
+        switch_tls = [str(tls.switch_client)]
+    spawn("target", target)
+    tls_dir = ["--tls-dir", *switch_tls] if switch_tls else []
+    spawn("collector", ["collector", "--config", str(configs["collector"]), "--http-port",
+                        str(collector_http), *tls_dir])  # fmt: skip
+    spawn("controller", ["controller", "--config", str(configs["controller"]), "--http-port",
+                         str(controller_port),
+                         *(["--switch-tls-dir", *switch_tls] if switch_tls else [])])  # fmt: skip
     prometheus = shutil.which("prometheus")
     if prometheus is None:
         log("  prometheus: not installed (apt install prometheus); skipping it")
         return workloads
     port = free_port()
-    scrape = {
+    scrape: dict[str, Any] = {
         "global": {"scrape_interval": "2s"},
         "scrape_configs": [
-            {"job_name": "scidmz", "static_configs": [{"targets": [
-                f"127.0.0.1:{collector_http}", f"127.0.0.1:{controller_port}"]}]},
+            _scrape_job(component, f"127.0.0.1:{http}", tls, security, rendered.link)
+            for component, http in (("collector", collector_http), ("controller", controller_port))
         ],
-    }  # fmt: skip
+    }
+    if operator_metrics_port is not None:
+        # the operator's own /metrics (reconciles, errors: the health dashboard)
+        scrape["scrape_configs"].append({
+            "job_name": "operator",
+            "static_configs": [{"targets": [f"127.0.0.1:{operator_metrics_port}"]}],
+        })  # fmt: skip
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(scrape))
     workloads.processes.append((
         "prometheus",
@@ -125,6 +204,32 @@ def start_workloads(
     workloads.prometheus_port = port
     log(f"  prometheus: http://127.0.0.1:{port} (try scidmz_rate_bytes_per_second * 8)")
     return workloads
+
+
+def _scrape_job(
+    component: str,
+    target: str,
+    tls: LocalTls | None,
+    security: ChannelSecurity | None,
+    link: str,
+) -> dict[str, Any]:
+    """A Prometheus job for one workload: over mutual TLS with the metrics-reader
+    certificate (the server's name checked as in the cluster), or plaintext."""
+    # the labels a ServiceMonitor gives in the cluster (the health dashboard's "up" panel)
+    labels = {"service": f"{link}-{component}"}
+    job: dict[str, Any] = {
+        "job_name": component,
+        "static_configs": [{"targets": [target], "labels": labels}],
+    }
+    if tls is not None and security is not None:
+        job["scheme"] = "https"
+        job["tls_config"] = {
+            "ca_file": str(tls.reader / "ca.crt"),
+            "cert_file": str(tls.reader / "tls.crt"),
+            "key_file": str(tls.reader / "tls.key"),
+            "server_name": WORKLOAD_SERVER_NAME,
+        }
+    return job
 
 
 def _fmt(value: Any, kind: str) -> str:
@@ -140,7 +245,7 @@ def _fmt(value: Any, kind: str) -> str:
 
 
 def _view(row: dict[str, Any], policy: str, elapsed: float, total: float) -> Table:
-    table = Table(title=f"{policy}: the loop, live ({elapsed:.0f}/{total:.0f} s)")
+    table = Table(title=f"the loop, live ({elapsed:.0f}/{total:.0f} s): {policy}")
     table.add_column("")
     table.add_column("DTN", justify="right")
     table.add_column("campus", justify="right")
@@ -171,7 +276,7 @@ def watch(
     started = time.monotonic()
     with Live(console=console, refresh_per_second=2) as live:
         while (elapsed := time.monotonic() - started) < duration_s:
-            state = fetch_state(f"http://127.0.0.1:{workloads.controller_port}/state", 1.0) or {}
+            state = workloads.state()
             sample = state.get("state") or {}
             row = {
                 "t_s": round(elapsed, 2),
@@ -201,7 +306,7 @@ def dashboard_pictures(
     out.mkdir(parents=True, exist_ok=True)
     source = fetch_series(
         f"http://127.0.0.1:{prometheus_port}", start_s, end_s, step_s=2.0,
-        variables={"namespace": ".*", "policy": ".*"},
+        variables={"link": ".*"},
     )  # fmt: skip
     written = []
     for name, build in DASHBOARDS.items():

@@ -17,7 +17,7 @@ import pytest
 import typer.main
 import yaml
 
-from scidmz.api.crd import build_crd
+from scidmz.api.crd import RESOURCES, build_crd
 from scidmz.api.reference import anchor, objects
 from scidmz.cli import app
 from scidmz.cli.reference import anchor as command_anchor
@@ -103,20 +103,22 @@ def test_the_copy_itself_builds(docs_copy, tmp_path):
 # ---- the generated references --------------------------------------------------------------
 
 
-def test_the_api_reference_has_every_object_and_field_of_the_crd(site):
+def test_the_api_reference_has_every_object_and_field_of_both_crds(site):
     html = page(site, "reference/api")
     found = ids(html)
-    crd = build_crd()
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-    kind = crd["spec"]["names"]["kind"]
-    for top in ("spec", "status"):
-        for section in objects(schema[top], top):
-            assert anchor(f"{kind}.{section.path}") in found, section.path
-            for field in section.schema["properties"]:
-                assert f"<code>{field}</code>" in html, f"{section.path}.{field}"
-    # a default and a rule's message, as the API server holds them
+    for resource in RESOURCES:
+        crd = build_crd(resource)
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        kind = crd["spec"]["names"]["kind"]
+        for top in ("spec", "status"):
+            for section in objects(schema[top], top):
+                assert anchor(f"{kind}.{section.path}") in found, f"{kind} {section.path}"
+                for field in section.schema["properties"]:
+                    assert f"<code>{field}</code>" in html, f"{kind} {section.path}.{field}"
+    # a default and rules' messages, as the API server holds them
     assert "must be between 100ms and 60s" in html
-    assert "targetRate must be below bottleneckCapacity" in html
+    assert "capacity must be at most 10Tbps" in html
+    assert "switch.tls is required" in html
 
 
 def test_the_cli_reference_has_every_command_and_option(site):
@@ -253,8 +255,8 @@ def test_pages_render_in_headless_chromium(site):
                 )
                 assert broken == [], f"{path}: images that did not load: {broken}"
             tab.goto(base + "reference/api/", wait_until="networkidle")
-            tab.locator("#dtntransferpolicy-spec-controller-limits").scroll_into_view_if_needed()
-            assert tab.locator("#dtntransferpolicy-spec-controller-limits").is_visible()
+            tab.locator("#borderlink-spec-controller-limits").scroll_into_view_if_needed()
+            assert tab.locator("#borderlink-spec-controller-limits").is_visible()
     except BrowserUnavailable as error:
         pytest.fail(str(error))
     assert failures == []

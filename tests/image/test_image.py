@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import dump_runtime_config
 from scidmz.demo_loop import local_config
 from scidmz.testenv import image
 from scidmz.testenv.cluster import REPO_ROOT, free_port
+from tests.loops import plaintext_link_spec, render
 
 pytestmark = pytest.mark.timeout(1800)  # a cold build pip-installs every dependency
 
@@ -109,13 +109,13 @@ def _wait(predicate, timeout_s: float, what: str, logs: list[Path]):
     raise AssertionError(f"{what} within {timeout_s} s\n{tails}")
 
 
-def test_target_collector_and_controller_serve_from_the_image(built, example_policy, tmp_path):
+def test_target_collector_and_controller_serve_from_the_image(built, tmp_path):
     """The switch, the collector and the controller each start from the image as user
     10001 and serve: the collector programs the switch and streams samples, the controller
     decides on them (its /state), each answers /metrics."""
     switch, grpc_port, collector_http, controller_http = (free_port() for _ in range(4))
-    spec = {**example_policy["spec"], "sampleTime": "500ms"}
-    rendered = resolve_runtime_config("img", "ns", 1, parse_spec(spec), "unused:1")
+    # processes on one host, as the demo's: plaintext (the channels' mTLS has its own tests)
+    rendered = render(link=plaintext_link_spec(sampleTime="500ms"), collector="unused:1")
     config = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     shared = tmp_path / "config"
     shared.mkdir(mode=0o755)

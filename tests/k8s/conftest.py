@@ -15,9 +15,12 @@ import pytest
 import yaml
 
 from scidmz.testenv.cluster import ControlPlane, free_port, start_control_plane
+from scidmz.testenv.identities import OPERATOR_NAMESPACE, create_switch_secret, ensure_namespace
 from scidmz.testenv.operator_process import OperatorProcess, start_operator
 
 REPO = Path(__file__).resolve().parents[2]
+SWITCH_NAME = "scidmz-target"
+"""The example link's switch TLS server name (examples/borderlink.yaml)."""
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1):
@@ -38,8 +41,9 @@ class Operator:
         self.plane, self.log_path, self.priority = plane, log_path, priority
         self.process: OperatorProcess | None = None
         # Pods do not run under kwok: tests that run a real controller process serve its
-        # /state here, and the operator reads every policy's state from this address.
+        # /state here, and the operator reads every link's state from this address.
         self.state_port = free_port()
+        self.namespace = OPERATOR_NAMESPACE
 
     @property
     def health_port(self) -> int:
@@ -47,6 +51,7 @@ class Operator:
         return self.process.health_port
 
     def start(self) -> None:
+        self._started_at = len(self.log())
         self.process = start_operator(
             self.plane,
             self.log_path,
@@ -55,7 +60,8 @@ class Operator:
                 "SCIDMZ_PEERING_PRIORITY": str(self.priority),
                 "SCIDMZ_RETRY_DELAY_S": "2",
                 "SCIDMZ_STATE_POLL_S": "1",
-                "SCIDMZ_CONTROLLER_STATE_URL": f"http://127.0.0.1:{self.state_port}/state",
+                "SCIDMZ_RESYNC_S": "5",
+                "SCIDMZ_CONTROLLER_STATE_URL": f"https://127.0.0.1:{self.state_port}/state",
             },
         )
 
@@ -66,6 +72,9 @@ class Operator:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_since_start(self) -> str:
+        return self.log()[self._started_at :]
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()
@@ -79,6 +88,12 @@ def plane(tmp_path_factory) -> Iterator[ControlPlane]:
         crds=(REPO / "crds",),
     )
     try:
+        # what an administrator does before the example link can run: the operator's
+        # namespace, and the switch's TLS Secret in it
+        ensure_namespace(cp, OPERATOR_NAMESPACE)
+        create_switch_secret(
+            cp, OPERATOR_NAMESPACE, "campus-switch-tls", cp.workdir / "switch-tls", SWITCH_NAME
+        )
         yield cp
     finally:
         cp.stop()
@@ -94,8 +109,10 @@ def operator(plane, tmp_path_factory) -> Iterator[Operator]:
 
 @pytest.fixture
 def namespace(plane) -> Iterator[str]:
+    """A tenant's namespace, labelled as the example links' tenants.namespaces selects."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     plane.kubectl("create", "namespace", name)
+    plane.kubectl("label", "namespace", name, "scidmz.io/tenant=true")
     yield name
     plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
@@ -128,11 +145,7 @@ class Kube:
         return sorted(r.stdout.split())
 
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
-        obj = self.get("dtp", policy) or {}
-        for c in (obj.get("status") or {}).get("conditions", []):
-            if c["type"] == type_:
-                return c
-        return None
+        return _condition(self.get("dtp", policy) or {}, type_)
 
     def delete(self, kind: str, name: str) -> None:
         self.plane.kubectl("delete", kind, name, "-n", self.namespace, "--wait=false")
@@ -141,6 +154,72 @@ class Kube:
 @pytest.fixture
 def kube(plane, namespace) -> Kube:
     return Kube(plane, namespace)
+
+
+def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions", []):
+        if c["type"] == type_:
+            return dict(c)
+    return None
+
+
+class Links:
+    """BorderLinks (cluster-scoped) made by one test, with unique names, deleted after it;
+    and the objects of their loops in the operator's namespace."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.made: list[str] = []
+        self.prefix = f"l{uuid.uuid4().hex[:6]}"
+
+    def name(self, suffix: str) -> str:
+        return f"{self.prefix}-{suffix}"
+
+    def apply(self, obj: dict[str, Any], check: bool = True) -> subprocess.CompletedProcess[str]:
+        name = obj["metadata"]["name"]
+        if name not in self.made:
+            self.made.append(name)
+        return self.plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj), check=check)
+
+    def get(self, name: str) -> dict[str, Any] | None:
+        r = self.plane.kubectl("get", "borderlink", name, "-o", "json", check=False)
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def condition(self, name: str, type_: str) -> dict[str, Any] | None:
+        return _condition(self.get(name) or {}, type_)
+
+    def ready(self, name: str) -> bool:
+        return (self.condition(name, "Ready") or {}).get("status") == "True"
+
+    def child(self, kind: str, name: str) -> dict[str, Any] | None:
+        r = self.plane.kubectl(
+            "get", kind, name, "-n", OPERATOR_NAMESPACE, "-o", "json", check=False
+        )
+        return json.loads(r.stdout) if r.returncode == 0 else None
+
+    def children(self, link: str) -> dict[str, list[str]]:
+        """The link's objects in the operator's namespace, by kind."""
+        out = {}
+        for kind in ("deployment", "service", "configmap", "serviceaccount", "secret",
+                     "networkpolicy"):  # fmt: skip
+            r = self.plane.kubectl(
+                "get", kind, "-n", OPERATOR_NAMESPACE, "-l", f"scidmz.io/link={link}",
+                "-o", "jsonpath={.items[*].metadata.name}",
+            )  # fmt: skip
+            out[kind] = sorted(r.stdout.split())
+        return out
+
+    def delete(self, name: str, wait: bool = False) -> None:
+        self.plane.kubectl("delete", "borderlink", name, f"--wait={str(wait).lower()}",
+                           "--timeout=60s", check=False)  # fmt: skip
+
+
+@pytest.fixture
+def links(plane) -> Iterator[Links]:
+    made = Links(plane)
+    yield made
+    for name in made.made:
+        made.delete(name)
 
 
 def pytest_collection_modifyitems(items):

@@ -58,7 +58,6 @@ def monitoring_crds(plane) -> None:
 def test_lint_and_every_ci_values_file_applies_server_side(plane, monitoring_crds):
     lint = _helm(plane, "lint", "--strict", "--kube-version", KUBE_VERSION, str(CHART))
     assert "0 chart(s) failed" in lint.stdout
-    plane.kubectl("create", "namespace", "research", check=False)
     for values in sorted((CHART / "ci").glob("*.yaml")):
         rendered = _helm(
             plane, "template", "ci", str(CHART), "--namespace", "default",
@@ -69,6 +68,15 @@ def test_lint_and_every_ci_values_file_applies_server_side(plane, monitoring_crd
         )
         assert applied.returncode == 0, f"{values.name}: {applied.stderr}"
         assert "deployment.apps/ci-scidmz created (server dry run)" in applied.stdout
+        # RBAC, the admission policy and the NetworkPolicy pass the API server's own checks
+        for kind in (
+            "clusterrole.rbac.authorization.k8s.io/ci-scidmz",
+            "role.rbac.authorization.k8s.io/ci-scidmz",
+            "validatingadmissionpolicy.admissionregistration.k8s.io/ci-scidmz-tenants",
+            "validatingadmissionpolicybinding.admissionregistration.k8s.io/ci-scidmz-tenants",
+            "networkpolicy.networking.k8s.io/ci-scidmz-operator",
+        ):
+            assert f"{kind} created (server dry run)" in applied.stdout, (values.name, kind)
         if values.name == "monitoring-values.yaml":
             for kind in ("servicemonitor", "podmonitor", "prometheusrule"):
                 assert f"{kind}.monitoring.coreos.com/" in applied.stdout, kind
@@ -117,20 +125,42 @@ def test_install_upgrade_uninstall(plane):
     ).stdout.strip()  # fmt: skip
     user = f"system:serviceaccount:{namespace}:{account}"
 
-    def can(verb: str, resource: str) -> bool:
+    def can(verb: str, resource: str, where: str | None = namespace) -> bool:
+        scope = ["-n", where] if where else ["--all-namespaces"]
+        resource, _, sub = resource.partition("/")
+        subresource = [f"--subresource={sub}"] if sub else []
         answer = plane.kubectl(
-            "auth", "can-i", verb, resource, "-n", namespace, "--as", user, check=False
+            "auth", "can-i", verb, resource, *subresource, *scope, "--as", user, check=False
         )
         return answer.stdout.strip() == "yes"
 
+    # in its own namespace: the links' loops
     needed = [
         ("patch", "deployments.apps"), ("delete", "deployments.apps"),
-        ("patch", "configmaps"), ("patch", "services"), ("get", "secrets"),
-        ("patch", "dtntransferpolicies.scidmz.io/status"), ("create", "events"),
-        ("list", "pods"), ("patch", "pods"),
+        ("patch", "configmaps"), ("patch", "services"), ("create", "secrets"),
+        ("get", "secrets"), ("patch", "networkpolicies.networking.k8s.io"),
+        ("patch", "serviceaccounts"), ("list", "pods"), ("patch", "pods"),
     ]  # fmt: skip
     assert [need for need in needed if not can(*need)] == []
-    assert not can("delete", "pods") and not can("create", "pods") and not can("list", "secrets")
+    assert not can("delete", "pods") and not can("create", "pods") and not can("exec", "pods")
+    # cluster-wide: read the two resources and namespaces, write their status, Events
+    cluster = [
+        ("list", "borderlinks.scidmz.io"), ("patch", "borderlinks.scidmz.io"),
+        ("patch", "borderlinks.scidmz.io/status"), ("watch", "dtntransferpolicies.scidmz.io"),
+        ("patch", "dtntransferpolicies.scidmz.io/status"), ("list", "namespaces"),
+        ("create", "events"),
+    ]  # fmt: skip
+    assert [need for need in cluster if not can(*need, None)] == []
+    # and nothing else: no tenant's objects, no workloads or Secrets outside its namespace
+    for refused in (
+        ("patch", "dtntransferpolicies.scidmz.io"), ("create", "dtntransferpolicies.scidmz.io"),
+        ("delete", "dtntransferpolicies.scidmz.io"), ("create", "borderlinks.scidmz.io"),
+        ("delete", "borderlinks.scidmz.io"), ("get", "secrets"), ("create", "deployments.apps"),
+        ("create", "pods"), ("list", "nodes"), ("create", "clusterrolebindings"),
+        ("patch", "namespaces"), ("create", "configmaps"),
+    ):  # fmt: skip
+        assert not can(*refused, "default"), refused
+        assert not can(*refused, None), refused
     dashboards = plane.kubectl(
         "get", "configmaps", "-n", namespace, "-l", "grafana_dashboard=1", "-o", "name"
     ).stdout.split()
@@ -145,8 +175,13 @@ def test_install_upgrade_uninstall(plane):
     _helm(plane, "uninstall", release, "--namespace", namespace, "--wait")
     gone = plane.kubectl("get", "deployment", "-n", namespace, "-o", "name").stdout.strip()
     assert gone == ""
-    # the CRDs stay (helm never deletes crds/): policies survive an uninstall
-    assert plane.kubectl("get", "crd", "dtntransferpolicies.scidmz.io", check=False).returncode == 0
+    # the CRDs stay (helm never deletes crds/): links and policies survive an uninstall
+    for crd in ("dtntransferpolicies.scidmz.io", "borderlinks.scidmz.io"):
+        assert plane.kubectl("get", "crd", crd, check=False).returncode == 0
+    # the cluster-wide objects go with the release
+    for kind in ("clusterrole", "validatingadmissionpolicy", "validatingadmissionpolicybinding"):
+        left = plane.kubectl("get", kind, "-l", "app.kubernetes.io/instance=scidmz", "-o", "name")
+        assert left.stdout.strip() == "", kind
     plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -177,7 +212,10 @@ def test_monitoring_objects_render_only_when_enabled(plane):
     assert unscraped["groups"] == [g for g in source["groups"] if g["name"] != "scidmz-operator"]
     assert [g["name"] for g in source["groups"]] == ["scidmz", "scidmz-operator"]
     monitor = enabled["ServiceMonitor"]["spec"]
-    assert monitor["endpoints"][0]["port"] == "http-metrics"
+    endpoint = monitor["endpoints"][0]
+    assert endpoint["port"] == "https-metrics" and endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"]["cert"]["secret"]["name"] == "scidmz-metrics-reader"
+    assert endpoint["tlsConfig"]["serverName"] == "workload.scidmz.invalid"
     assert monitor["selector"]["matchLabels"]["app.kubernetes.io/managed-by"] == "scidmz-operator"
     # the PodMonitor finds the operator's pods and a port they declare, which is where the
     # operator serves /metrics
@@ -186,7 +224,7 @@ def test_monitoring_objects_render_only_when_enabled(plane):
     assert pod_monitor["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
     (container,) = template["spec"]["containers"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert pod_monitor["podMetricsEndpoints"][0]["port"] == "metrics"
     assert ports["metrics"] == int(env["SCIDMZ_METRICS_PORT"]) == 9100
     assert env["SCIDMZ_PEERING_LIFETIME_S"] == "6"  # the operator's takeover time

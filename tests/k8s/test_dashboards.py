@@ -14,13 +14,13 @@ import urllib.request
 
 import yaml
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import dump_runtime_config
 from scidmz.demo_loop import local_config
 from scidmz.metrics.dashboards import DASHBOARDS, FIRING_ALERTS, queries
 from scidmz.testenv.cluster import REPO_ROOT, free_port
 from scidmz.testenv.processes import stop_all
 from tests.k8s.conftest import wait_for
+from tests.loops import link_spec, plaintext_link_spec, render
 
 
 def _run(args: list[str]) -> subprocess.Popen[str]:
@@ -59,16 +59,17 @@ def test_promtool_flags_a_planted_naming_error():
 
 
 def _concrete(promql: str) -> str:
-    return promql.replace("$namespace", ".*").replace("$policy", ".*")
+    return promql.replace("$link", ".*")
 
 
-def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, tmp_path):
-    spec = {**example_policy["spec"], "sampleTime": "500ms",
-            "campus": {"remotePrefix": "198.51.100.0/24"},
-            "actuator": {"type": "sim", "dtn": {"type": "sim"}},
-            "controller": {"strategy": "pi"}}  # fmt: skip
+def test_every_dashboard_and_alert_query_returns_data(operator, tmp_path):
+    host = {**link_spec()["dtnHosts"][0], "shaper": {"type": "sim"}}
+    spec = plaintext_link_spec(
+        sampleTime="500ms", campus={"remotePrefix": "198.51.100.0/24"},
+        actuator={"type": "sim"}, controller={"strategy": "pi"}, dtnHosts=[host],
+    )  # fmt: skip
     switch, grpc_port, collector_http, controller_http, prom = (free_port() for _ in range(5))
-    rendered = resolve_runtime_config("dash", "ns", 1, parse_spec(spec), "unused:1")
+    rendered = render(spec, collector="unused:1")
     config = local_config(rendered, f"127.0.0.1:{switch}", f"127.0.0.1:{grpc_port}")
     (tmp_path / "config.yaml").write_text(dump_runtime_config(config))
     scrape = {
@@ -76,10 +77,10 @@ def test_every_dashboard_and_alert_query_returns_data(operator, example_policy, 
         "scrape_configs": [
             {"job_name": "collector", "static_configs": [{
                 "targets": [f"127.0.0.1:{collector_http}"],
-                "labels": {"namespace": "ns", "service": "dash-collector"}}]},
+                "labels": {"namespace": "ns", "service": "campus-border-collector"}}]},
             {"job_name": "controller", "static_configs": [{
                 "targets": [f"127.0.0.1:{controller_http}"],
-                "labels": {"namespace": "ns", "service": "dash-controller"}}]},
+                "labels": {"namespace": "ns", "service": "campus-border-controller"}}]},
             {"job_name": "operator", "static_configs": [{
                 "targets": [f"127.0.0.1:{operator.process.metrics_port}"]}]},
         ],

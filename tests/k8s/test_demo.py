@@ -20,22 +20,31 @@ def test_the_demo_runs_the_loop_and_writes_its_report(tmp_path):
     assert "demo finished; everything was stopped and removed" in output
     for part in ("1/5", "2/5", "3/5", "4/5", "5/5", "the loop, live", "tracking error"):
         assert part in output, part
-    # the operator copied the local controller's /state into the example's status only
-    tables = re.findall(r"NAMESPACE\s+NAME\s+TARGET.*?\n(.*?)\n\n", output, re.S)
+    # the operator copied the local controller's /state into the example link's policy's
+    # status only (the other link's loop does not run here)
+    tables = re.findall(r"NAMESPACE\s+NAME\s+LINK.*?\n(.*?)\n\n", output, re.S)
     assert tables, output[-2000:]
     last = tables[-1]  # printed after the loop ran
     rows = {line.split()[1]: line for line in last.splitlines() if line.strip()}
     assert re.search(
-        r"600Mbps\s+1Gbps\s+[\d.]+[kMG]bps\s+[\d.]+[kMG]?bps\s+True", rows["paper-testbed"]
-    )
-    assert "True" in rows["bbr-edge"] and rows["bbr-edge"].count("bps") == 2  # target, capacity
+        r"campus-border\s+dtn-1\s+600Mbps\s+True\s+Accepted\s+[\d.]+[kMG]bps\s+True",
+        rows["paper-testbed"],
+    ), rows
+    assert re.search(r"edge-10g\s+dtn-2\s+4Gbps\s+True\s+Accepted\s+True", rows["bbr-edge"])
+    # every link's workloads in the operator's namespace, with their certificates, and
+    # Prometheus scraping them over mutual TLS
+    for shown in ("secret/campus-border-collector-tls", "networkpolicy.networking.k8s.io/"
+                  "campus-border-collector", "deployment.apps/edge-10g-dtn-shaper"):  # fmt: skip
+        assert shown in output, shown
     with (report / "samples.csv").open() as handle:
         samples = list(csv.DictReader(handle))
     assert len(samples) >= 8
     assert all(float(s["dtn_rate_bps"]) > 0 for s in samples)
     assert (report / "demo.png").stat().st_size > 10_000
     # the dashboards drawn from their own queries: every overview panel has the loop's data
-    assert "dashboard overview: 8 of 8 panels with data" in output
+    assert "dashboard overview: 9 of 9 panels with data" in output
+    # all but the firing alerts (none fire in a healthy run)
+    assert "dashboard health: 8 of 9 panels with data" in output
     for name in ("overview", "health"):
         assert (report / f"dashboard-{name}.png").stat().st_size > 10_000
     assert "tracking error" in (report / "summary.md").read_text()

@@ -1,111 +1,165 @@
-"""The operator against a real apiserver + controller-manager + kwok."""
+"""The operator against a real apiserver + controller-manager + kwok: one loop per
+BorderLink, in the operator's namespace, for the policies it admits."""
 
 from __future__ import annotations
 
-import copy
+import base64
+import json
 import time
 import urllib.request
 
 import pytest
 
+from scidmz.auth.pki import uri_identities
+from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from tests.k8s.conftest import Operator, wait_for
+from tests.loops import link_object, policy_object
 
-CHILD_SELECTOR = "app.kubernetes.io/instance={name}"
+NS = OPERATOR_NAMESPACE
 
 
-def _policy(example_policy, name, **spec_changes):
-    obj = copy.deepcopy(example_policy)
-    obj["metadata"] = {"name": name}
-    obj["spec"].update(spec_changes)
-    return obj
+TC_SHAPED_HOST = {
+    "name": "dtn-1",
+    "receiverPrefix": "203.0.113.10/32",
+    "shaper": {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}},
+}
+
+
+def _link(links, suffix, **changes):
+    return link_object(links.name(suffix), **changes)
+
+
+def _policy(kube, link, name="p", **changes):
+    return policy_object(name, kube.namespace, linkRef={"name": link}, **changes)
 
 
 def _ready(kube, name):
-    cond = kube.condition(name, "Ready")
-    return cond is not None and cond["status"] == "True"
+    return (kube.condition(name, "Ready") or {}).get("status") == "True"
 
 
-def _children(kube, name):
-    selector = CHILD_SELECTOR.format(name=name)
-    return {
-        kind: kube.names(kind, selector)
-        for kind in ("deployment", "service", "configmap", "serviceaccount")
-    }
+def _events(plane, namespace, name):
+    args = ["get", "events", "--field-selector", f"involvedObject.name={name}",
+            "-o", "jsonpath={.items[*].reason}"]  # fmt: skip
+    return plane.kubectl(*args, "-n", namespace).stdout.split()
 
 
-def test_create_makes_children_and_ready_status(operator, kube, example_policy):
+def test_a_link_and_a_policy_make_one_loop_in_the_operators_namespace(operator, kube, links):
+    name = links.name("alpha")
     started = time.monotonic()
-    kube.apply(_policy(example_policy, "alpha"))
-    wait_for(lambda: _ready(kube, "alpha"), 5, "Ready=True within 5 s")
-    elapsed = time.monotonic() - started
-    assert elapsed < 5
-    assert _children(kube, "alpha") == {
-        "deployment": ["alpha-collector", "alpha-controller"],
-        "service": ["alpha-collector", "alpha-controller"],
-        "configmap": ["alpha-config"],
-        "serviceaccount": ["alpha-scidmz"],
+    links.apply(_link(links, "alpha"))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: _ready(kube, "p") and links.ready(name), 15, "Ready within 15 s")
+    assert time.monotonic() - started < 15
+    assert links.children(name) == {
+        "deployment": [f"{name}-collector", f"{name}-controller"],
+        "service": [f"{name}-collector", f"{name}-controller"],
+        "configmap": [f"{name}-config"],
+        "serviceaccount": [f"{name}-scidmz"],
+        "secret": [f"{name}-collector-tls", f"{name}-controller-tls"],
+        "networkpolicy": [f"{name}-collector", f"{name}-controller"],
     }
-    policy = kube.get("dtp", "alpha")
+    # nothing at all in the tenant's namespace but the policy
+    for kind in ("deployment", "pod", "service", "configmap", "secret"):
+        assert kube.names(kind, "app.kubernetes.io/part-of=scidmz") == [], kind
+    policy = kube.get("dtp", "p")
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in policy["status"]["conditions"]}
+    assert conditions == {
+        "Accepted": ("True", "Accepted"),
+        "ResolvedRefs": ("True", "ResolvedRefs"),
+        "Ready": ("True", "Ready"),
+    }
     assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"]
-    types = {c["type"]: c["status"] for c in policy["status"]["conditions"]}
-    assert types == {
-        "Ready": "True",
-        "Reconciled": "True",
-        "TelemetryReady": "True",
-        "ControllerReady": "True",
-        "Degraded": "False",
-    }
-    # Printer columns come from the CRD.
-    table = kube.plane.kubectl("get", "dtp", "alpha", "-n", kube.namespace).stdout
-    assert table.split("\n")[0].split() == [
-        "NAME",
-        "TARGET",
-        "CAPACITY",
-        "DTN",
-        "RATE",
-        "CAMPUS",
-        "LIMIT",
-        "READY",
-        "AGE",
-    ]
-    assert "600Mbps" in table and "1Gbps" in table and "True" in table
-    # kopf's bookkeeping lives under scidmz.io.
-    annotations = policy["metadata"].get("annotations", {})
-    assert not [a for a in annotations if "kopf.zalando.org" in a or a.startswith("kopf.")]
+    link = links.get(name)
+    types = {c["type"]: c["status"] for c in link["status"]["conditions"]}
+    assert types == {"Ready": "True", "Reconciled": "True", "TelemetryReady": "True",
+                     "ControllerReady": "True", "Degraded": "False"}  # fmt: skip
+    assert link["status"]["policies"] == {
+        "attached": 1, "admitted": 1, "admittedTarget": "600Mbps",
+        "items": [{"namespace": kube.namespace, "name": "p", "dtnHost": "dtn-1",
+                   "targetRate": "600Mbps"}],
+    }  # fmt: skip
+    # printer columns come from the CRDs
+    table = kube.plane.kubectl("get", "dtp", "p", "-n", kube.namespace).stdout.split("\n")[0]
+    assert table.split() == ["NAME", "LINK", "DTN", "HOST", "TARGET", "ACCEPTED", "REASON",
+                             "DTN", "RATE", "READY", "AGE"]  # fmt: skip
+    assert "600Mbps" in kube.plane.kubectl("get", "borderlink", name).stdout
+    # the audit trail: the decision on the policy, the rate plan on the link
+    assert "Accepted" in _events(kube.plane, kube.namespace, "p")
+    wait_for(lambda: "RatePlanChanged" in _events(kube.plane, "default", name), 10, "event")
+    # kopf's bookkeeping lives on the link, under scidmz.io; the policy is never patched
+    annotations = link["metadata"].get("annotations", {})
     assert "scidmz.io/last-handled-configuration" in annotations
+    assert link["metadata"]["finalizers"] == ["scidmz.io/finalizer"]
+    assert not [a for a in policy["metadata"].get("annotations", {}) if a.startswith("scidmz.io")]
+    assert "finalizers" not in policy["metadata"]
 
 
-def _pods(kube, name, component):
-    return kube.names(
-        "pod", f"{CHILD_SELECTOR.format(name=name)},app.kubernetes.io/component={component}"
+def test_each_workload_has_its_own_certificate_of_the_operators_ca(operator, kube, links):
+    name = links.name("certs")
+    links.apply(_link(links, "certs"))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    ca = links.child("secret", "scidmz-ca")
+    assert ca is not None and set(ca["data"]) == {"tls.crt", "tls.key"}
+    for component in ("collector", "controller"):
+        secret = links.child("secret", f"{name}-{component}-tls")
+        assert secret["type"] == "kubernetes.io/tls"
+        data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+        assert data["ca.crt"] == base64.b64decode(ca["data"]["tls.crt"])
+        assert uri_identities(data["tls.crt"]) == (f"spiffe://scidmz.io/link/{name}/{component}",)
+        pod = links.child("deployment", f"{name}-{component}")["spec"]["template"]["spec"]
+        volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+        assert volumes["identity"] == f"{name}-{component}-tls"
+    reader = links.child("secret", "scidmz-metrics-reader")
+    assert uri_identities(base64.b64decode(reader["data"]["tls.crt"])) == (
+        "spiffe://scidmz.io/metrics-reader",
     )
+
+
+def _pods(links, name, component):
+    r = links.plane.kubectl(
+        "get", "pods", "-n", NS, "-l",
+        f"app.kubernetes.io/instance={name},app.kubernetes.io/component={component}",
+        "-o", "jsonpath={.items[*].metadata.name}",
+    )  # fmt: skip
+    return sorted(r.stdout.split())
 
 
 def _live_hash(obj):
     return (obj["metadata"].get("annotations") or {}).get("scidmz.io/live-config-hash")
 
 
-def test_a_new_target_rate_reaches_the_running_pods_and_a_new_strategy_rolls_them(
-    operator, kube, example_policy
-):
-    kube.apply(_policy(example_policy, "beta"))
-    wait_for(lambda: _ready(kube, "beta"), 10, "beta Ready")
-    wait_for(lambda: len(_pods(kube, "beta", "controller")) == 1, 30, "the controller pod")
-    (controller_pod,) = _pods(kube, "beta", "controller")
-    (collector_pod,) = _pods(kube, "beta", "collector")
-    config_before = kube.get("configmap", "beta-config")
-    templates = {
-        d: kube.get("deployment", d)["spec"]["template"]
-        for d in ("beta-controller", "beta-collector")
-    }
-    rs_before = kube.names("replicaset", "app.kubernetes.io/instance=beta")
+def _replicasets(links, name):
+    r = links.plane.kubectl(
+        "get", "replicaset", "-n", NS, "-l", f"app.kubernetes.io/instance={name}",
+        "-o", "jsonpath={.items[*].metadata.name}",
+    )  # fmt: skip
+    return sorted(r.stdout.split())
 
-    # R* is taken live: the ConfigMap changes, the pods stay, and the running controller
-    # pod is annotated so its kubelet refreshes the mounted file at once
-    kube.apply(_policy(example_policy, "beta", targetRate="750Mbps"))
+
+def test_a_new_target_rate_reaches_the_running_pods_and_a_new_strategy_rolls_them(
+    operator, kube, links
+):
+    name = links.name("beta")
+    links.apply(_link(links, "beta"))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    wait_for(lambda: len(_pods(links, name, "controller")) == 1, 30, "the controller pod")
+    (controller_pod,) = _pods(links, name, "controller")
+    (collector_pod,) = _pods(links, name, "collector")
+    config_before = links.child("configmap", f"{name}-config")
+    templates = {
+        d: links.child("deployment", d)["spec"]["template"]
+        for d in (f"{name}-controller", f"{name}-collector")
+    }
+    rs_before = _replicasets(links, name)
+
+    # the tenant's new R* is taken live: the ConfigMap changes, the pods stay, and the
+    # running controller pod is annotated so its kubelet refreshes the mounted file at once
+    kube.apply(_policy(kube, name, targetRate="750Mbps"))
     config_map = wait_for(
         lambda: (
-            (c := kube.get("configmap", "beta-config"))
+            (c := links.child("configmap", f"{name}-config"))
             and "750000000.0" in c["data"]["config.yaml"]
             and c
         ),
@@ -114,261 +168,278 @@ def test_a_new_target_rate_reaches_the_running_pods_and_a_new_strategy_rolls_the
     )
     assert _live_hash(config_map) != _live_hash(config_before)
     wait_for(
-        lambda: _live_hash(kube.get("pod", controller_pod)) == _live_hash(config_map),
+        lambda: _live_hash(links.child("pod", controller_pod)) == _live_hash(config_map),
         10,
         "the controller pod nudged",
     )
-    assert _live_hash(kube.get("pod", collector_pod)) is None  # the collector reads no R*
-    wait_for(lambda: kube.get("dtp", "beta")["status"].get("observedGeneration") == 2, 10, "gen 2")
+    assert _live_hash(links.child("pod", collector_pod)) is None  # the collector reads no R*
+    wait_for(lambda: kube.get("dtp", "p")["status"].get("observedGeneration") == 2, 10, "gen 2")
     for deployment, template in templates.items():
-        assert kube.get("deployment", deployment)["spec"]["template"] == template
-    assert kube.names("replicaset", "app.kubernetes.io/instance=beta") == rs_before
-    assert _pods(kube, "beta", "controller") == [controller_pod]
+        assert links.child("deployment", deployment)["spec"]["template"] == template
+    assert _replicasets(links, name) == rs_before
+    assert _pods(links, name, "controller") == [controller_pod]
 
-    # the strategy is what the controller is built around: a new ReplicaSet per Deployment
-    kube.apply(_policy(example_policy, "beta", targetRate="750Mbps", controller={"strategy": "pi"}))
+    # the administrators' strategy is what the controller is built around: both roll
+    links.apply(_link(links, "beta", controller={"strategy": "pi"}))
+    wait_for(lambda: len(_replicasets(links, name)) == len(rs_before) + 2, 10, "new ReplicaSets")
+    wait_for(lambda: links.ready(name), 15, "Ready again after the roll")
+
+
+def test_a_paused_link_scales_its_loop_to_zero(operator, kube, links):
+    name = links.name("gamma")
+    links.apply(_link(links, "gamma"))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    links.apply(_link(links, "gamma", paused=True))
     wait_for(
         lambda: (
-            len(kube.names("replicaset", "app.kubernetes.io/instance=beta")) == len(rs_before) + 2
-        ),
-        10,
-        "new ReplicaSets",
-    )
-    wait_for(lambda: _ready(kube, "beta"), 10, "Ready again after the roll")
-    policy = kube.get("dtp", "beta")
-    assert policy["status"]["observedGeneration"] == policy["metadata"]["generation"] == 3
-
-
-def test_paused_scales_workloads_to_zero(operator, kube, example_policy):
-    kube.apply(_policy(example_policy, "gamma"))
-    wait_for(lambda: _ready(kube, "gamma"), 10, "gamma Ready")
-    kube.apply(_policy(example_policy, "gamma", paused=True))
-    wait_for(
-        lambda: (
-            kube.get("deployment", "gamma-collector")["spec"]["replicas"] == 0
-            and kube.get("deployment", "gamma-controller")["spec"]["replicas"] == 0
+            links.child("deployment", f"{name}-collector")["spec"]["replicas"] == 0
+            and links.child("deployment", f"{name}-controller")["spec"]["replicas"] == 0
         ),
         10,
         "scaled to zero",
     )
+    wait_for(lambda: (links.condition(name, "Ready") or {}).get("reason") == "Paused", 10, "Paused")
+    # the policy keeps its admission, and says why it is not held now
     wait_for(
-        lambda: (kube.condition("gamma", "Ready") or {}).get("reason") == "Paused",
-        10,
-        "Ready=False/Paused",
+        lambda: (kube.condition("p", "Ready") or {}).get("reason") == "LinkNotReady", 10, "policy"
     )
-    kube.apply(_policy(example_policy, "gamma", paused=False))
-    wait_for(lambda: _ready(kube, "gamma"), 10, "Ready after unpause")
+    assert kube.condition("p", "Accepted")["status"] == "True"
+    links.apply(_link(links, "gamma", paused=False))
+    wait_for(lambda: _ready(kube, "p"), 15, "Ready after unpause")
 
 
-def test_tc_actuator_pins_controller_to_node(operator, kube, example_policy):
-    kube.apply(
-        _policy(
-            example_policy,
-            "delta",
-            actuator={"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}},
-        )
+def test_a_tc_actuator_pins_the_controller_tolerating_only_the_listed_taints(operator, kube, links):
+    name = links.name("delta")
+    toleration = {"key": "scidmz.io/border", "operator": "Exists", "effect": "NoSchedule"}
+    tc = {"nodeName": "edge-1", "interface": "eth1", "tolerations": [toleration]}
+    links.apply(_link(links, "delta", actuator={"type": "tc", "tc": tc}))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    pod = links.child("deployment", f"{name}-controller")["spec"]["template"]["spec"]
+    assert pod["tolerations"] == [toleration] and pod["hostNetwork"] is True
+    nodes = links.plane.kubectl(
+        "get", "pods", "-n", NS, "-l",
+        f"app.kubernetes.io/instance={name},app.kubernetes.io/component=controller",
+        "-o", "jsonpath={.items[*].spec.nodeName}",
+    ).stdout  # fmt: skip
+    assert nodes.split() == ["edge-1"]
+    # its port is the link's own pair on that node, recorded in the link's status
+    allocation = links.get(name)["status"]["hostPorts"]
+    assert allocation == [{"workload": "controller", "node": "edge-1", "port": 9500}] or (
+        allocation[0]["node"] == "edge-1" and allocation[0]["port"] % 2 == 0
     )
-    wait_for(lambda: _ready(kube, "delta"), 10, "delta Ready")
-    pods = kube.plane.kubectl(
-        "get",
-        "pods",
-        "-n",
-        kube.namespace,
-        "-l",
-        "app.kubernetes.io/instance=delta,app.kubernetes.io/component=controller",
-        "-o",
-        "jsonpath={.items[*].spec.nodeName}",
-    ).stdout
-    assert pods.split() == ["edge-1"]
 
 
-def test_a_tc_dtn_actuator_runs_a_shaper_on_the_dtn_host_and_is_pruned(
-    operator, kube, example_policy
-):
-    dtn = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
-    kube.apply(_policy(example_policy, "theta", actuator={"type": "sim", "dtn": dtn}))
-    wait_for(lambda: _ready(kube, "theta"), 10, "theta Ready")
-    nodes = kube.plane.kubectl(
-        "get", "pods", "-n", kube.namespace,
-        "-l", "app.kubernetes.io/instance=theta,app.kubernetes.io/component=dtn-shaper",
+def test_two_links_shaping_on_one_node_get_different_host_ports(operator, kube, links):
+    tc = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
+    first, second = links.name("one"), links.name("two")
+    links.apply(_link(links, "one", actuator=tc))
+    links.apply(_link(links, "two", actuator=tc))
+
+    def ports():
+        return [
+            ((links.get(n) or {}).get("status") or {}).get("hostPorts") for n in (first, second)
+        ]
+
+    allocated = wait_for(lambda: all(ports()) and ports(), 15, "both allocated")
+    assert allocated[0][0]["port"] != allocated[1][0]["port"]
+    for link, (allocation,) in zip((first, second), allocated, strict=True):
+        container = links.child("deployment", f"{link}-controller")["spec"]["template"]["spec"][
+            "containers"
+        ][0]
+        assert container["ports"][0]["containerPort"] == allocation["port"]
+
+
+def test_a_tc_dtn_cap_runs_a_shaper_on_the_dtn_host_and_is_pruned(operator, kube, links):
+    name = links.name("theta")
+    host = TC_SHAPED_HOST
+    links.apply(_link(links, "theta", dtnHosts=[host]))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    nodes = links.plane.kubectl(
+        "get", "pods", "-n", NS,
+        "-l", f"app.kubernetes.io/instance={name},app.kubernetes.io/component=dtn-shaper",
         "-o", "jsonpath={.items[*].spec.nodeName}",
     ).stdout  # fmt: skip
     assert nodes.split() == ["dtn-1"]
-    assert kube.get("service", "theta-dtn-shaper")["spec"]["ports"][0]["port"] == 9470
-    # a new R* (the agent's fail-safe cap, with failsafeRate 'target'): the agent keeps
-    # running and is nudged to re-read its ConfigMap, as the controller is
-    (shaper_pod,) = _pods(kube, "theta", "dtn-shaper")
-    rs_before = kube.names("replicaset", "app.kubernetes.io/instance=theta")
-    kube.apply(
-        _policy(example_policy, "theta", targetRate="500Mbps", actuator={"type": "sim", "dtn": dtn})
-    )
+    assert links.child("secret", f"{name}-dtn-shaper-tls") is not None
+    (shaper_pod,) = _pods(links, name, "dtn-shaper")
+    rs_before = _replicasets(links, name)
+    kube.apply(_policy(kube, name, targetRate="500Mbps"))
     config_map = wait_for(
-        lambda: (c := kube.get("configmap", "theta-config")) and "500000000.0" in str(c) and c,
+        lambda: (c := links.child("configmap", f"{name}-config")) and "500000000.0" in str(c) and c,
         10,
         "the ConfigMap rewritten",
     )
     wait_for(
-        lambda: _live_hash(kube.get("pod", shaper_pod)) == _live_hash(config_map),
+        lambda: _live_hash(links.child("pod", shaper_pod)) == _live_hash(config_map),
         10,
         "the dtn-shaper pod nudged",
     )
-    assert kube.names("replicaset", "app.kubernetes.io/instance=theta") == rs_before
-    # the same policy with a simulated DTN actuator needs no agent: it is removed
-    kube.apply(_policy(example_policy, "theta", actuator={"type": "sim", "dtn": {"type": "sim"}}))
+    assert _replicasets(links, name) == rs_before
+    # the same host with a simulated cap needs no agent: it and its certificate go
+    links.apply(_link(links, "theta", dtnHosts=[{**host, "shaper": {"type": "sim"}}]))
     wait_for(
-        lambda: (
-            "theta-dtn-shaper" not in _children(kube, "theta")["deployment"]
-            and "theta-dtn-shaper" not in _children(kube, "theta")["service"]
-        ),
+        lambda: not [n for v in links.children(name).values() for n in v if "dtn-shaper" in n],
         20,
         "the dtn-shaper pruned",
     )
-    wait_for(lambda: _ready(kube, "theta"), 10, "theta Ready without the shaper")
+    wait_for(lambda: links.ready(name), 15, "Ready without the shaper")
 
 
-def test_delete_collects_children(operator, kube, example_policy):
-    kube.apply(_policy(example_policy, "epsilon"))
-    wait_for(lambda: _ready(kube, "epsilon"), 10, "epsilon Ready")
-    kube.delete("dtp", "epsilon")
-    empty = {"deployment": [], "service": [], "configmap": [], "serviceaccount": []}
-    wait_for(lambda: _children(kube, "epsilon") == empty, 20, "children garbage-collected")
+def _deleted_at(log: str, kind: str, name: str) -> int:
+    """Where the operator's log records its DELETE of an object (-1: never)."""
+    return log.find(f'"DELETE /apis/apps/v1/namespaces/{NS}/{kind}/{name} HTTP/1.1" 200')
 
 
-def test_missing_pipeline_configmap_is_reported_not_applied(operator, kube, example_policy):
-    spec_switch = copy.deepcopy(example_policy["spec"]["switch"])
-    spec_switch["pipeline"] = {"configMapRef": {"name": "p4-pipeline"}}
-    kube.apply(_policy(example_policy, "zeta", switch=spec_switch))
+def test_deleting_a_link_stops_its_controller_first_then_the_rest(operator, kube, links):
+    name = links.name("epsilon")
+    host = TC_SHAPED_HOST
+    links.apply(_link(links, "epsilon", dtnHosts=[host]))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    before = len(operator.log())
+    links.delete(name, wait=True)
+    assert links.get(name) is None  # the finalizer was released
+    assert links.children(name) == {k: [] for k in links.children(name)}, "nothing left"
+    # the controller goes first (its pod restores the fail-safe rates, through the DTN
+    # shaper, which must still be there), the rest once its pods are gone
+    log = operator.log()[before:]
+    controller = _deleted_at(log, "deployments", f"{name}-controller")
+    shaper = _deleted_at(log, "deployments", f"{name}-dtn-shaper")
+    assert 0 <= controller < shaper, log[-3000:]
+    pods_gone = log.find(f"/namespaces/{NS}/pods?labelSelector=", controller)
+    assert controller < pods_gone < shaper
+    policy = wait_for(
+        lambda: (c := kube.condition("p", "Accepted")) and c["reason"] == "LinkNotFound" and c,
+        10,
+        "the policy told",
+    )
+    assert policy["status"] == "False" and name in policy["message"]
+    assert kube.condition("p", "ResolvedRefs")["status"] == "False"
+    assert "LinkNotFound" in _events(kube.plane, kube.namespace, "p")
+
+
+def test_a_missing_pipeline_configmap_is_reported_not_applied(operator, kube, links):
+    name = links.name("zeta")
+    link = _link(links, "zeta")
+    link["spec"]["switch"]["pipeline"] = {"configMapRef": {"name": f"{name}-p4"}}
+    links.apply(link)
+    kube.apply(_policy(kube, name))
     cond = wait_for(
         lambda: (
-            (c := kube.condition("zeta", "Ready"))
-            and c["reason"] == "PipelineConfigMapNotFound"
+            (c := links.condition(name, "Ready")) and c["reason"] == "PipelineConfigMapNotFound"
             and c
         ),
         10,
         "refusal",
-    )
-    assert cond["status"] == "False"
-    assert "p4-pipeline" in cond["message"]
-    assert kube.condition("zeta", "Degraded")["status"] == "True"
-    events = kube.plane.kubectl(
-        "get",
-        "events",
-        "-n",
-        kube.namespace,
-        "--field-selector",
-        "involvedObject.name=zeta",
-        "-o",
-        "jsonpath={.items[*].reason}",
-    ).stdout
-    assert "PipelineConfigMapNotFound" in events
-    # Nothing partial: no workload, no config.
-    assert _children(kube, "zeta") == {
-        "deployment": [],
-        "service": [],
-        "configmap": [],
-        "serviceaccount": [],
-    }
+    )  # fmt: skip
+    assert cond["status"] == "False" and f"{name}-p4" in cond["message"]
+    assert links.condition(name, "Degraded")["status"] == "True"
+    assert "PipelineConfigMapNotFound" in _events(links.plane, "default", name)
+    assert links.children(name)["deployment"] == []  # nothing partial
+    # the policy is admitted, and says its link is not ready and why
+    wait_for(lambda: (kube.condition("p", "Ready") or {}).get("reason") == "LinkNotReady", 10, "")
+    assert "PipelineConfigMapNotFound" not in kube.condition("p", "Accepted")["reason"]
     assert operator.alive()
-    # Once the ConfigMap appears, the retry picks it up.
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "p4-pipeline"},
-            "data": {"p4info.txtpb": "# p4info"},
-            "binaryData": {"device_config.bin": "AAEC"},
-        }
-    )
-    wait_for(lambda: _ready(kube, "zeta"), 15, "Ready after the ConfigMap appeared")
-    assert kube.condition("zeta", "Degraded")["status"] == "False"
+    # the administrators add it: the next pass picks it up
+    links.plane.kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-p4", "namespace": NS},
+        "data": {"p4info.txtpb": "# p4info"}, "binaryData": {"device_config.bin": "AAEC"},
+    }))  # fmt: skip
+    wait_for(lambda: links.ready(name), 15, "Ready after the ConfigMap appeared")
+    assert links.condition(name, "Degraded")["status"] == "False"
 
 
-def test_tls_secret_without_its_ca_is_reported_then_mounted(operator, kube, example_policy):
-    switch = copy.deepcopy(example_policy["spec"]["switch"])
-    switch["tls"] = {"secretName": "switch-tls"}
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "switch-tls"},
-              "type": "kubernetes.io/tls",
-              "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}}  # fmt: skip
-    kube.apply(secret)
-    kube.apply(_policy(example_policy, "tau", switch=switch))
+def test_a_tls_secret_without_its_ca_is_reported_then_mounted(operator, kube, links):
+    name = links.name("tau")
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": f"{name}-switch", "namespace": NS},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"},
+    }
+    links.plane.kubectl("apply", "-f", "-", input_text=json.dumps(secret))
+    link = _link(links, "tau")
+    link["spec"]["switch"]["tls"] = {"secretName": f"{name}-switch"}
+    links.apply(link)
     cond = wait_for(
         lambda: (
-            (c := kube.condition("tau", "Ready")) and c["reason"] == "TlsSecretKeyMissing" and c
+            (c := links.condition(name, "Ready")) and c["reason"] == "TlsSecretKeyMissing" and c
         ),
         10,
         "refusal",
     )
     assert cond["status"] == "False" and "ca.crt" in cond["message"]
-    assert _children(kube, "tau")["deployment"] == []
+    assert links.children(name)["deployment"] == []
     secret["data"]["ca.crt"] = "Y2E="
-    kube.apply(secret)
-    wait_for(lambda: _ready(kube, "tau"), 15, "Ready once the Secret has ca.crt")
-    pod = kube.get("deployment", "tau-collector")["spec"]["template"]["spec"]
-    assert [v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v] == ["switch-tls"]
+    links.plane.kubectl("apply", "-f", "-", input_text=json.dumps(secret))
+    wait_for(lambda: links.child("deployment", f"{name}-collector"), 15, "applied")
+    pod = links.child("deployment", f"{name}-collector")["spec"]["template"]["spec"]
+    volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
+    assert volumes["switch-tls"] == f"{name}-switch"
 
 
-def _resource_versions(kube, name):
-    versions = {"dtp": kube.get("dtp", name)["metadata"]["resourceVersion"]}
-    for kind, names in _children(kube, name).items():
+def _resource_versions(links, kube, name):
+    versions = {"link": links.get(name)["metadata"]["resourceVersion"],
+                "dtp": kube.get("dtp", "p")["metadata"]["resourceVersion"]}  # fmt: skip
+    for kind, names in links.children(name).items():
         for child in names:
-            versions[f"{kind}/{child}"] = kube.get(kind, child)["metadata"]["resourceVersion"]
+            versions[f"{kind}/{child}"] = links.child(kind, child)["metadata"]["resourceVersion"]
     return versions
 
 
-def test_restart_writes_nothing(operator, kube, example_policy):
-    kube.apply(_policy(example_policy, "eta"))
-    wait_for(lambda: _ready(kube, "eta"), 10, "eta Ready")
-    # kwok, the Deployment controller and the operator's status refresh trail Ready (longer
-    # on a loaded machine): take the snapshot once nothing has changed for a second and a half
-    settled = [_resource_versions(kube, "eta")]
+def test_a_restart_writes_nothing(operator, kube, links):
+    name = links.name("eta")
+    links.apply(_link(links, "eta"))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name) and _ready(kube, "p"), 15, "Ready")
+    # kwok, the Deployment controller and the operator's status trail Ready (longer on a
+    # loaded machine): take the snapshot once nothing has changed for a second and a half
+    settled = [_resource_versions(links, kube, name)]
 
     def unchanged() -> bool:
         time.sleep(1.5)
-        settled.append(_resource_versions(kube, "eta"))
+        settled.append(_resource_versions(links, kube, name))
         return settled[-1] == settled[-2]
 
-    wait_for(unchanged, 30, "eta's objects to settle")
+    wait_for(unchanged, 30, "the objects to settle")
     before = settled[-1]
-    resumed_before = operator.log().count("Handler 'reconcile' succeeded")
     operator.stop()
     operator.start()
-    wait_for(
-        lambda: operator.log().count("Handler 'reconcile' succeeded") > resumed_before,
-        20,
-        "the restarted operator resumed the policies",
-    )
-    time.sleep(1.5)
-    assert _resource_versions(kube, "eta") == before
+    wait_for(lambda: "Daemon 'run_link' is invoked" in operator.log_since_start(), 20, "resumed")
+    time.sleep(7.0)  # past a resync of every link
+    assert _resource_versions(links, kube, name) == before
 
 
-def test_two_replicas_only_one_acts(operator, plane, kube, example_policy, tmp_path):
+def test_two_replicas_only_one_acts(operator, plane, kube, links, tmp_path):
     standby = Operator(plane, tmp_path / "standby.log", priority=50)
     standby.start()
     try:
-        # kopf starts a replica paused until peering says it may act; a lower priority
-        # stays paused without logging a transition.
         wait_for(
-            lambda: "Pausing the watch-stream for dtntransferpolicies" in standby.log(),
+            lambda: "Pausing the watch-stream for borderlinks" in standby.log(),
             20,
             "the lower-priority replica to hold its watch paused",
         )
         url = f"http://127.0.0.1:{operator.health_port}/healthz"
         with urllib.request.urlopen(url, timeout=5) as response:
             assert response.status == 200
-        kube.apply(_policy(example_policy, "theta"))
-        wait_for(lambda: _ready(kube, "theta"), 10, "theta Ready (by the active replica)")
+        name = links.name("iota")
+        links.apply(_link(links, "iota"))
+        kube.apply(_policy(kube, name))
+        wait_for(lambda: links.ready(name), 15, "Ready (by the active replica)")
         time.sleep(1.0)
-        assert "Handler 'reconcile' succeeded" not in standby.log()
-        # Fail-over: the active replica stops, the standby takes over.
+        assert "Daemon 'run_link'" not in standby.log()
         operator.stop()
-        wait_for(
-            lambda: "Resuming operations after the pause" in standby.log(),
-            30,
-            "the standby to resume",
-        )
-        kube.apply(_policy(example_policy, "iota"))
-        wait_for(lambda: _ready(kube, "iota"), 15, "iota Ready (by the former standby)")
-        assert "Handler 'reconcile' succeeded" in standby.log()
+        wait_for(lambda: "Resuming operations after the pause" in standby.log(), 30, "resume")
+        other = links.name("kappa")
+        links.apply(_link(links, "kappa"))
+        kube.apply(_policy(kube, other, name="q"))
+        wait_for(lambda: links.ready(other), 20, "Ready (by the former standby)")
+        assert "Daemon 'run_link'" in standby.log()
     finally:
         standby.stop()
         if not operator.alive():
@@ -392,8 +463,8 @@ def test_a_pod_nudge_refused_by_rbac_leaves_the_reconcile_alone(plane, kube):
     import kubernetes
 
     from scidmz.k8s.client import KubeApiError, KubeClient
-    from scidmz.k8s.manifests import CONTROLLER, PolicyRef, selector_labels
-    from scidmz.k8s.reconcile import nudge_live_pods
+    from scidmz.k8s.links import nudge_live_pods
+    from scidmz.k8s.manifests import CONTROLLER, selector_labels
 
     ns = kube.namespace
     plane.kubectl("create", "serviceaccount", "no-pod-patch", "-n", ns)
@@ -408,21 +479,20 @@ def test_a_pod_nudge_refused_by_rbac_leaves_the_reconcile_alone(plane, kube):
     configuration.ssl_ca_cert = str(plane.pki.ca_cert)
     configuration.api_key = {"BearerToken": token}
     configuration.api_key_prefix = {"BearerToken": "Bearer"}
-    ref = PolicyRef(name="iota", namespace=ns, uid="0")
     pod = {
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "iota-controller-x", "labels": selector_labels(ref, CONTROLLER)},
+        "metadata": {"name": "iota-controller-x", "labels": selector_labels("iota", CONTROLLER)},
         "spec": {"containers": [{"name": "c", "image": "example.org/none"}]},
     }  # fmt: skip
     kube.apply(pod)
     client = KubeClient(kubernetes.client.ApiClient(configuration))
     try:
-        labels = selector_labels(ref, CONTROLLER)
+        labels = selector_labels("iota", CONTROLLER)
         assert client.list_names("v1", "Pod", ns, labels) == ["iota-controller-x"]
         with pytest.raises(KubeApiError) as refused:
             client.annotate("v1", "Pod", ns, "iota-controller-x", {"a": "b"})
         assert refused.value.status == 403
-        assert nudge_live_pods(client, ref, "0123456789abcdef") == []  # logged, not raised
+        assert nudge_live_pods(client, "iota", ns, "0123456789abcdef") == []  # logged
     finally:
         client.close()
     assert _live_hash(kube.get("pod", "iota-controller-x")) is None

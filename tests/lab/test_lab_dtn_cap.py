@@ -45,13 +45,10 @@ def test_the_dtn_cap_holds_a_bbr_dtn_at_its_target_on_real_tcp(lab: Lab, tmp_pat
     """trivial+dtn: the cap at R* = 60 Mb/s, u at B − R*. Left alone, two BBR streams
     against eight Cubic flows take ~85 of the 100 Mb/s; capped, the kernel's delivered DTN
     rate stays at R* and the campus gets the rest."""
-    from scidmz.lab.loop import LabPolicy, load_policy, run_loop
+    from scidmz.lab.loop import load_loop, run_loop
 
-    example = load_policy(POLICY, "trivial")
-    spec = example.spec.model_copy(
-        update={"bottleneck_capacity": "100Mbps", "target_rate": "60Mbps"}
-    )
-    summary = run_loop(LabPolicy("t", "default", spec), lab, 12.0, tmp_path, warmup_s=6.0)
+    loop = load_loop(POLICY, "trivial").with_link(capacity="100Mbps").retargeted(60e6)
+    summary = run_loop(loop, lab, 12.0, tmp_path, warmup_s=6.0)
     rows = list(csv.DictReader((tmp_path / "samples.csv").open()))
     caps = {float(r["dtn_rate_limit_bps"]) for r in rows[2:] if r["dtn_rate_limit_bps"]}
     assert caps == {60e6}

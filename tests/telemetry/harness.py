@@ -32,7 +32,7 @@ WIRING = Wiring(
     campus_address=ipaddress.ip_address("198.51.100.10"),
 )
 PLAN = Plan(
-    dtn_prefix="203.0.113.10/32",
+    dtn_prefixes=("203.0.113.10/32",),
     campus_prefix="198.51.100.0/24",
     campus_port=1,
     dtn_port=2,
@@ -48,8 +48,7 @@ def settings(
     address: str, election_id: int = 10, sample_time_s: float = 1.0, **changes: object
 ) -> CollectorSettings:
     base = CollectorSettings(
-        policy="p",
-        namespace="ns",
+        link="p",
         address=address,
         device_id=1,
         election_id=election_id,

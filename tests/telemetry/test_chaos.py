@@ -17,8 +17,7 @@ import urllib.request
 import pytest
 import yaml
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import RuntimeConfig, resolve_runtime_config
+from scidmz.api.runtime import RuntimeConfig
 from scidmz.chaos.faults import Fault, actuation_trace, run_fault
 from scidmz.chaos.local_loop import LocalLoop
 from scidmz.chaos.p4runtime_abuse import malformed_requests, write_error_model
@@ -35,10 +34,11 @@ FAULT_ALERTS = {
 
 
 def _config(sample_time: str, stale_after: str | None = None) -> RuntimeConfig:
-    spec = yaml.safe_load((REPO_ROOT / "examples" / "dtntransferpolicy.yaml").read_text())
+    from tests.loops import plaintext_link_spec, render
+
     failsafe = {"rate": "100Mbps", **({"staleAfter": stale_after} if stale_after else {})}
-    spec = {**spec["spec"], "sampleTime": sample_time, "failsafe": failsafe}
-    return resolve_runtime_config("chaos", "ns", 1, parse_spec(spec), "unused:1")
+    link = plaintext_link_spec(sampleTime=sample_time, failsafe=failsafe)
+    return render(link, collector="unused:1")
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ async def _loop(strategy: str, cca: str = "cubic", dtn: bool = False) -> list[fl
         listen = f"127.0.0.1:{free_port()}"
         collector = CollectorProcess(settings(address, sample_time_s=0.5), listen, free_port())
         control = ControllerSettings(
-            policy="p", namespace="ns", strategy=strategy,
+            link="p", strategy=strategy,
             setpoint=Setpoint(TARGET, 1000 * MBPS), gains=Gains(0.285, 1.486, 1.565),
             limits=Limits(0.0, 1000 * MBPS, 200 * MBPS), sample_time_s=0.5,
             stale_after_s=3.0, failsafe_rate_bps=400 * MBPS, collector_address=listen,

@@ -70,7 +70,7 @@ def test_the_collector_survives_a_target_restart_and_marks_samples_stale():
             async with running_target(port=port):
                 await wait_for(lambda: _fresh(collector, stale_at), 10, "fresh samples again")
                 await wait_for(lambda: collector.health.ready, 5, "readiness")
-                assert collector.metrics.reconnects.labels("p", "ns")._value.get() >= 1
+                assert collector.metrics.reconnects.labels("p")._value.get() >= 1
         finally:
             await collector_ctx.__aexit__(None, None, None)
 
@@ -94,7 +94,7 @@ def test_subscribers_get_the_stream_over_grpc():
         sequences = [s.sequence for s in samples]
         assert sequences == sorted(sequences) and len(set(sequences)) == 4
         last = samples[-1]
-        assert last.policy == "ns/p" and not last.stale
+        assert last.link == "p" and not last.stale
         assert list(last.valid) == [True] * 7
         assert last.dtn_rate_bps > 0 and last.active_flows == 108
         assert 0.15 < last.interval_s < 0.3

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from scidmz.api.runtime import ConfigError
+from scidmz.auth.mtls import TlsConfigError as ConfigError
+from scidmz.auth.switch_tls import load_channel_tls
 from scidmz.switch.server import server_credentials
 from scidmz.telemetry.collector import Collector
-from scidmz.telemetry.tls import load_channel_tls
 from scidmz.testenv.certs import SwitchTlsPaths, generate_switch_tls
 from tests.telemetry.harness import running_collector, running_target, settings, wait_for
 

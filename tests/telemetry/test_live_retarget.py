@@ -11,28 +11,30 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
 from scidmz.chaos.local_loop import LocalLoop
 from scidmz.metrics import names
 from scidmz.metrics.http import fetch_state
-from scidmz.testenv.cluster import REPO_ROOT
 
 CAPACITY = 1e9
 
 
 def _config() -> RuntimeConfig:
-    spec = yaml.safe_load((REPO_ROOT / "examples" / "dtntransferpolicy.yaml").read_text())
-    spec = {**spec["spec"], "sampleTime": "500ms", "controller": {"strategy": "trivial"}}
-    return resolve_runtime_config("live", "ns", 1, parse_spec(spec), "unused:1")
+    from tests.loops import plaintext_link_spec, render
+
+    link = plaintext_link_spec(sampleTime="500ms", controller={"strategy": "trivial"})
+    return render(link, collector="unused:1")
 
 
 def _retargeted(config: RuntimeConfig, target_bps: float) -> RuntimeConfig:
+    """As the operator renders a policy's new targetRate: its share, the sum, the fail-safe."""
     failsafe = config.failsafe.model_copy(update={"rate_bps": CAPACITY - target_bps})
-    return config.model_copy(update={"target_rate_bps": target_bps, "failsafe": failsafe})
+    policies = [p.model_copy(update={"target_rate_bps": target_bps}) for p in config.policies]
+    return config.model_copy(
+        update={"target_rate_bps": target_bps, "failsafe": failsafe, "policies": policies}
+    )
 
 
 def _reloads(loop: LocalLoop, result: str) -> float:
@@ -75,7 +77,7 @@ def test_a_new_target_is_taken_live_on_sighup(loop: LocalLoop) -> None:
     state = fetch_state(f"http://127.0.0.1:{loop.controller_http}/state", 1.0) or {}
     assert state["target_rate_bps"] == 7e8 and not state["failsafe_active"]
     assert _reloads(loop, "applied") >= 1
-    assert "took setpoint, failsafe_rate_bps live" in loop.log("controller")
+    assert "took setpoint, failsafe_rate_bps, policies live" in loop.log("controller")
 
 
 def test_without_a_signal_the_next_poll_takes_it(loop: LocalLoop) -> None:

@@ -11,43 +11,56 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from scidmz.api.crd import build_crd
+from scidmz.api.crd import BORDER_LINK, DTN_TRANSFER_POLICY, build_crd
+from scidmz.api.link import BorderLinkSpec, parse_link_spec
 from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
 from scidmz.api.rules import RuledModel, walk_rules
-from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
-from tests.api_rules import IDS, PLACED, full_spec, violating
+from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
+from tests.api_rules import IDS, PLACED, full_link_spec, full_spec, violating
+from tests.loops import policy_spec, render
+
+PARSE = {"BorderLink": parse_link_spec, "DTNTransferPolicy": parse_spec}
+CRDS = {"BorderLink": BORDER_LINK, "DTNTransferPolicy": DTN_TRANSFER_POLICY}
 
 
-def test_the_full_spec_breaks_no_rule(example_policy):
-    parse_spec(full_spec(example_policy))
+@pytest.mark.parametrize("kind", PARSE)
+def test_the_full_spec_breaks_no_rule(kind):
+    PARSE[kind](full_spec(kind))
 
 
 def test_every_model_has_rules_somewhere():
-    # the walk reaches nested, optional and Annotated-in-Union fields
-    paths = {p.path for p in PLACED}
-    expected = ("", "switch.ports", "actuator.dtn", "actuator.sim.address",
-                "failsafe.staleAfter", "telemetry.digestHold", "controller.limits")  # fmt: skip
+    # the walk reaches nested, optional, listed and Annotated-in-Union fields
+    paths = {(k.kind, k.placed.path) for k in PLACED}
+    expected = [("BorderLink", p) for p in (
+        "", "switch", "switch.ports", "actuator", "actuator.sim.address",
+        "failsafe.staleAfter", "telemetry.digestHold", "controller.limits",
+        "dtnHosts[].receiverPrefix", "dtnHosts[].shaper", "tenants.namespaces",
+        "actuator.tc.tolerations[]",
+    )] + [("DTNTransferPolicy", "")]  # fmt: skip
     assert set(expected) <= paths
 
 
-@pytest.mark.parametrize("placed", PLACED, ids=IDS)
-def test_the_operator_refuses_each_violation_with_the_rules_message(example_policy, placed):
+@pytest.mark.parametrize("rule", PLACED, ids=IDS)
+def test_the_operator_refuses_each_violation_with_the_rules_message(rule):
     with pytest.raises(ValidationError) as caught:
-        parse_spec(violating(full_spec(example_policy), placed))
-    assert placed.rule.message in str(caught.value)
+        PARSE[rule.kind](violating(full_spec(rule.kind), rule.placed))
+    assert rule.placed.rule.message in str(caught.value)
 
 
 def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
     for key in filter(None, path.split(".")):
-        schema = schema["properties"][key]
+        if key.endswith("[]"):
+            schema = schema["properties"][key[:-2]]["items"]
+        else:
+            schema = schema["properties"][key]
     return schema
 
 
-@pytest.mark.parametrize("placed", PLACED, ids=IDS)
-def test_the_crd_carries_each_rule_where_it_applies(placed):
-    crd = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    node = _schema_at(crd["properties"]["spec"], placed.path)
-    assert placed.rule.validation() in node["x-kubernetes-validations"]
+@pytest.mark.parametrize("rule", PLACED, ids=IDS)
+def test_the_crd_carries_each_rule_where_it_applies(rule):
+    crd = build_crd(CRDS[rule.kind])["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    node = _schema_at(crd["properties"]["spec"], rule.placed.path)
+    assert rule.placed.rule.validation() in node["x-kubernetes-validations"]
 
 
 def _models(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[type[BaseModel]]:
@@ -68,8 +81,8 @@ def _flatten(annotation: Any) -> list[Any]:
 def test_no_check_lives_outside_the_rules():
     """A validator written straight in pydantic would be a rule the API server does not
     know: every model check is RuledModel's, every field check a ``Checked``."""
-    models = _models(DTNTransferPolicySpec, set())
-    assert len(models) > 10
+    models = _models(DTNTransferPolicySpec, _models(BorderLinkSpec, set()))
+    assert len(models) > 20
     for model in models:
         assert issubclass(model, RuledModel), model
         decorators = model.__pydantic_decorators__
@@ -82,8 +95,9 @@ def test_no_check_lives_outside_the_rules():
 
 
 def test_rules_are_not_checked_twice_or_lost():
-    messages = [(p.path, p.rule.message) for p in walk_rules(DTNTransferPolicySpec)]
-    assert len(messages) == len(set(messages))
+    for model in (BorderLinkSpec, DTNTransferPolicySpec):
+        messages = [(p.path, p.rule.message) for p in walk_rules(model)]
+        assert len(messages) == len(set(messages))
 
 
 # ---- accepted means usable ---------------------------------------------------------------
@@ -121,8 +135,8 @@ DURATIONS = st.one_of(
 CHANGES = st.fixed_dictionaries(
     {},
     optional={
-        "targetRate": RATES,
-        "bottleneckCapacity": RATES,
+        "policy.targetRate": RATES,
+        "capacity": RATES,
         "sampleTime": DURATIONS,
         "controller.limits.min": RATES,
         "controller.limits.max": RATES,
@@ -131,7 +145,8 @@ CHANGES = st.fixed_dictionaries(
         "controller.desiredState.dtnRtt": DURATIONS,
         "failsafe.staleAfter": DURATIONS,
         "failsafe.rate": st.one_of(st.just("trivial"), RATES),
-        "actuator.dtn.failsafeRate": st.one_of(st.just("target"), RATES),
+        "dtnHosts[].shaper.failsafeRate": st.one_of(st.just("target"), RATES),
+        "dtnHosts[].shaper.minRate": RATES,
         "telemetry.digestHold": DURATIONS,
         "telemetry.flowTimeout": DURATIONS,
     },
@@ -148,26 +163,31 @@ CHANGES = st.fixed_dictionaries(
     ],
 )
 @given(changes=CHANGES)
-def test_every_spec_the_rules_accept_renders_a_usable_runtime_config(example_policy, changes):
-    """No policy passes the rules (hence the API server) and is then refused or turned into
-    a config the collector or controller cannot use."""
-    spec = full_spec(example_policy)
+def test_every_spec_the_rules_accept_renders_a_usable_runtime_config(changes):
+    """No link and policy pass the rules (hence the API server) and admission, and are then
+    refused or turned into a config the collector or controller cannot use."""
+    from scidmz.api.loop_file import LoopFileError
+    from tests.api_rules import set_dotted
+
+    link, policy = full_link_spec(), policy_spec()
+    link["dtnHosts"][0].pop("allowedNamespaces")  # the test's namespace has no team label
+    link["tenants"] = {"namespaces": {"from": "All"}}
     for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = spec
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
+        if dotted.startswith("policy."):
+            set_dotted(policy, dotted.removeprefix("policy."), value)
+        else:
+            set_dotted(link, dotted, value)
     try:
-        parsed = parse_spec(spec)
-    except ValidationError:
-        assume(False)  # rejected: not an example (Unsatisfiable if none passes)
+        config = render(link, policy, collector="collector:9600")
+    except LoopFileError:
+        assume(False)  # rejected or refused: not an example (Unsatisfiable if none passes)
         return
-    config = resolve_runtime_config("p", "ns", 1, parsed, "collector:9600")
     assert all(math.isfinite(v) for v in _numbers(config.model_dump()))
     assert load_runtime_config_text(dump_runtime_config(config)) == config
     c = config.controller
     assert 0 <= c.min_rate_bps <= c.max_rate_bps <= config.bottleneck_capacity_bps
     assert 0 < config.target_rate_bps < config.bottleneck_capacity_bps
+    dtn = config.actuator.dtn
+    assert dtn is None or dtn.failsafe_rate_bps <= config.bottleneck_capacity_bps
     assert config.failsafe.stale_after_s >= config.sample_time_s
     assert 2 * config.telemetry.digest_hold_s <= config.sample_time_s

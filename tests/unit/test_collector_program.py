@@ -20,7 +20,7 @@ from scidmz.telemetry.program import (
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
 
 IDS = Ids.from_p4info(build_p4info())
-PLAN = Plan("2001:db8::10/128", "198.51.100.0/24", 5, 6, 7, 10, 100_000_000, 2 * 10**9, 10**9)
+PLAN = Plan(("2001:db8::10/128",), "198.51.100.0/24", 5, 6, 7, 10, 100_000_000, 2 * 10**9, 10**9)
 
 
 def test_entries_cover_both_families_both_directions_ports_and_settings():

@@ -29,8 +29,7 @@ CAPACITY = 1000 * MBPS
 MAX_STEP = 200 * MBPS
 # the example policy's loop: the shipped cubic model and its tuned mlc gains
 SETTINGS = ControllerSettings(
-    policy="p",
-    namespace="ns",
+    link="p",
     strategy="mlc",
     setpoint=Setpoint(target_rate_bps=600 * MBPS, capacity_bps=CAPACITY),
     gains=Gains(0.262, 0.133, 0.028),
@@ -45,7 +44,7 @@ NORMAL = {
     "campus_rtt_s": 0.09, "dtn_queuing_delay_s": 0.09, "campus_queuing_delay_s": 0.09,
     "active_flows": 108.0,
 }  # fmt: skip
-LABELS = {"policy": "p", "namespace": "ns"}
+LABELS = {"link": "p"}
 
 
 @pytest.fixture(scope="module")

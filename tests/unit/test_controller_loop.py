@@ -29,8 +29,7 @@ from scidmz.proto import telemetry_pb2
 
 MBPS = 1e6
 SETTINGS = ControllerSettings(
-    policy="p",
-    namespace="ns",
+    link="p",
     strategy="pi",
     setpoint=Setpoint(target_rate_bps=600 * MBPS, capacity_bps=1000 * MBPS),
     gains=Gains(0.3, 1.5, 1.5),
@@ -91,7 +90,7 @@ def test_stale_samples_are_skipped_and_the_watchdog_fails_safe():
         clock.now += 1.5
         assert await controller.check_staleness()
         assert controller.failsafe_active and actuator.applied[-1] == 400 * MBPS
-        labels = {"policy": "p", "namespace": "ns"}
+        labels = {"link": "p"}
         failsafe = controller.registry.get_sample_value
         assert failsafe(names.FAILSAFE_ACTIVE, labels) == 1
         await controller.on_sample(_sample(3, 600))
@@ -123,7 +122,7 @@ def test_actuator_errors_are_counted_and_retried_not_fatal():
         return controller, actuator
 
     controller, actuator = _run(main())
-    assert controller.metrics.actuator_errors.labels("p", "ns")._value.get() == 2
+    assert controller.metrics.actuator_errors.labels("p")._value.get() == 2
     assert len(actuator.applied) == 2
     state = controller.state()
     assert state.state is not None and state.state.dtn_rate_bps == 600 * MBPS
@@ -552,7 +551,7 @@ def test_a_stop_that_cannot_restore_the_failsafe_says_so_and_reports_failure():
             while True:
                 seen.append(
                     controller.registry.get_sample_value(
-                        names.FAILSAFE_RESTORE_FAILED, {"policy": "p", "namespace": "ns"}
+                        names.FAILSAFE_RESTORE_FAILED, {"link": "p"}
                     )
                 )
                 await asyncio.sleep(0.05)

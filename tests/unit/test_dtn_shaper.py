@@ -12,10 +12,9 @@ import sys
 import time
 
 import pytest
-import yaml
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import CONFIG_KEY, dump_runtime_config, resolve_runtime_config
+from scidmz.api.loop_file import load_loop_file
+from scidmz.api.runtime import CONFIG_KEY, dump_runtime_config
 from scidmz.control.actuators import ActuatorError, ShaperActuator
 from scidmz.testenv.cluster import REPO_ROOT, free_port, wait_http_ok
 from scidmz.testenv.projection import project_like_kubelet
@@ -147,13 +146,16 @@ def test_bad_input_exits_2_naming_the_option(netns, args, message):
     assert _rate(netns) is None  # nothing half-applied
 
 
-def _policy_config(**spec_changes: object) -> str:
-    """The lab's BBR policy (a tc DTN actuator) on this test's interface, rendered."""
-    raw = yaml.safe_load((REPO_ROOT / "examples" / "lab" / "bbr-1G.yaml").read_text())["spec"]
-    raw["actuator"]["dtn"]["tc"]["interface"] = "dtn0"
-    raw["failsafe"] = {"staleAfter": "1s"}
-    spec = parse_spec(raw | spec_changes)
-    return dump_runtime_config(resolve_runtime_config("p", "ns", 1, spec, "c:1", "s:2"))
+def _policy_config(target_bps: float = 6e8, security=None) -> str:
+    """The lab's BBR link (a tc DTN cap) on this test's interface, rendered."""
+    loop = load_loop_file(REPO_ROOT / "examples" / "lab" / "bbr-1G.yaml").retargeted(target_bps)
+    host = loop.link.dtn_hosts[0]
+    assert host.shaper is not None and host.shaper.tc is not None
+    tc = host.shaper.tc.model_copy(update={"interface": "dtn0"})
+    host = host.model_copy(update={"shaper": host.shaper.model_copy(update={"tc": tc})})
+    failsafe = loop.link.failsafe.model_copy(update={"stale_after": "1s"})
+    loop = loop.with_link(dtn_hosts=[host], failsafe=failsafe)
+    return dump_runtime_config(loop.config("c:1", "s:2", security))
 
 
 def test_with_the_policys_config_the_agent_follows_its_failsafe_live(netns, tmp_path):
@@ -164,7 +166,7 @@ def test_with_the_policys_config_the_agent_follows_its_failsafe_live(netns, tmp_
     proc, _, _ = _shaper(netns, "--config", str(volume / CONFIG_KEY))
     try:
         assert _rate(netns) == "600Mbit"
-        project_like_kubelet(volume, {CONFIG_KEY: _policy_config(targetRate="500Mbps")})
+        project_like_kubelet(volume, {CONFIG_KEY: _policy_config(5e8)})
         assert _wait_rate(netns, "500Mbit", 5) == "500Mbit"  # the fail-safe in force moves
         # a file that does not validate changes nothing: the agent runs on
         project_like_kubelet(volume, {CONFIG_KEY: "target_rate_bps: fast\n"})
@@ -181,12 +183,11 @@ def test_the_config_and_the_failsafe_options_exclude_each_other(netns, tmp_path)
     path = tmp_path / CONFIG_KEY
     path.write_text(_policy_config())
     campus_only = tmp_path / "campus-only.yaml"
-    raw = yaml.safe_load((REPO_ROOT / "examples" / "lab" / "cubic-1G.yaml").read_text())["spec"]
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(raw), "c:1", "s:2")
+    config = load_loop_file(REPO_ROOT / "examples" / "lab" / "cubic-1G.yaml").config("c:1")
     campus_only.write_text(dump_runtime_config(config))
     for extra, message in (
         (["--config", str(path), "--failsafe-rate", "1Gbps"], "drop --failsafe-rate"),
-        (["--config", str(campus_only)], "--config: the policy has no tc DTN actuator"),
+        (["--config", str(campus_only)], "--config: the config has no tc DTN cap"),
         (["--config", str(tmp_path / "missing.yaml")], "--config:"),
         ([], "--failsafe-rate (or --config) is required"),
     ):
@@ -199,3 +200,93 @@ def test_the_config_and_the_failsafe_options_exclude_each_other(netns, tmp_path)
         assert proc.returncode == 2, (extra, proc.stderr)
         assert message in proc.stderr, (extra, proc.stderr)
     assert _rate(netns) is None
+
+
+def _https_ready(port: int, proc: subprocess.Popen[str], timeout_s: float = 20.0) -> None:
+    """/readyz over TLS: open to anyone (the kubelet's probe has no certificate)."""
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/readyz", context=context, timeout=1
+            ) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the shaper never became ready over HTTPS")
+
+
+def test_with_certificates_only_the_links_controller_sets_the_cap_and_within_bounds(
+    netns, tmp_path
+):
+    """An anonymous SetRate(0) once cut a DTN's tbf to 8 kbit/s. Now: no certificate, no
+    handshake; another workload's certificate (the same CA), PERMISSION_DENIED; another
+    link's controller, PERMISSION_DENIED; this link's controller, yes, and a rate below the
+    host's floor (half of R*) is raised to it."""
+    from scidmz.api.runtime import ChannelSecurity
+    from scidmz.auth import identity
+    from scidmz.auth.mtls import ClientTls, load_mutual_tls
+    from tests.identities import SERVER_NAME, authority, issue, link_identities, write
+
+    ca = authority()
+    dirs = link_identities(ca, "lab-1g", tmp_path / "ids")
+    security = ChannelSecurity(
+        identity_dir=str(dirs["dtn-shaper"]),
+        collector_server_name=SERVER_NAME,
+        dtn_shaper_server_name=SERVER_NAME,
+    )
+    volume = tmp_path / "config"
+    project_like_kubelet(volume, {CONFIG_KEY: _policy_config(security=security)})
+    grpc_port, http_port = free_port(), free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scidmz.cli", "shaper", "--interface", "dtn0", "--netns", netns,
+         "--config", str(volume / CONFIG_KEY), "--listen", f"127.0.0.1:{grpc_port}",
+         "--http-port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    other_link = write(
+        issue(ca, identity.link_identity("other-link", "controller")), tmp_path / "other"
+    )
+    try:
+        _https_ready(http_port, proc)
+        assert _rate(netns) == "600Mbit"
+        address = f"127.0.0.1:{grpc_port}"
+
+        async def attempt(tls: ClientTls | None, rate: float) -> float | str:
+            actuator = ShaperActuator(address, timeout_s=2.0, tls=tls)
+            try:
+                return await actuator.apply(rate)
+            except ActuatorError as error:
+                return str(error)
+            finally:
+                await actuator.close()
+
+        def as_client(directory) -> ClientTls:
+            return ClientTls(load_mutual_tls(directory), SERVER_NAME)
+
+        anonymous = asyncio.run(attempt(None, 0.0))
+        assert isinstance(anonymous, str) and "UNAVAILABLE" in anonymous
+        collector = asyncio.run(attempt(as_client(dirs["collector"]), 0.0))
+        assert isinstance(collector, str) and "PERMISSION_DENIED" in collector
+        assert "link/lab-1g/collector" in collector
+        stranger = asyncio.run(attempt(as_client(other_link), 0.0))
+        assert isinstance(stranger, str) and "PERMISSION_DENIED" in stranger
+        assert _rate(netns) == "600Mbit"  # none of them changed anything
+        # the link's controller: taken, and clamped to the floor (half of R* = 300 Mb/s)
+        assert asyncio.run(attempt(as_client(dirs["controller"]), 0.0)) == 3e8
+        assert _rate(netns) == "300Mbit"
+        assert asyncio.run(attempt(as_client(dirs["controller"]), 5e9)) == 1e9  # the capacity
+        assert asyncio.run(attempt(as_client(dirs["controller"]), 4.5e8)) == 4.5e8
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert "held within 300000000..1000000000 bit/s" in stderr

@@ -13,8 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import RuntimeConfig, dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import RuntimeConfig, dump_runtime_config
 from scidmz.cli import app
 
 COMMANDS = ("collector", "controller")
@@ -22,10 +21,11 @@ COMMANDS = ("collector", "controller")
 
 @pytest.fixture(scope="module")
 def base_config() -> dict[str, Any]:
-    from tests.conftest import REPO
+    from tests.loops import link_spec, render
 
-    policy = yaml.safe_load((REPO / "examples" / "dtntransferpolicy.yaml").read_text())
-    rendered = resolve_runtime_config("p", "ns", 1, parse_spec(policy["spec"]), "127.0.0.1:1")
+    # plaintext: --check reads no certificate files here
+    switch = {**link_spec()["switch"], "tls": None, "plaintext": True}
+    rendered = render(link_spec(switch=switch), collector="127.0.0.1:1")
     config: dict[str, Any] = yaml.safe_load(dump_runtime_config(rendered))
     return config
 
@@ -194,8 +194,8 @@ def test_yaml_bombs_and_duplicate_keys_are_refused(base_config, tmp_path, comman
     bomb = 'lol: &a ["x","x","x","x","x","x","x","x"]\nlol2: &b [*a,*a,*a,*a,*a,*a,*a,*a]\n'
     code, output = _run(command, bomb + text, tmp_path)
     assert code == 2 and "aliases" in output
-    code, output = _run(command, text + "policy: other\n", tmp_path)
-    assert code == 2 and "duplicate key 'policy'" in output
+    code, output = _run(command, text + "link: other\n", tmp_path)
+    assert code == 2 and "duplicate key 'link'" in output
     code, output = _run(command, "x" * (2 << 20), tmp_path)
     assert code == 2 and "bytes" in output
 
@@ -213,7 +213,7 @@ FLAGS = [
     (["demo", "--duration"], "--duration"),
     (["train", "--cca", "cubic", "--duration"], "--duration"),
     (["lab", "traffic", "--out", "/nonexistent/x", "--duration"], "--duration"),
-    (["lab", "run", "--policy", "/nonexistent.yaml", "--duration"], "--duration"),
+    (["lab", "run", "-f", "/nonexistent.yaml", "--duration"], "--duration"),
 ]
 
 

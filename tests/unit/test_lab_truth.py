@@ -278,10 +278,10 @@ def test_a_target_schedule_the_api_would_refuse_is_refused_before_the_loop_start
     import types
     from pathlib import Path
 
-    from scidmz.lab.loop import load_policy, run_loop
+    from scidmz.lab.loop import load_loop, run_loop
     from scidmz.lab.scenario import lab_scenario
 
-    policy = load_policy(Path(__file__).parents[2] / "examples" / "lab" / "cubic-1G.yaml")
+    policy = load_loop(Path(__file__).parents[2] / "examples" / "lab" / "cubic-1G.yaml")
     lab = types.SimpleNamespace(scenario=lab_scenario(None, {"bottleneck.capacity_bps": "1Gbps"}))
     with pytest.raises(LabError, match="1200000000 bit/s is no target here"):
         run_loop(policy, lab, 10.0, tmp_path, targets_bps=[6e8, 1.2e9])  # type: ignore[arg-type]

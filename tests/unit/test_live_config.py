@@ -6,16 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
-from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
-from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import (
     ConfigError,
     RuntimeConfig,
-    resolve_runtime_config,
     restart_relevant,
 )
 from scidmz.control.actuators import DryRunActuator
@@ -24,14 +21,16 @@ from scidmz.control.features import Setpoint
 from scidmz.control.live_config import live_update, plan_reload
 from scidmz.control.loop import Controller, DtnControl
 from scidmz.control.settings import controller_settings
+from tests.loops import link_spec, policy_spec, render
 from tests.unit.test_controller_loop import MBPS, SETTINGS, Clock, _sample
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "dtntransferpolicy.yaml"
+Change = tuple[dict[str, Any], dict[str, Any]]
+"""A change of the example: (link spec keys, policy spec keys)."""
 
 
-def _rendered(**spec_changes: object) -> RuntimeConfig:
-    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | spec_changes
-    return resolve_runtime_config("p", "ns", 1, parse_spec(raw), "collector:1")
+def _rendered(change: Change = ({}, {}), generation: int = 1) -> RuntimeConfig:
+    link, policy = change
+    return render(link_spec(**link), policy_spec(**policy), generation)
 
 
 def test_the_setpoint_gains_limits_and_failsafe_are_taken_live() -> None:
@@ -71,8 +70,9 @@ def test_what_the_controller_is_built_around_needs_a_restart_and_is_kept() -> No
 def test_a_new_target_rate_in_the_rendered_config_moves_the_setpoint_and_failsafe() -> None:
     running = _rendered()
     settings = controller_settings(running)
-    update = plan_reload(running, settings, _rendered(targetRate="700Mbps"))
-    assert set(update.applied) == {"setpoint", "failsafe_rate_bps"}  # failsafe: trivial
+    update = plan_reload(running, settings, _rendered(({}, {"targetRate": "700Mbps"})))
+    # failsafe: trivial; policies: the per-policy target it exports
+    assert set(update.applied) == {"setpoint", "failsafe_rate_bps", "policies"}
     assert update.settings.setpoint.target_rate_bps == 7e8
     assert update.settings.failsafe_rate_bps == pytest.approx(3e8)
     assert update.needs_restart == ()
@@ -83,17 +83,12 @@ def test_a_new_target_rate_in_the_rendered_config_moves_the_setpoint_and_failsaf
 def test_a_new_actuator_or_congestion_control_needs_a_restart() -> None:
     running = _rendered()
     settings = controller_settings(running)
-    dry = _rendered(actuator={"type": "dryRun"})
+    dry = _rendered(({"actuator": {"type": "dryRun"}}, {}))
     assert plan_reload(running, settings, dry).needs_restart == ("actuator or model",)
     # bbr: another inverse model (and its tuned gains, which are taken)
-    bbr = plan_reload(running, settings, _rendered(dtn={**_spec_dtn(), "congestionControl": "bbr"}))
+    bbr = plan_reload(running, settings, _rendered(({}, {"congestionControl": "bbr"})))
     assert "actuator or model" in bbr.needs_restart
     assert "gains" in bbr.applied
-
-
-def _spec_dtn() -> dict[str, object]:
-    dtn: dict[str, object] = yaml.safe_load(EXAMPLE.read_text())["spec"]["dtn"]
-    return dtn
 
 
 def test_limits_a_filter_refuses_are_rejected_naming_the_field() -> None:
@@ -137,40 +132,47 @@ def test_a_reconfigured_controller_decides_on_the_new_target_from_its_state() ->
     assert abs(pi[-1] - pi[-2]) < 50 * MBPS
 
 
-WITH_DTN_CAP = {"actuator": {"type": "sim", "dtn": {"type": "sim", "sim": {"address": "t:1"}}}}
+def _with_cap(**shaper: object) -> dict[str, object]:
+    """The example link's DTN host with a DTN cap (sim) of ``shaper`` settings."""
+    host = {
+        **link_spec()["dtnHosts"][0],
+        "shaper": {"type": "sim", "sim": {"address": "t:1"}} | shaper,
+    }
+    return {"dtnHosts": [host]}
 
 
 def _controller(**changes: object) -> dict[str, object]:
-    """The example's controller section with ``changes`` (camelCase keys)."""
-    controller: dict[str, object] = yaml.safe_load(EXAMPLE.read_text())["spec"]["controller"]
+    """The example link's controller section with ``changes`` (camelCase keys)."""
+    controller: dict[str, object] = link_spec()["controller"]
     return {"controller": controller | changes}
 
 
-LIVE_SPEC_CHANGES: dict[str, dict[str, object]] = {
-    "targetRate": {"targetRate": "700Mbps"},
-    "bottleneckCapacity": {"bottleneckCapacity": "2Gbps"},
-    "gains": _controller(gains={"kp": 0.3, "ki": 0.1, "kw": 0.2}),
-    "limits": _controller(limits={"min": "50Mbps", "max": "900Mbps", "maxStep": "100Mbps"}),
-    "integral band": _controller(limits={"integralBand": "20Mbps"}),
-    "desired RTTs": _controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}),
-    "failsafe": {"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}},
+WITH_DTN_CAP: Change = (_with_cap(), {})
+
+LIVE_SPEC_CHANGES: dict[str, Change] = {
+    "targetRate": ({}, {"targetRate": "700Mbps"}),
+    "capacity": ({"capacity": "2Gbps", "controller": {"strategy": "mlc"}}, {}),
+    "gains": (_controller(gains={"kp": 0.3, "ki": 0.1, "kw": 0.2}), {}),
+    "limits": (_controller(limits={"min": "50Mbps", "max": "900Mbps", "maxStep": "100Mbps"}), {}),
+    "integral band": (_controller(limits={"integralBand": "20Mbps"}), {}),
+    "desired RTTs": (_controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}), {}),
+    "failsafe": ({"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}}, {}),
 }
-"""Spec changes a running controller takes live (the example policy, one at a time)."""
-RESTART_SPEC_CHANGES: dict[str, dict[str, object]] = {
-    "strategy": _controller(strategy="pi"),
-    "desired-state mode": _controller(desiredState={"mode": "table3"}),
-    "sampleTime": {"sampleTime": "2s"},
-    "congestion control": {"dtn": {**_spec_dtn(), "congestionControl": "bbr"}},
-    "actuator": {"actuator": {"type": "dryRun"}},
+"""Changes a running controller takes live (the example link and policy, one at a time)."""
+RESTART_SPEC_CHANGES: dict[str, Change] = {
+    "strategy": (_controller(strategy="pi"), {}),
+    "desired-state mode": (_controller(desiredState={"mode": "table3"}), {}),
+    "sampleTime": ({"sampleTime": "2s"}, {}),
+    "congestion control": ({}, {"congestionControl": "bbr"}),
+    "actuator": ({"actuator": {"type": "dryRun"}}, {}),
     "a DTN cap": WITH_DTN_CAP,
-    "switch": {"switch": {**yaml.safe_load(EXAMPLE.read_text())["spec"]["switch"],
-                          "address": "elsewhere:9559"}},
-}  # fmt: skip
-"""Spec changes the controller is built around: the pods must be rolled."""
-COLLECTOR_SPEC_CHANGES: dict[str, dict[str, object]] = {
-    "telemetry": {"telemetry": {"rttSmoothing": 0.5}},
+    "switch": ({"switch": {**link_spec()["switch"], "address": "elsewhere:9559"}}, {}),
 }
-"""Spec changes only the collector reads (it takes nothing live): the pods are rolled."""
+"""Changes the controller is built around: the pods must be rolled."""
+COLLECTOR_SPEC_CHANGES: dict[str, Change] = {
+    "telemetry": ({"telemetry": {"rttSmoothing": 0.5}}, {}),
+}
+"""Changes only the collector reads (it takes nothing live): the pods are rolled."""
 
 
 @pytest.mark.parametrize(
@@ -180,14 +182,13 @@ COLLECTOR_SPEC_CHANGES: dict[str, dict[str, object]] = {
     ids=[*LIVE_SPEC_CHANGES, *RESTART_SPEC_CHANGES],
 )
 def test_what_the_operator_rolls_is_what_the_controller_cannot_take_live(
-    change: dict[str, object], restart: bool
+    change: Change, restart: bool
 ) -> None:
     """``api.runtime.restart_relevant`` (the operator's reason to roll the pods) and
     ``plan_reload`` (the running controller's) agree on every change the controller
     reads; the generation, which every spec change bumps, is not a reason."""
     running = _rendered()
-    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | change
-    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(raw), "collector:1")
+    wanted = _rendered(change, generation=2)
     update = plan_reload(running, controller_settings(running), wanted)
     assert (restart_relevant(running) != restart_relevant(wanted)) is restart
     assert (update.needs_restart != ()) is restart
@@ -195,29 +196,27 @@ def test_what_the_operator_rolls_is_what_the_controller_cannot_take_live(
 
 
 @pytest.mark.parametrize("change", COLLECTOR_SPEC_CHANGES.values(), ids=[*COLLECTOR_SPEC_CHANGES])
-def test_what_only_the_collector_reads_rolls_the_pods(change: dict[str, object]) -> None:
+def test_what_only_the_collector_reads_rolls_the_pods(change: Change) -> None:
     running = _rendered()
-    raw = yaml.safe_load(EXAMPLE.read_text())["spec"] | change
-    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(raw), "collector:1")
+    wanted = _rendered(change, generation=2)
     assert restart_relevant(running) != restart_relevant(wanted)
     update = plan_reload(running, controller_settings(running), wanted)
     assert update.applied == update.needs_restart == ()
 
 
-def test_the_dtn_caps_gains_and_failsafe_are_live_too() -> None:
-    with_cap = yaml.safe_load(EXAMPLE.read_text())["spec"] | WITH_DTN_CAP
-    running = resolve_runtime_config("p", "ns", 1, parse_spec(with_cap), "collector:1")
-    dtn = {**WITH_DTN_CAP["actuator"]["dtn"], "gains": {"kp": 0.2, "ki": 0.1, "kw": 0.1},  # type: ignore[index]
-           "failsafeRate": "550Mbps"}  # fmt: skip
-    changed = with_cap | {"actuator": {"type": "sim", "dtn": dtn}}
-    wanted = resolve_runtime_config("p", "ns", 2, parse_spec(changed), "collector:1")
+def test_the_dtn_caps_gains_failsafe_and_floor_are_live_too() -> None:
+    running = _rendered(WITH_DTN_CAP)
+    changed = _with_cap(
+        gains={"kp": 0.2, "ki": 0.1, "kw": 0.1}, failsafeRate="550Mbps", minRate="200Mbps"
+    )
+    wanted = _rendered((changed, {}), generation=2)
     update = plan_reload(running, controller_settings(running), wanted)
     assert update.applied == ("dtn",) and update.needs_restart == ()
     assert restart_relevant(running) == restart_relevant(wanted)
 
 
 def test_the_integral_band_reaches_the_campus_filter_and_older_configs_get_the_default() -> None:
-    explicit = _rendered(**_controller(limits={"integralBand": "20Mbps"}), **WITH_DTN_CAP)
+    explicit = _rendered(({**_controller(limits={"integralBand": "20Mbps"}), **_with_cap()}, {}))
     settings = controller_settings(explicit)
     assert settings.limits.integral_band_bps == 20 * MBPS
     # the DTN cap's filter integrates always (its feed-forward leaves ~8 % of R*)
@@ -250,11 +249,11 @@ def test_the_shaper_follows_changes_and_runs_on_through_a_vanished_file(tmp_path
     retuned: list[tuple[float, float]] = []
 
     class Service:
-        async def retune(self, failsafe_rate_bps: float, stale_after_s: float) -> None:
+        async def retune(self, failsafe_rate_bps: float, stale_after_s: float, bounds) -> None:
             retuned.append((failsafe_rate_bps, stale_after_s))
 
     def load(p):
-        return float(p.read_text().split()[1]), 3.0
+        return float(p.read_text().split()[1]), 3.0, None
 
     async def main() -> None:
         task = asyncio.create_task(follow_config(Service(), path, load, period_s=0.01))

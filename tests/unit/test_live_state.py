@@ -5,7 +5,7 @@ import math
 from scidmz.api.runtime import ControllerState
 from scidmz.k8s.live_state import live_status
 
-BASE = {"policy": "ns/p", "strategy": "mlc", "failsafe_active": False}
+BASE = {"link": "p", "strategy": "mlc", "failsafe_active": False}
 
 
 def test_state_and_tracking_in_api_units():
@@ -43,3 +43,26 @@ def test_nothing_measured_yet_writes_nothing():
     assert live_status(ControllerState.model_validate(idle), 1.0) == {}
     unmeasured = {**BASE, "state": {"dtn_rate_bps": math.nan, "sampled_at": "x", "sequence": 1}}
     assert live_status(ControllerState.model_validate(unmeasured), 1.0) == {}
+
+
+def test_the_admitted_policy_gets_its_rate_target_and_the_links_limit():
+    from scidmz.k8s.live_state import policy_live_status
+
+    state = ControllerState.model_validate({
+        **BASE,
+        "campus_rate_limit_bps": 4e8,
+        "target_rate_bps": 6e8,
+        "state": {"dtn_rate_bps": 5.9e8, "campus_rtt_s": 0.01, "sampled_at": "t", "sequence": 3},
+        "tracking": {"mrae": 0.05, "window": 10},
+    })  # fmt: skip
+    assert policy_live_status(state, 0.5) == {
+        "state": {
+            "dtnRate": "590Mbps",
+            "targetRate": "600Mbps",
+            "campusRateLimit": "400Mbps",
+            "sampledAt": "t",
+        },
+        "tracking": {"mrae": 0.05, "window": "5s"},
+    }
+    unmeasured = {**BASE, "state": {"dtn_rate_bps": math.nan, "sampled_at": "x", "sequence": 1}}
+    assert policy_live_status(ControllerState.model_validate(unmeasured), 1.0) == {}

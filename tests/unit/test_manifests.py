@@ -1,111 +1,179 @@
-import copy
+"""The pure builders of a link's loop (scidmz.k8s.manifests): what runs where, locked down,
+in the operator's namespace only."""
 
 import pytest
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import resolve_runtime_config
+from scidmz.api.link import HostPortAllocation, Toleration
+from scidmz.api.runtime import ChannelSecurity
+from scidmz.auth.identity import WORKLOAD_SERVER_NAME
 from scidmz.k8s.manifests import (
     CONFIG_HASH_ANNOTATION,
+    IDENTITY_MOUNT,
     LIVE_CONFIG_ANNOTATION,
     TLS_MOUNT,
-    PolicyRef,
+    LinkRef,
+    LinkWorkloads,
     WorkloadSettings,
     build_children,
     child_name,
     collector_address,
     dtn_shaper_address,
+    server_names,
 )
+from tests.loops import link_spec, policy_spec, render
 from tests.unit.test_live_config import (
     COLLECTOR_SPEC_CHANGES,
     LIVE_SPEC_CHANGES,
     RESTART_SPEC_CHANGES,
 )
 
-REF = PolicyRef(name="paper-testbed", namespace="science", uid="1234")
-SETTINGS = WorkloadSettings(image="example.org/scidmz:test")
+REF = LinkRef(name="campus-border", uid="1234")
+SETTINGS = WorkloadSettings(
+    image="example.org/scidmz:test",
+    namespace="scidmz-system",
+    resources={"collector": {"requests": {"cpu": "50m"}, "limits": {"memory": "512Mi"}}},
+)
+SECURITY = ChannelSecurity(
+    identity_dir=IDENTITY_MOUNT,
+    collector_server_name=server_names(REF.name, "collector", SETTINGS)[1],
+    dtn_shaper_server_name=server_names(REF.name, "dtn-shaper", SETTINGS)[1],
+)
+SHAPER_PORT = 9502
 
 
-def _children(spec_dict, paused=False, generation=1):
-    spec = parse_spec(spec_dict)
-    config = resolve_runtime_config(
-        REF.name, REF.namespace, generation, spec, collector_address(REF, SETTINGS),
-        dtn_shaper_address(REF, SETTINGS),
-    )  # fmt: skip
+def _children(link=None, policy=None, generation=1, **work):
+    config = render(
+        link if link is not None else link_spec(),
+        policy if policy is not None else policy_spec(),
+        generation,
+        collector_address(REF.name, SETTINGS),
+        dtn_shaper_address(REF.name, SETTINGS, SHAPER_PORT + 1),
+        SECURITY,
+    )
+    ports = (
+        HostPortAllocation(workload="controller", node="edge-1", port=9500),
+        HostPortAllocation(workload="dtn-shaper-dtn-1", node="dtn-1", port=SHAPER_PORT),
+    )
+    workloads = LinkWorkloads(host_ports=ports, **work)
     return {
         o["kind"] + "/" + o["metadata"]["name"]: o
-        for o in build_children(REF, config, paused, SETTINGS)
+        for o in build_children(REF, config, SETTINGS, workloads)
     }
 
 
-def test_children_set_and_ownership(example_policy):
-    children = _children(example_policy["spec"])
+def _pod(children, component):
+    return children[f"Deployment/campus-border-{component}"]["spec"]["template"]["spec"]
+
+
+def test_children_set_and_ownership_all_in_the_operators_namespace():
+    children = _children()
     assert set(children) == {
-        "ServiceAccount/paper-testbed-scidmz",
-        "ConfigMap/paper-testbed-config",
-        "Service/paper-testbed-collector",
-        "Service/paper-testbed-controller",
-        "Deployment/paper-testbed-collector",
-        "Deployment/paper-testbed-controller",
+        "ServiceAccount/campus-border-scidmz",
+        "ConfigMap/campus-border-config",
+        "Service/campus-border-collector",
+        "Service/campus-border-controller",
+        "NetworkPolicy/campus-border-collector",
+        "NetworkPolicy/campus-border-controller",
+        "Deployment/campus-border-collector",
+        "Deployment/campus-border-controller",
     }
     for obj in children.values():
         owner = obj["metadata"]["ownerReferences"][0]
-        assert owner["uid"] == "1234" and owner["controller"] is True
+        assert owner == {
+            "apiVersion": "scidmz.io/v1alpha1", "kind": "BorderLink", "name": "campus-border",
+            "uid": "1234", "controller": True, "blockOwnerDeletion": True,
+        }  # fmt: skip
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/managed-by"] == "scidmz-operator"
-        assert labels["app.kubernetes.io/instance"] == "paper-testbed"
-        assert obj["metadata"]["namespace"] == "science"
+        assert labels["scidmz.io/link"] == "campus-border"
+        assert obj["metadata"]["namespace"] == "scidmz-system"  # never the tenant's
 
 
-def test_workloads_are_locked_down_without_tc(example_policy):
-    children = _children(example_policy["spec"])
+def test_workloads_are_locked_down_sized_and_probed_over_https_without_tc():
+    children = _children()
     for component in ("collector", "controller"):
-        dep = children[f"Deployment/paper-testbed-{component}"]
+        dep = children[f"Deployment/campus-border-{component}"]
         pod = dep["spec"]["template"]["spec"]
         container = pod["containers"][0]
         sc = container["securityContext"]
         assert sc["runAsNonRoot"] is True and sc["readOnlyRootFilesystem"] is True
         assert sc["capabilities"] == {"drop": ["ALL"]}
-        assert "hostNetwork" not in pod and "affinity" not in pod
+        assert "hostNetwork" not in pod and "affinity" not in pod and "tolerations" not in pod
         assert container["args"] == [component, "--config", "/etc/scidmz/config.yaml"]
-        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-        assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert container[probe]["httpGet"]["scheme"] == "HTTPS"
         assert pod["automountServiceAccountToken"] is False
-        # The selector must not carry the version: upgrades would orphan pods.
+        # its own certificate, and nobody else's
+        mounted = {"name": "identity", "secret": {"secretName": f"campus-border-{component}-tls"}}
+        assert mounted in pod["volumes"]
         assert "app.kubernetes.io/version" not in dep["spec"]["selector"]["matchLabels"]
+    collector = children["Deployment/campus-border-collector"]["spec"]["template"]["spec"]
+    assert collector["containers"][0]["resources"] == {
+        "requests": {"cpu": "50m"}, "limits": {"memory": "512Mi"}
+    }  # fmt: skip
 
 
-def test_tc_actuator_gets_net_admin_host_network_and_pinning(example_policy):
-    spec = dict(example_policy["spec"])
-    spec["actuator"] = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
-    children = _children(spec)
-    pod = children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
+def test_network_policies_admit_the_controller_to_the_stream_and_observers_to_metrics():
+    children = _children()
+    collector = children["NetworkPolicy/campus-border-collector"]["spec"]
+    assert collector["policyTypes"] == ["Ingress"]
+    stream, metrics = collector["ingress"]
+    assert stream["ports"] == [{"port": "grpc-samples", "protocol": "TCP"}]
+    assert stream["from"] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "scidmz", "app.kubernetes.io/instance": "campus-border",
+        "app.kubernetes.io/component": "controller",
+    }}}]  # fmt: skip
+    assert metrics["ports"] == [{"port": "https-metrics", "protocol": "TCP"}]
+    # the operator's own pods only: no Prometheus namespace was configured
+    assert metrics["from"] == [{"podSelector": {"matchLabels": dict(SETTINGS.operator_pod_labels)}}]
+    controller = children["NetworkPolicy/campus-border-controller"]["spec"]
+    assert [rule["ports"] for rule in controller["ingress"]] == [[metrics["ports"][0]]]
+
+
+def test_tc_actuator_gets_net_admin_host_network_its_port_and_only_listed_tolerations():
+    tc = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
+    untolerated = _pod(_children(link_spec(actuator=tc)), "controller")
+    assert "tolerations" not in untolerated  # not every NoSchedule taint, as it once did
+    toleration = Toleration(key="scidmz.io/border", operator="Exists", effect="NoSchedule")
+    children = _children(link_spec(actuator=tc), tolerations=(toleration,))
+    pod = _pod(children, "controller")
     assert pod["hostNetwork"] is True
-    assert pod["containers"][0]["securityContext"]["capabilities"] == {
-        "drop": ["ALL"],
-        "add": ["NET_ADMIN"],
-    }
+    assert pod["tolerations"] == [
+        {"key": "scidmz.io/border", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    container = pod["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    # on the node's network the port is the link's own allocation
+    assert container["ports"] == [
+        {"name": "https-metrics", "containerPort": 9500, "protocol": "TCP"}
+    ]
+    assert {"name": "SCIDMZ_HTTP_PORT", "value": "9500"} in container["env"]
+    service = children["Service/campus-border-controller"]["spec"]["ports"]
+    assert [p["port"] for p in service] == [9500]
     term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["edge-1"]
-    collector_pod = children["Deployment/paper-testbed-collector"]["spec"]["template"]["spec"]
-    assert "hostNetwork" not in collector_pod
+    assert "hostNetwork" not in _pod(children, "collector")
 
 
-def test_paused_scales_to_zero(example_policy):
-    running = _children(example_policy["spec"])
-    paused = _children(example_policy["spec"], paused=True)
-    assert running["Deployment/paper-testbed-controller"]["spec"]["replicas"] == 1
-    assert paused["Deployment/paper-testbed-controller"]["spec"]["replicas"] == 0
-    assert paused["Deployment/paper-testbed-collector"]["spec"]["replicas"] == 0
+def test_paused_scales_to_zero():
+    running, paused = _children(), _children(paused=True)
+    assert running["Deployment/campus-border-controller"]["spec"]["replicas"] == 1
+    assert paused["Deployment/campus-border-controller"]["spec"]["replicas"] == 0
+    assert paused["Deployment/campus-border-collector"]["spec"]["replicas"] == 0
 
 
-WORKLOADS = ("Deployment/paper-testbed-collector", "Deployment/paper-testbed-controller")
+WORKLOADS = ("Deployment/campus-border-collector", "Deployment/campus-border-controller")
+
+
+def _changed(change, generation=2):
+    link, policy = change
+    return _children(link_spec(**link), policy_spec(**policy), generation)
 
 
 @pytest.mark.parametrize("change", LIVE_SPEC_CHANGES.values(), ids=[*LIVE_SPEC_CHANGES])
-def test_a_live_change_rewrites_the_config_and_leaves_the_pods_running(example_policy, change):
-    before = _children(example_policy["spec"])
-    after = _children({**example_policy["spec"], **change}, generation=2)
-    key = "ConfigMap/paper-testbed-config"
+def test_a_live_change_rewrites_the_config_and_leaves_the_pods_running(change):
+    before, after = _children(), _changed(change)
+    key = "ConfigMap/campus-border-config"
     assert before[key]["data"] != after[key]["data"]
     hashes = [c[key]["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION] for c in (before, after)]
     assert hashes[0] != hashes[1]
@@ -118,9 +186,8 @@ def test_a_live_change_rewrites_the_config_and_leaves_the_pods_running(example_p
     [*RESTART_SPEC_CHANGES.values(), *COLLECTOR_SPEC_CHANGES.values()],
     ids=[*RESTART_SPEC_CHANGES, *COLLECTOR_SPEC_CHANGES],
 )
-def test_a_change_the_processes_are_built_around_rolls_the_pods(example_policy, change):
-    before = _children(example_policy["spec"])
-    after = _children({**example_policy["spec"], **change}, generation=2)
+def test_a_change_the_processes_are_built_around_rolls_the_pods(change):
+    before, after = _children(), _changed(change)
     for workload in WORKLOADS:
         if workload in after:
             a = before[workload]["spec"]["template"]["metadata"]["annotations"]
@@ -128,48 +195,73 @@ def test_a_change_the_processes_are_built_around_rolls_the_pods(example_policy, 
             assert a[CONFIG_HASH_ANNOTATION] != b[CONFIG_HASH_ANNOTATION]
 
 
-def test_same_spec_renders_identical_objects(example_policy):
-    assert _children(example_policy["spec"]) == _children(example_policy["spec"])
+def test_a_renewed_certificate_rolls_its_workload_only():
+    before = _children(certificates={"collector": b"one", "controller": b"c"})
+    after = _children(certificates={"collector": b"two", "controller": b"c"})
+
+    def template_hash(children, component):
+        template = children[f"Deployment/campus-border-{component}"]["spec"]["template"]
+        return template["metadata"]["annotations"][CONFIG_HASH_ANNOTATION]
+
+    assert template_hash(before, "collector") != template_hash(after, "collector")
+    assert template_hash(before, "controller") == template_hash(after, "controller")
+
+
+def test_same_spec_renders_identical_objects():
+    assert _children() == _children()
 
 
 @pytest.mark.parametrize("length", [10, 50, 63, 200, 253])
 def test_child_names_fit_dns_labels(length):
-    policy = "p" * length
-    for suffix in ("collector", "controller", "config", "scidmz"):
-        name = child_name(policy, suffix)
+    link = "p" * length
+    for suffix in ("collector", "controller", "config", "scidmz", "dtn-shaper-tls"):
+        name = child_name(link, suffix)
         assert len(name) <= 63 and name.endswith(suffix)
     assert child_name("a" * 200, "collector") != child_name("a" * 199 + "b", "collector")
 
 
-def test_switch_tls_secret_is_mounted_into_the_collector_only(example_policy):
-    plain = _children(example_policy["spec"])
-    spec = copy.deepcopy(example_policy["spec"])
-    spec["switch"]["tls"] = {"secretName": "switch-tls", "serverName": "tofino-1.campus.example"}
-    children = _children(spec)
-    collector = children["Deployment/paper-testbed-collector"]["spec"]["template"]["spec"]
-    assert {"name": "switch-tls", "secret": {"secretName": "switch-tls"}} in collector["volumes"]
+def test_workload_certificates_name_their_service_and_the_metrics_name():
+    names = server_names("campus-border", "collector", SETTINGS)
+    assert names == [
+        "campus-border-collector",
+        "campus-border-collector.scidmz-system.svc",
+        "campus-border-collector.scidmz-system.svc.cluster.local",
+        WORKLOAD_SERVER_NAME,
+    ]
+
+
+def test_switch_tls_secret_is_mounted_into_the_collector_only():
+    children = _children()  # the example link has switch.tls
+    collector = _pod(children, "collector")
+    secret = {"name": "switch-tls", "secret": {"secretName": "campus-switch-tls"}}
+    assert secret in collector["volumes"]
     mounts = collector["containers"][0]["volumeMounts"]
     assert {"name": "switch-tls", "mountPath": TLS_MOUNT, "readOnly": True} in mounts
-    controller = children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
-    assert all("secret" not in v for v in controller["volumes"])
-    # the server name reaches the collector through its runtime config, which rolls its pod
-    config = children["ConfigMap/paper-testbed-config"]["data"]["config.yaml"]
-    assert "tls_server_name: tofino-1.campus.example" in config
-    assert plain["ConfigMap/paper-testbed-config"]["data"]["config.yaml"] != config
+    # and into the controller of a sim actuator, which talks to the simulator on that port
+    assert secret in _pod(children, "controller")["volumes"]
+    dry = _children(link_spec(actuator={"type": "dryRun"}))
+    assert all(v.get("secret", {}).get("secretName") != "campus-switch-tls"
+               for v in _pod(dry, "controller")["volumes"])  # fmt: skip
+    config = children["ConfigMap/campus-border-config"]["data"]["config.yaml"]
+    assert "tls_server_name: scidmz-target" in config
 
 
-def test_a_tc_dtn_actuator_gets_a_shaper_on_the_dtn_host(example_policy):
-    spec = copy.deepcopy(example_policy["spec"])
-    spec["actuator"]["dtn"] = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
-    children = _children(spec)
-    shaper = children["Deployment/paper-testbed-dtn-shaper"]
-    service = children["Service/paper-testbed-dtn-shaper"]
+def _with_tc_shaper():
+    shaper = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    host = {**link_spec()["dtnHosts"][0], "shaper": shaper}
+    return link_spec(dtnHosts=[host])
+
+
+def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
+    children = _children(_with_tc_shaper())
+    shaper = children["Deployment/campus-border-dtn-shaper"]
+    service = children["Service/campus-border-dtn-shaper"]
     pod = shaper["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    # the fail-safe comes from the mounted ConfigMap, followed live
+    # the fail-safe and bounds come from the mounted ConfigMap, followed live
     assert container["args"] == [
         "shaper", "--interface", "ens1f0", "--config", "/etc/scidmz/config.yaml",
-        "--listen", "0.0.0.0:9470",
+        "--listen", f"0.0.0.0:{SHAPER_PORT + 1}",
     ]  # fmt: skip
     assert {"name": "config", "mountPath": "/etc/scidmz", "readOnly": True} in container[
         "volumeMounts"
@@ -178,35 +270,31 @@ def test_a_tc_dtn_actuator_gets_a_shaper_on_the_dtn_host(example_policy):
     assert pod["hostNetwork"] is True
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["dtn-1"]
-    assert {p["name"] for p in service["spec"]["ports"]} == {"grpc-shaper", "http-metrics"}
-    # the controller reaches it through its Service, and does not need host networking
-    config = children["ConfigMap/paper-testbed-config"]["data"]["config.yaml"]
-    assert "address: paper-testbed-dtn-shaper.science.svc:9470" in config
-    assert (
-        "hostNetwork"
-        not in children["Deployment/paper-testbed-controller"]["spec"]["template"]["spec"]
-    )
+    assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {
+        ("grpc-shaper", SHAPER_PORT + 1), ("https-metrics", SHAPER_PORT)
+    }  # fmt: skip
+    config = children["ConfigMap/campus-border-config"]["data"]["config.yaml"]
+    assert f"address: campus-border-dtn-shaper.scidmz-system.svc:{SHAPER_PORT + 1}" in config
+    assert "hostNetwork" not in _pod(children, "controller")
     order = list(children)
-    assert order.index("Deployment/paper-testbed-dtn-shaper") < order.index(
-        "Deployment/paper-testbed-controller"
+    assert order.index("Deployment/campus-border-dtn-shaper") < order.index(
+        "Deployment/campus-border-controller"
     )
 
 
-def test_a_new_target_rate_leaves_the_dtn_shaper_running(example_policy):
+def test_a_new_target_rate_leaves_the_dtn_shaper_running():
     """With failsafeRate 'target' the agent's fail-safe cap is R*: it reads it from the
     ConfigMap, so its Deployment does not change (nor roll) with R*."""
-    spec = copy.deepcopy(example_policy["spec"])
-    spec["actuator"]["dtn"] = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
-    key = "Deployment/paper-testbed-dtn-shaper"
-    before = _children(spec)[key]
-    assert _children({**spec, "targetRate": "700Mbps"}, generation=2)[key] == before
-    failsafe = {**spec, "failsafe": {"staleAfter": "9s", "rate": "trivial"}}
+    key = "Deployment/campus-border-dtn-shaper"
+    link = _with_tc_shaper()
+    before = _children(link)[key]
+    assert _children(link, policy_spec(targetRate="700Mbps"), generation=2)[key] == before
+    failsafe = {**link, "failsafe": {"staleAfter": "9s", "rate": "trivial"}}
     assert _children(failsafe, generation=3)[key] == before
 
 
 @pytest.mark.parametrize("kind", ["sim", "dryRun"])
-def test_other_dtn_actuators_need_no_shaper(example_policy, kind):
-    spec = copy.deepcopy(example_policy["spec"])
-    spec["actuator"]["dtn"] = {"type": kind}
-    children = _children(spec)
+def test_other_dtn_caps_need_no_shaper(kind):
+    host = {**link_spec()["dtnHosts"][0], "shaper": {"type": kind}}
+    children = _children(link_spec(dtnHosts=[host]))
     assert not any("dtn-shaper" in name for name in children)

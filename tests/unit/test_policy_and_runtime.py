@@ -4,28 +4,39 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from scidmz.api.crd import render_crd_yaml
-from scidmz.api.policy import parse_spec, tls_secret_problem
+from scidmz.api.crd import RESOURCES, crd_file_name, render_crd_yaml
+from scidmz.api.link import parse_link_spec, tls_secret_problem
+from scidmz.api.loop_file import LoopFileError, load_loop_file
+from scidmz.api.policy import parse_spec
 from scidmz.api.runtime import (
     TUNED_GAINS,
     ConfigError,
     dump_runtime_config,
     load_runtime_config,
-    resolve_runtime_config,
 )
 from tests.api_rules import set_dotted
+from tests.loops import link_spec, policy_spec, render
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_committed_crd_matches_models():
-    committed = (REPO / "crds" / "scidmz.io_dtntransferpolicies.yaml").read_text()
-    assert committed == render_crd_yaml(), "crds/ drifted from scidmz.api: run `make crds`"
+@pytest.mark.parametrize("resource", RESOURCES, ids=[r.kind for r in RESOURCES])
+def test_committed_crds_match_models(resource):
+    committed = (REPO / "crds" / crd_file_name(resource)).read_text()
+    assert committed == render_crd_yaml(resource), "crds/ drifted from scidmz.api: run `make crds`"
 
 
-def test_every_spec_field_has_a_description():
-    crd = yaml.safe_load(render_crd_yaml())
-    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+def test_committed_admission_policy_matches_its_builder():
+    from scidmz.api.admission_policy import render_chart_template
+
+    committed = (REPO / "charts" / "scidmz" / "templates" / "admission-policy.yaml").read_text()
+    assert committed == render_chart_template(), "run `make crds`"
+
+
+@pytest.mark.parametrize("resource", RESOURCES, ids=[r.kind for r in RESOURCES])
+def test_every_field_has_a_description(resource):
+    crd = yaml.safe_load(render_crd_yaml(resource))
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     missing = []
 
     def walk(node, path):
@@ -33,33 +44,61 @@ def test_every_spec_field_has_a_description():
             if not child.get("description"):
                 missing.append(f"{path}.{name}")
             walk(child, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
 
-    walk(schema, "spec")
+    walk(schema["spec"], "spec")
+    walk(schema["status"], "status")
     assert missing == []
 
 
-def _policy_examples() -> list[Path]:
-    """Every DTNTransferPolicy under examples/ (examples/lab also holds `lab record` matrices)."""
-    candidates = sorted((REPO / "examples").glob("*.yaml")) + sorted(
-        (REPO / "examples" / "lab").glob("*.yaml")
-    )
-    return [p for p in candidates if "kind: DTNTransferPolicy" in p.read_text()]
+def test_the_policy_asks_for_a_rate_and_nothing_privileged():
+    """The tenant's resource names no node, interface, switch, election id or Secret."""
+    crd = yaml.safe_load(render_crd_yaml(RESOURCES[1]))
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert set(spec["properties"]) == {"linkRef", "dtnHost", "targetRate", "congestionControl"}
+    text = yaml.safe_dump(spec)
+    for privileged in ("nodeName", "interface", "address", "electionId", "secretName"):
+        assert privileged not in text
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert yaml.safe_load(render_crd_yaml(RESOURCES[0]))["spec"]["scope"] == "Cluster"
 
 
-def test_the_policy_examples_are_found():
-    names = {p.name for p in _policy_examples()}
+def _loop_examples() -> list[Path]:
+    """Every loop file under examples/lab (which also holds `lab record` matrices)."""
+    return [
+        p for p in sorted((REPO / "examples" / "lab").glob("*.yaml"))
+        if "kind: BorderLink" in p.read_text()
+    ]  # fmt: skip
+
+
+def test_the_loop_examples_are_found():
+    names = {p.name for p in _loop_examples()}
     assert {"cubic-1G.yaml", "bbr-1G.yaml", "cubic-300M.yaml"} <= names
     assert "matrix.yaml" not in names
 
 
-@pytest.mark.parametrize("path", _policy_examples())
-def test_examples_are_valid(path):
-    spec = parse_spec(yaml.safe_load(path.read_text())["spec"])
-    assert spec.target_rate
+@pytest.mark.parametrize("path", _loop_examples(), ids=lambda p: p.name)
+def test_lab_examples_admit_their_policy(path):
+    loop = load_loop_file(path)
+    assert loop.policy.spec.target_rate and loop.link.switch.plaintext  # an isolated lab
 
 
-def _spec(example_policy, **changes):
-    spec = example_policy["spec"]
+def test_the_cluster_examples_are_valid():
+    documents = [
+        d for name in ("borderlink.yaml", "bbr-edge-tc.yaml", "dtntransferpolicy.yaml")
+        for d in yaml.safe_load_all((REPO / "examples" / name).read_text())
+    ]  # fmt: skip
+    kinds = [d["kind"] for d in documents]
+    assert kinds.count("BorderLink") == 2 and kinds.count("DTNTransferPolicy") == 2
+    for document in documents:
+        parse = parse_link_spec if document["kind"] == "BorderLink" else parse_spec
+        parse(document["spec"])
+        if document["kind"] == "BorderLink":
+            assert not document["spec"]["switch"].get("plaintext")  # TLS to real switches
+
+
+def _changed(spec, changes):
     for dotted, value in changes.items():
         set_dotted(spec, dotted, value)
     return spec
@@ -68,14 +107,23 @@ def _spec(example_policy, **changes):
 @pytest.mark.parametrize(
     ("changes", "fragment"),
     [
-        ({"targetRate": "600"}, "targetRate"),
-        ({"targetRate": "1.2Gbps"}, "targetRate must be below bottleneckCapacity"),
-        ({"targetRate": "0Mbps"}, "greater than 0"),
+        ({"capacity": "1000"}, "capacity"),
+        ({"capacity": "0Mbps"}, "greater than 0"),
         ({"sampleTime": "50ms"}, "between 100ms and 60s"),
-        ({"dtn.receiverPrefix": "203.0.113.300/32"}, "receiverPrefix"),
+        ({"dtnHosts": []}, "dtnHosts"),
+        ({"dtnHosts": [{"name": "dtn-1", "receiverPrefix": "203.0.113.300/32"}]}, "receiverPrefix"),
+        ({"dtnHosts": [{"name": "DTN_1", "receiverPrefix": "203.0.113.10/32"}]}, "name"),
         ({"campus.remotePrefix": "203.0.113.7/24"}, "host bits"),
         ({"campus.remotePrefix": "203.0.113.10/32"}, "overlap"),
-        ({"dtn.receiverPrefix": "203.0.0.0/16"}, "overlap"),
+        (
+            {
+                "dtnHosts": [
+                    {"name": "a", "receiverPrefix": "203.0.113.0/28"},
+                    {"name": "b", "receiverPrefix": "203.0.113.10/32"},
+                ]
+            },
+            "must not overlap",
+        ),
         ({"telemetry": {"rttSmoothing": 1.0}}, "rttSmoothing"),
         ({"telemetry": {"flowTimeout": "0s"}}, "flowTimeout\n.*must be above 0s and at most 60m"),
         ({"telemetry": {"activeFlowPackets": 0}}, "activeFlowPackets"),
@@ -84,32 +132,104 @@ def _spec(example_policy, **changes):
         ({"controller.limits": {"min": "900Mbps", "max": "100Mbps"}}, "limits.min must not exceed"),
         ({"switch.address": "::1:9559"}, "address"),
         ({"switch.address": "host:70000"}, "port must be"),
-        ({"targetRate": None}, "targetRate"),
+        ({"switch.tls": None}, "switch.tls is required"),
+        ({"switch.plaintext": True}, "contradict"),
+        ({"capacity": None}, "capacity"),
         ({"surprise": 1}, "surprise"),
         ({"actuator": {"type": "tc"}}, "required when actuator.type is tc"),
-        ({"actuator.dtn": {"type": "tc"}}, "required when actuator.dtn.type is tc"),
-        ({"actuator.dtn": {"type": "sim", "failsafeRate": "fast"}}, "failsafeRate"),
         (
-            {"actuator.dtn": {"type": "sim", "failsafeRate": "2Gbps"}},
-            "actuator.dtn.failsafeRate must not exceed bottleneckCapacity",
+            {
+                "dtnHosts": [
+                    {"name": "d", "receiverPrefix": "203.0.113.10/32", "shaper": {"type": "tc"}}
+                ]
+            },
+            "required when shaper.type is tc",
         ),
-        ({"actuator.dtn": {"type": "dryRun", "gains": {"kp": 200, "ki": 0, "kw": 0}}}, "kp"),
-        ({"actuator.dtn": {"type": "pacing"}}, "type"),
+        (
+            {
+                "dtnHosts": [
+                    {
+                        "name": "d",
+                        "receiverPrefix": "203.0.113.10/32",
+                        "shaper": {"type": "sim", "failsafeRate": "2Gbps"},
+                    }
+                ]
+            },
+            "failsafeRate must not exceed capacity",
+        ),
+        (
+            {
+                "dtnHosts": [
+                    {"name": "d", "receiverPrefix": "203.0.113.10/32", "shaper": {"type": "pacing"}}
+                ]
+            },
+            "type",
+        ),
+        (
+            {
+                "actuator": {
+                    "type": "tc",
+                    "tc": {
+                        "nodeName": "n",
+                        "interface": "eth1",
+                        "tolerations": [{"operator": "Equal"}],
+                    },
+                }
+            },
+            "without a key must use operator Exists",
+        ),
+        ({"tenants": {"namespaces": {"from": "Selector"}}}, "selector is required"),
+        ({"tenants": {"namespaces": {"from": "Some"}}}, "from"),
+        ({"tenants": {"maxTargetPercent": 100}}, "maxTargetPercent"),
+        (
+            {
+                "tenants": {
+                    "namespaces": {
+                        "from": "Selector",
+                        "selector": {"matchExpressions": [{"key": "k", "operator": "In"}]},
+                    }
+                }
+            },
+            "values must be non-empty",
+        ),
         ({"controller.desiredState": {"mode": "zero"}}, "mode"),
     ],
 )
-def test_model_rejects_bad_specs(example_policy, changes, fragment):
+def test_the_link_model_rejects_bad_specs(changes, fragment):
     with pytest.raises(ValidationError, match=fragment):
-        parse_spec(_spec(example_policy, **changes))
+        parse_link_spec(_changed(link_spec(), changes))
 
 
-def test_resolution_fills_the_tuned_defaults(example_policy):
-    spec = parse_spec(
-        _spec(example_policy, **{"controller.limits": None, "dtn.congestionControl": "bbr"})
-    )
-    config = resolve_runtime_config("p", "ns", 3, spec, "p-collector.ns.svc:50051")
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"targetRate": "600"}, "targetRate"),
+        ({"targetRate": "0Mbps"}, "greater than 0"),
+        ({"targetRate": "10Tbps"}, "below 10Tbps"),
+        ({"targetRate": None}, "targetRate"),
+        ({"dtnHost": "DTN 1"}, "dtnHost"),
+        ({"linkRef": {}}, "name"),
+        ({"congestionControl": "reno"}, "congestionControl"),
+        # what a tenant may not say: every privileged field is unknown to the model
+        ({"nodeName": "edge-1"}, "nodeName"),
+        ({"interface": "eth0"}, "interface"),
+        ({"switch": {"address": "s:9559"}}, "switch"),
+        ({"electionId": 99}, "electionId"),
+        ({"tls": {"secretName": "other-namespace-secret"}}, "tls"),
+    ],
+)
+def test_the_policy_model_rejects_bad_and_privileged_specs(changes, fragment):
+    with pytest.raises(ValidationError, match=fragment):
+        parse_spec(_changed(policy_spec(), changes))
+
+
+def test_resolution_fills_the_tuned_defaults():
+    link = _changed(link_spec(), {"controller.limits": None})
+    config = render(link, policy_spec(congestionControl="bbr"), 3, "p-collector.ns.svc:50051")
+    assert config.link == "campus-border" and config.generation == 3
     assert config.target_rate_bps == 6e8
     assert config.bottleneck_capacity_bps == 1e9
+    assert config.dtn_prefixes == ["203.0.113.10/32"]
     gains = config.controller.gains
     assert (gains.kp, gains.ki, gains.kw) == TUNED_GAINS["bbr"]["mlc"]
     assert config.controller.desired_state_mode == "reachable"
@@ -118,36 +238,51 @@ def test_resolution_fills_the_tuned_defaults(example_policy):
     assert config.controller.max_step_bps == pytest.approx(2e8)
     # bbr's shipped gains were tuned without a band: its campus filter integrates always
     assert config.controller.integral_band_bps == pytest.approx(1e9)
-    cubic = resolve_runtime_config(
-        "p", "ns", 3, parse_spec(_spec(example_policy, **{"dtn.congestionControl": "cubic"})), "c:1"
-    )
+    cubic = render(link, policy_spec(congestionControl="cubic"))
     assert cubic.controller.integral_band_bps == pytest.approx(5e7)  # 5 % of B_max
     assert config.failsafe.rate_bps == pytest.approx(4e8)  # trivial: B_max - R*
-    assert config.actuator.sim_address == spec.switch.address
+    assert config.actuator.sim_address == link_spec()["switch"]["address"]
     assert config.telemetry.rtt_smoothing == 0.875  # the defaults of TelemetrySpec, in SI
     assert config.telemetry.active_flow_window_s == pytest.approx(0.1)
+    (admitted,) = config.policies
+    assert (admitted.namespace, admitted.name, admitted.dtn_host) == (
+        "physics", "paper-testbed", "dtn-1"
+    )  # fmt: skip
 
 
-def test_the_dtn_actuator_resolves_per_type(example_policy):
-    dtn_tc = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
-    spec = parse_spec(_spec(example_policy, **{"actuator.dtn": dtn_tc}))
-    config = resolve_runtime_config("p", "ns", 1, spec, "x:1", "p-dtn-shaper.ns.svc:9470")
+def test_an_idle_link_leaves_the_campus_the_whole_link():
+    """No admitted policy: R* = 0, no DTN class, and the fail-safe is the whole link."""
+    from scidmz.api.runtime import resolve_runtime_config
+
+    config = resolve_runtime_config("l", 1, parse_link_spec(link_spec()), [], "c:1")
+    assert config.target_rate_bps == 0 and config.policies == [] and config.dtn_prefixes == []
+    assert config.failsafe.rate_bps == 1e9
+
+
+def _host(**shaper):
+    return [{**link_spec()["dtnHosts"][0], "shaper": shaper}]
+
+
+def test_the_dtn_cap_resolves_per_type():
+    tc = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "ens1f0"}}
+    config = render(link_spec(dtnHosts=_host(**tc)), shaper="p-dtn-shaper.ns.svc:9503")
     dtn = config.actuator.dtn
-    assert dtn is not None and dtn.type == "tc"
+    assert dtn is not None and dtn.type == "tc" and dtn.host == "dtn-1"
     assert (dtn.tc_node_name, dtn.tc_interface) == ("dtn-1", "ens1f0")
-    assert dtn.address == "p-dtn-shaper.ns.svc:9470"  # the agent the operator runs
+    assert dtn.address == "p-dtn-shaper.ns.svc:9503"  # the agent the operator runs
     assert dtn.failsafe_rate_bps == config.target_rate_bps  # 'target' by default
-    cca = spec.dtn.congestion_control
-    assert (dtn.gains.kp, dtn.gains.ki, dtn.gains.kw) == TUNED_GAINS[cca]["dtn"]
-    sim = {"type": "sim", "failsafeRate": "500Mbps", "gains": {"kp": 0.1, "ki": 0, "kw": 1}}
-    spec = parse_spec(_spec(example_policy, **{"actuator.dtn": sim}))
-    dtn = resolve_runtime_config("p", "ns", 1, spec, "x:1").actuator.dtn
-    assert dtn is not None and dtn.address == spec.switch.address
+    assert dtn.min_rate_bps == 0.5 * config.target_rate_bps  # the floor: half of R*
+    assert (dtn.gains.kp, dtn.gains.ki, dtn.gains.kw) == TUNED_GAINS["cubic"]["dtn"]
+    sim = {"type": "sim", "failsafeRate": "500Mbps", "minRate": "100Mbps",
+           "gains": {"kp": 0.1, "ki": 0, "kw": 1}}  # fmt: skip
+    dtn = render(link_spec(dtnHosts=_host(**sim))).actuator.dtn
+    assert dtn is not None and dtn.address == link_spec()["switch"]["address"]
     assert dtn.failsafe_rate_bps == 5e8 and (dtn.gains.kp, dtn.gains.kw) == (0.1, 1.0)
+    assert dtn.min_rate_bps == 1e8
 
 
-def test_runtime_config_carries_telemetry_settings(example_policy):
-    example_policy["spec"]["telemetry"] = {
+def test_runtime_config_carries_telemetry_settings():
+    telemetry = {
         "rttSmoothing": 0.5,
         "flowTimeout": "5s",
         "activeFlowPackets": 4,
@@ -155,21 +290,17 @@ def test_runtime_config_carries_telemetry_settings(example_policy):
         "idleTimeout": "500ms",
         "rttHorizon": "2s",
     }
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
-    t = config.telemetry
+    t = render(link_spec(telemetry=telemetry)).telemetry
     assert (t.rtt_smoothing, t.flow_timeout_s, t.active_flow_packets) == (0.5, 5.0, 4)
     assert (t.active_flow_window_s, t.idle_timeout_s, t.rtt_horizon_s) == (0.02, 0.5, 2.0)
 
 
-def test_runtime_config_round_trips(tmp_path, example_policy):
-    spec = parse_spec(example_policy["spec"])
-    config = resolve_runtime_config("p", "ns", 1, spec, "x:1")
+def test_runtime_config_round_trips(tmp_path):
+    config = render()
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
     assert load_runtime_config(path) == config
-    assert dump_runtime_config(config) == dump_runtime_config(
-        resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
-    )
+    assert dump_runtime_config(config) == dump_runtime_config(render())
 
 
 @pytest.mark.parametrize(
@@ -177,7 +308,8 @@ def test_runtime_config_round_trips(tmp_path, example_policy):
     [
         ("[1, 2]", "must be a mapping"),
         ("a: [", "not valid YAML"),
-        ("policy: p\n", "invalid: namespace"),
+        ("link: l\n", "invalid: generation"),
+        ("api_version: scidmz.io/runtime/v1\n", "api_version"),
     ],
 )
 def test_bad_runtime_config_is_named(tmp_path, content, fragment):
@@ -192,56 +324,45 @@ def test_missing_runtime_config_file(tmp_path):
         load_runtime_config(tmp_path / "absent.yaml")
 
 
-def test_switch_tls_secret_keys_and_server_name(example_policy):
+def test_switch_tls_secret_keys_and_server_name():
     assert tls_secret_problem({"ca.crt"}) is None
     assert tls_secret_problem({"ca.crt", "tls.crt", "tls.key"}) is None
     assert "no key ca.crt" in (tls_secret_problem({"tls.crt", "tls.key"}) or "")
     assert "go together" in (tls_secret_problem({"ca.crt", "tls.crt"}) or "")
-    spec = dict(example_policy["spec"])
-    spec["switch"] = {**spec["switch"], "tls": {"secretName": "s", "serverName": "bad name!"}}
+    bad = _changed(link_spec(), {"switch.tls": {"secretName": "s", "serverName": "bad name!"}})
     with pytest.raises(ValidationError, match=r"server_?[nN]ame"):
-        parse_spec(spec)
+        parse_link_spec(bad)
 
 
-def test_digest_hold_reaches_the_switch_plan(example_policy, tmp_path):
+def test_digest_hold_reaches_the_switch_plan(tmp_path):
     from scidmz.telemetry.collector_config import collector_settings
 
+    plaintext = {**link_spec()["switch"], "tls": None, "plaintext": True}
+
     def plan_hold_ns(telemetry: dict[str, str]) -> int:
-        spec = {**example_policy["spec"], "telemetry": telemetry}
-        config = resolve_runtime_config("p", "ns", 1, parse_spec(spec), "x:1")
+        config = render(link_spec(telemetry=telemetry, switch=plaintext))
         return collector_settings(config, tmp_path, tmp_path).plan.digest_max_timeout_ns
 
     assert plan_hold_ns({}) == 10_000_000
     assert plan_hold_ns({"digestHold": "50ms"}) == 50_000_000
     for bad, message in (("500us", "between 1ms"), ("600ms", "half of sampleTime")):
-        spec = {**example_policy["spec"], "sampleTime": "1s", "telemetry": {"digestHold": bad}}
         with pytest.raises(ValidationError, match=message):
-            parse_spec(spec)
+            parse_link_spec(link_spec(sampleTime="1s", telemetry={"digestHold": bad}))
 
 
-def test_the_dtn_shaper_agent_gets_the_policys_failsafe_and_a_quiet_time_past_the_controllers():
+def test_the_dtn_shaper_agent_gets_the_hosts_failsafe_and_a_quiet_time_past_the_controllers():
     """One rule for the operator's DTN-shaper Deployment and the lab (whose agent once
     lacked --failsafe-rate and exited 2 before it capped anything)."""
-    from scidmz.api.runtime import shaper_agent_args, shaper_failsafe
+    from scidmz.api.runtime import shaper_agent_args, shaper_bounds, shaper_failsafe
 
-    raw = yaml.safe_load((REPO / "examples" / "lab" / "bbr-1G.yaml").read_text())
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(raw["spec"]), "c:1", "s:2")
+    config = load_loop_file(REPO / "examples" / "lab" / "bbr-1G.yaml").config("c:1", "s:2")
     args = shaper_agent_args(config, "0.0.0.0:9470")
     assert args[:3] == ["shaper", "--interface", "d0"]
     assert args[args.index("--failsafe-rate") + 1] == "600000000bps"  # 'target': R*
     quiet = config.failsafe.stale_after_s + 2 * config.sample_time_s
     assert args[args.index("--stale-after") + 1] == f"{quiet:g}s"
-    campus_only = resolve_runtime_config(
-        "p",
-        "ns",
-        1,
-        parse_spec(
-            yaml.safe_load((REPO / "examples" / "lab" / "cubic-1G.yaml").read_text())["spec"]
-        ),
-        "c:1",
-        "s:2",
-    )
-    with pytest.raises(ValueError, match=r"actuator\.dtn\.type: tc"):
+    campus_only = load_loop_file(REPO / "examples" / "lab" / "cubic-1G.yaml").config("c:1")
+    with pytest.raises(ValueError, match=r"no tc DTN cap"):
         shaper_agent_args(campus_only, "0.0.0.0:9470")
     # from a mounted config file instead: no fail-safe options, the file gives them
     mounted = shaper_agent_args(config, "0.0.0.0:9470", "/etc/scidmz/config.yaml")
@@ -250,3 +371,27 @@ def test_the_dtn_shaper_agent_gets_the_policys_failsafe_and_a_quiet_time_past_th
         "--listen", "0.0.0.0:9470",
     ]  # fmt: skip
     assert shaper_failsafe(config) == (6e8, quiet)
+    assert shaper_bounds(config) == (3e8, 1e9)  # minRate (half of R*) to the capacity
+
+
+def test_a_loop_file_with_a_refused_policy_says_why(tmp_path):
+    text = (REPO / "examples" / "lab" / "cubic-1G.yaml").read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("targetRate: 600Mbps", "targetRate: 950Mbps"))
+    with pytest.raises(LoopFileError, match="QuotaExceeded"):
+        load_loop_file(bad)
+    other = tmp_path / "other.yaml"
+    other.write_text(text.replace("dtnHost: dtn", "dtnHost: nowhere"))
+    with pytest.raises(LoopFileError, match="DtnHostNotFound"):
+        load_loop_file(other)
+
+
+def test_the_scale_manifests_stay_within_the_crds_dtn_host_limit():
+    from scidmz.api.link import MAX_DTN_HOSTS
+    from scidmz.testenv import policies
+
+    assert policies.MAX_DTN_HOSTS == MAX_DTN_HOSTS
+    links = [d for d in yaml.safe_load_all(policies.scale_manifest(10, 1000, "ops"))
+             if d["kind"] == "BorderLink"]  # fmt: skip
+    assert len(links) == 10
+    assert all(len(link["spec"]["dtnHosts"]) == MAX_DTN_HOSTS for link in links)

@@ -23,7 +23,7 @@ def test_a_stalled_reader_keeps_the_newest_samples_and_costs_the_others_nothing(
     assert read == list(range(1, QUEUE_DEPTH + 11))
     kept = [stalled.get_nowait().sequence for _ in range(stalled.qsize())]
     assert kept == list(range(11, QUEUE_DEPTH + 11))  # the newest QUEUE_DEPTH, in order
-    labels = {"policy": "p", "namespace": "ns"}
+    labels = {"link": "p"}
     assert registry.get_sample_value(names.STREAM_DROPPED, labels) == 10
     assert registry.get_sample_value(names.STREAM_SUBSCRIBERS, labels) == 2
     stream.unsubscribe(stalled)

@@ -15,7 +15,7 @@ from scidmz.switch.observation import FlowChange, Observation, RttMatch, Traffic
 from scidmz.telemetry.program import Ids, Plan, desired_entries
 
 PLAN = Plan(
-    dtn_prefix="203.0.113.10/32",
+    dtn_prefixes=("203.0.113.10/32",),
     campus_prefix="203.0.113.0/24",  # the DTN-r host inside the remote network
     campus_port=1,
     dtn_port=2,

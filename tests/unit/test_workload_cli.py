@@ -11,10 +11,10 @@ import urllib.request
 
 import pytest
 
-from scidmz.api.policy import parse_spec
-from scidmz.api.runtime import dump_runtime_config, resolve_runtime_config
+from scidmz.api.runtime import dump_runtime_config
 from scidmz.testenv.certs import generate_switch_tls
 from scidmz.testenv.cluster import free_port, wait_http_ok
+from tests.loops import plaintext_link_spec, render
 
 
 def _run(args, env=None):
@@ -37,16 +37,16 @@ def _terminate(*procs):
 @pytest.mark.parametrize("component", ["collector", "controller"])
 def test_bad_config_stops_start_up_with_a_clear_error(tmp_path, component):
     path = tmp_path / "config.yaml"
-    path.write_text("policy: p\ntarget_rate_bps: -5\n")
+    path.write_text("link: l\ntarget_rate_bps: -5\n")
     proc = _run([component, "--config", str(path)])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2
-    assert "target_rate_bps" in err and "namespace" in err
+    assert "target_rate_bps" in err and "generation" in err
 
 
-def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_policy):
-    example_policy["spec"]["actuator"] = {"type": "dryRun"}  # a fail-safe it can restore
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
+def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path):
+    # dryRun: a fail-safe it can restore
+    config = render(plaintext_link_spec(actuator={"type": "dryRun"}), collector="x:1")
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
     port = free_port()
@@ -61,7 +61,7 @@ def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_p
         assert b"waiting for samples" in not_ready.value.read()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/state", timeout=1) as r:
             state = json.loads(r.read())
-        assert state["policy"] == "ns/p" and state["strategy"] == "mlc"
+        assert state["link"] == "campus-border" and state["strategy"] == "mlc"
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
             assert b'scidmz_build_info{component="controller"' in r.read()
     finally:
@@ -72,14 +72,10 @@ def test_controller_serves_health_state_and_stops_on_sigterm(tmp_path, example_p
     assert "stopped: fail-safe rates restored" in err and "WITHOUT" not in err
 
 
-def test_a_controller_that_cannot_restore_its_failsafe_says_so_and_exits_1(
-    tmp_path, example_policy
-):
+def test_a_controller_that_cannot_restore_its_failsafe_says_so_and_exits_1(tmp_path):
     # the simulated shaper it should restore is not there: SIGTERM must not claim it did
-    example_policy["spec"]["actuator"] = {
-        "type": "sim", "sim": {"address": f"127.0.0.1:{free_port()}"},
-    }  # fmt: skip
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(example_policy["spec"]), "x:1")
+    actuator = {"type": "sim", "sim": {"address": f"127.0.0.1:{free_port()}"}}
+    config = render(plaintext_link_spec(actuator=actuator), collector="x:1")
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
     port = free_port()
@@ -95,22 +91,22 @@ def test_a_controller_that_cannot_restore_its_failsafe_says_so_and_exits_1(
     assert 1.0 <= time.monotonic() - started < 15  # it kept trying for --restore-for
 
 
-def _collector_config(tmp_path, example_policy, switch_port, **spec_changes):
-    spec = example_policy["spec"]
+def _collector_config(tmp_path, switch_port, **spec_changes):
+    spec = plaintext_link_spec()
     spec["switch"]["address"] = f"127.0.0.1:{switch_port}"
     spec["campus"]["remotePrefix"] = "198.51.100.0/24"
     for key, value in spec_changes.items():
         spec[key] = value
-    config = resolve_runtime_config("p", "ns", 1, parse_spec(spec), f"127.0.0.1:{free_port()}")
+    config = render(spec, collector=f"127.0.0.1:{free_port()}")
     path = tmp_path / "config.yaml"
     path.write_text(dump_runtime_config(config))
     return path
 
 
-def test_collector_and_target_processes_measure_together(tmp_path, example_policy):
+def test_collector_and_target_processes_measure_together(tmp_path):
     switch_port, http_port = free_port(), free_port()
     target = _run(["target", "--listen", f"127.0.0.1:{switch_port}"])
-    path = _collector_config(tmp_path, example_policy, switch_port, sampleTime="200ms")
+    path = _collector_config(tmp_path, switch_port, sampleTime="200ms")
     collector = _run(["collector", "--config", str(path), "--http-port", str(http_port)])
     try:
         wait_http_ok(f"http://127.0.0.1:{http_port}/readyz", 30, collector)
@@ -137,16 +133,14 @@ def test_collector_and_target_processes_measure_together(tmp_path, example_polic
         ({"prefix": "198.51.100.77/32"}, "overlap"),
     ],
 )
-def test_collector_refuses_bad_wiring_before_connecting(
-    tmp_path, example_policy, changes, fragment
-):
-    path = _collector_config(tmp_path, example_policy, free_port())
+def test_collector_refuses_bad_wiring_before_connecting(tmp_path, changes, fragment):
+    path = _collector_config(tmp_path, free_port())
     text = path.read_text()
     if "ports" in changes:
         text = text.replace("bottleneck_port: 3", "bottleneck_port: 600")
     else:
         text = text.replace("campus_prefix: 198.51.100.0/24", "campus_prefix: 198.51.100.77/32")
-        text = text.replace("dtn_prefix: 203.0.113.10/32", "dtn_prefix: 198.51.100.0/24")
+        text = text.replace("- 203.0.113.10/32", "- 198.51.100.0/24")
     path.write_text(text)
     proc = _run(["collector", "--config", str(path)])
     _, err = proc.communicate(timeout=30)
@@ -154,15 +148,15 @@ def test_collector_refuses_bad_wiring_before_connecting(
     assert fragment in err, err
 
 
-def test_collector_and_target_processes_speak_mutual_tls(tmp_path, example_policy):
+def test_collector_and_target_processes_speak_mutual_tls(tmp_path):
     pki = generate_switch_tls(tmp_path / "pki", "tofino-1.campus.example")
     switch_port, http_port = free_port(), free_port()
     target = _run(["target", "--listen", f"127.0.0.1:{switch_port}",
                    "--tls-cert", str(pki.switch_cert), "--tls-key", str(pki.switch_key),
                    "--tls-client-ca", str(pki.ca_cert)])  # fmt: skip
     tls = {"secretName": "switch-tls", "serverName": "tofino-1.campus.example"}
-    switch = {**example_policy["spec"]["switch"], "address": f"127.0.0.1:{switch_port}", "tls": tls}
-    path = _collector_config(tmp_path, example_policy, switch_port, switch=switch)
+    switch = {"address": f"127.0.0.1:{switch_port}", "tls": tls}
+    path = _collector_config(tmp_path, switch_port, switch=switch)
     collector = _run(["collector", "--config", str(path), "--http-port", str(http_port),
                       "--tls-dir", str(pki.collector_dir)])  # fmt: skip
     try:
@@ -174,9 +168,9 @@ def test_collector_and_target_processes_speak_mutual_tls(tmp_path, example_polic
     assert collector.returncode == 0 and target.returncode == 0
 
 
-def test_collector_refuses_a_tls_secret_without_its_ca(tmp_path, example_policy):
-    switch = {**example_policy["spec"]["switch"], "tls": {"secretName": "switch-tls"}}
-    path = _collector_config(tmp_path, example_policy, free_port(), switch=switch)
+def test_collector_refuses_a_tls_secret_without_its_ca(tmp_path):
+    switch = {"address": "127.0.0.1:1", "tls": {"secretName": "switch-tls"}}
+    path = _collector_config(tmp_path, free_port(), switch=switch)
     (tmp_path / "tls").mkdir()
     proc = _run(["collector", "--config", str(path), "--tls-dir", str(tmp_path / "tls")])
     _, err = proc.communicate(timeout=30)
@@ -218,10 +212,8 @@ def _dtn_config(kind, **changes):
     return base | changes
 
 
-def _controller_config(tmp_path, example_policy, **runtime_changes):
-    config = resolve_runtime_config(
-        "p", "ns", 1, parse_spec(example_policy["spec"]), f"127.0.0.1:{free_port()}"
-    )
+def _controller_config(tmp_path, **runtime_changes):
+    config = render(plaintext_link_spec(), collector=f"127.0.0.1:{free_port()}")
     data = config.model_dump()
     for dotted, value in runtime_changes.items():
         node = data
@@ -262,37 +254,37 @@ def _controller_config(tmp_path, example_policy, **runtime_changes):
         ),
     ],
 )
-def test_controller_refuses_bad_input(tmp_path, example_policy, changes, fragment):
-    path = _controller_config(tmp_path, example_policy, **changes)
+def test_controller_refuses_bad_input(tmp_path, changes, fragment):
+    path = _controller_config(tmp_path, **changes)
     proc = _run(["controller", "--config", str(path)])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2, err
     assert fragment in err, err
 
 
-def test_controller_refuses_a_model_without_22_inputs(tmp_path, example_policy):
+def test_controller_refuses_a_model_without_22_inputs(tmp_path):
     from tests.unit.test_controller_loop import _onnx_model
 
     model = _onnx_model(tmp_path / "m.onnx", 21)
-    path = _controller_config(tmp_path, example_policy, **{"controller.strategy": "mlc"})
+    path = _controller_config(tmp_path, **{"controller.strategy": "mlc"})
     proc = _run(["controller", "--config", str(path), "--model", str(model)])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2 and "not [N, 22]" in err, err
 
 
-def test_controller_refuses_a_model_trained_on_other_features(tmp_path, example_policy):
+def test_controller_refuses_a_model_trained_on_other_features(tmp_path):
     from tests.unit.test_controller_loop import _onnx_model
 
     model = _onnx_model(tmp_path / "m.onnx", 22, {"scidmz.features": "a,b", "scidmz.units": "",
                                                   "scidmz.target": "binding-rate"})  # fmt: skip
-    path = _controller_config(tmp_path, example_policy, **{"controller.strategy": "mlc"})
+    path = _controller_config(tmp_path, **{"controller.strategy": "mlc"})
     proc = _run(["controller", "--config", str(path), "--model", str(model)])
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 2, err
     assert "scidmz.features differs from the controller's at input 0: model 'a'" in err, err
 
 
-def test_sigterm_restores_the_failsafe_rate(tmp_path, example_policy):
+def test_sigterm_restores_the_failsafe_rate(tmp_path):
     import asyncio
 
     import grpc
@@ -302,7 +294,7 @@ def test_sigterm_restores_the_failsafe_rate(tmp_path, example_policy):
     switch_port, http_port = free_port(), free_port()
     target = _run(["target", "--listen", f"127.0.0.1:{switch_port}"])
     path = _controller_config(
-        tmp_path, example_policy,
+        tmp_path,
         **{"actuator.type": "sim", "actuator.sim_address": f"127.0.0.1:{switch_port}",
            "failsafe.stale_after_s": 60.0, "failsafe.rate_bps": 3e8},
     )  # fmt: skip

@@ -1,7 +1,8 @@
-"""Generate the DTNTransferPolicy CustomResourceDefinition from the pydantic models.
+"""Generate the BorderLink and DTNTransferPolicy CustomResourceDefinitions from the
+pydantic models.
 
-``crds/scidmz.io_dtntransferpolicies.yaml`` is the output of :func:`render_crd_yaml`; a test
-fails when the two drift (regenerate with ``make crds``). Pydantic's JSON Schema is turned
+``crds/scidmz.io_<plural>.yaml`` is the output of :func:`render_crd_yaml`; a test fails
+when they drift (regenerate with ``make crds``). Pydantic's JSON Schema is turned
 into a Kubernetes *structural* schema: references inlined, ``Optional`` unwrapped, titles and
 ``additionalProperties: false`` dropped (unknown fields are pruned by the structural schema,
 and rejected outright under ``fieldValidation=Strict``, which kubectl uses by default).
@@ -9,20 +10,13 @@ and rejected outright under ``fieldValidation=Strict``, which kubectl uses by de
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from scidmz.api.policy import (
-    GROUP,
-    KIND,
-    PLURAL,
-    SHORT_NAMES,
-    SINGULAR,
-    VERSION,
-    DTNTransferPolicySpec,
-    DTNTransferPolicyStatus,
-)
+from scidmz.api import link, policy
+from scidmz.api.types import GROUP, VERSION
 
 _KEEP = {
     "type",
@@ -34,6 +28,9 @@ _KEEP = {
     "maximum",
     "maxLength",
     "minLength",
+    "maxItems",
+    "minItems",
+    "maxProperties",
     "required",
     "properties",
     "items",
@@ -41,6 +38,7 @@ _KEEP = {
     "x-kubernetes-validations",
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
+    "additionalProperties",
 }
 
 
@@ -70,6 +68,9 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             out[key] = {name: _structural(child, defs) for name, child in value.items()}
         elif key == "items":
             out[key] = _structural(value, defs)
+        elif key == "additionalProperties":
+            if isinstance(value, dict):  # a map's value schema; `false` is the default
+                out[key] = _structural(value, defs)
         elif key == "default":
             if value is None:
                 continue
@@ -86,29 +87,95 @@ def _schema_of(model: type[Any]) -> dict[str, Any]:
     return _structural(raw, raw.get("$defs", {}))
 
 
-def build_crd() -> dict[str, Any]:
+@dataclass(frozen=True)
+class Resource:
+    """What a CRD is generated from."""
+
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...]
+    scope: str
+    spec: type[Any]
+    status: type[Any]
+    description: str
+    columns: tuple[tuple[str, str, str], ...]
+    """Printer columns: (name, type, JSONPath)."""
+
+
+_READY = '.status.conditions[?(@.type=="Ready")].status'
+_ACCEPTED = '.status.conditions[?(@.type=="Accepted")].status'
+_ACCEPTED_REASON = '.status.conditions[?(@.type=="Accepted")].reason'
+
+BORDER_LINK = Resource(
+    kind=link.KIND,
+    plural=link.PLURAL,
+    singular=link.SINGULAR,
+    short_names=tuple(link.SHORT_NAMES),
+    scope="Cluster",
+    spec=link.BorderLinkSpec,
+    status=link.BorderLinkStatus,
+    description="BorderLink is a campus border link shared by Science DMZ transfers and "
+    "campus traffic, owned by network administrators: its capacity, the P4 switch that taps "
+    "it, the campus shaper, the DTN hosts, the control law, and which namespaces may attach "
+    "DTNTransferPolicies to it. The operator runs one control loop per link.",
+    columns=(
+        ("Capacity", "string", ".spec.capacity"),
+        ("Admitted", "integer", ".status.policies.admitted"),
+        ("Target", "string", ".status.policies.admittedTarget"),
+        ("DTN rate", "string", ".status.state.dtnRate"),
+        ("Campus limit", "string", ".status.state.campusRateLimit"),
+        ("Ready", "string", _READY),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ),
+)
+
+DTN_TRANSFER_POLICY = Resource(
+    kind=policy.KIND,
+    plural=policy.PLURAL,
+    singular=policy.SINGULAR,
+    short_names=tuple(policy.SHORT_NAMES),
+    scope="Namespaced",
+    spec=policy.DTNTransferPolicySpec,
+    status=policy.DTNTransferPolicyStatus,
+    description="DTNTransferPolicy asks for a Science DMZ transfer rate: a research group "
+    "names a BorderLink, one of its DTN hosts and the rate to hold there. Its status says "
+    "whether it was admitted (and why not) and what the link's loop measures.",
+    columns=(
+        ("Link", "string", ".spec.linkRef.name"),
+        ("DTN host", "string", ".spec.dtnHost"),
+        ("Target", "string", ".spec.targetRate"),
+        ("Accepted", "string", _ACCEPTED),
+        ("Reason", "string", _ACCEPTED_REASON),
+        ("DTN rate", "string", ".status.state.dtnRate"),
+        ("Ready", "string", _READY),
+        ("Age", "date", ".metadata.creationTimestamp"),
+    ),
+)
+
+RESOURCES = (BORDER_LINK, DTN_TRANSFER_POLICY)
+
+
+def build_crd(resource: Resource = DTN_TRANSFER_POLICY) -> dict[str, Any]:
     """The CRD object, ready to apply."""
-    spec_schema = _schema_of(DTNTransferPolicySpec)
-    status_schema = _schema_of(DTNTransferPolicyStatus)
-    ready = '.status.conditions[?(@.type=="Ready")].status'
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
+            "name": f"{resource.plural}.{GROUP}",
             "labels": {"app.kubernetes.io/part-of": "scidmz"},
         },
         "spec": {
             "group": GROUP,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": SHORT_NAMES,
+                "kind": resource.kind,
+                "listKind": f"{resource.kind}List",
+                "plural": resource.plural,
+                "singular": resource.singular,
+                "shortNames": list(resource.short_names),
                 "categories": ["scidmz"],
             },
-            "scope": "Namespaced",
+            "scope": resource.scope,
             "versions": [
                 {
                     "name": VERSION,
@@ -116,35 +183,20 @@ def build_crd() -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
-                        {"name": "Target", "type": "string", "jsonPath": ".spec.targetRate"},
-                        {
-                            "name": "Capacity",
-                            "type": "string",
-                            "jsonPath": ".spec.bottleneckCapacity",
-                        },
-                        {"name": "DTN rate", "type": "string", "jsonPath": ".status.state.dtnRate"},
-                        {
-                            "name": "Campus limit",
-                            "type": "string",
-                            "jsonPath": ".status.state.campusRateLimit",
-                        },
-                        {"name": "Ready", "type": "string", "jsonPath": ready},
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        {"name": name, "type": kind, "jsonPath": path}
+                        for name, kind, path in resource.columns
                     ],
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",
-                            "description": "DTNTransferPolicy keeps a Science DMZ transfer "
-                            "(DTN) at a target rate on a bottleneck it shares with campus "
-                            "traffic, by shaping the campus aggregate with a machine-learning "
-                            "controller fed by P4 telemetry.",
+                            "description": resource.description,
                             "required": ["spec"],
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
                                 "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": status_schema,
+                                "spec": _schema_of(resource.spec),
+                                "status": _schema_of(resource.status),
                             },
                         }
                     },
@@ -154,9 +206,14 @@ def build_crd() -> dict[str, Any]:
     }
 
 
-def render_crd_yaml() -> str:
+def crd_file_name(resource: Resource) -> str:
+    return f"{GROUP}_{resource.plural}.yaml"
+
+
+def render_crd_yaml(resource: Resource = DTN_TRANSFER_POLICY) -> str:
     header = (
-        "# Generated by `scidmz crd` from scidmz.api.policy — do not edit by hand.\n"
+        f"# Generated by `scidmz crd` from scidmz.api.{resource.spec.__module__.rsplit('.', 1)[-1]}"
+        " — do not edit by hand.\n"
         "# Regenerate with `make crds`; tests fail when this file and the models drift.\n"
     )
-    return header + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
+    return header + yaml.safe_dump(build_crd(resource), sort_keys=False, width=100)

@@ -39,7 +39,7 @@ def host_port(value: str | None) -> str | None:
         return value
     from pydantic import TypeAdapter, ValidationError
 
-    from scidmz.api.policy import HostPort
+    from scidmz.api.types import HostPort
 
     try:
         TypeAdapter(HostPort).validate_python(value)

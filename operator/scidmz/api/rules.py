@@ -110,8 +110,18 @@ class PlacedRule:
     on_field: bool
 
 
+def _is_list(annotation: Any) -> bool:
+    """A list field (possibly Annotated or Optional): its models sit in its items."""
+    if get_origin(annotation) is Annotated:
+        return _is_list(get_args(annotation)[0])
+    if get_origin(annotation) is list:
+        return True
+    return any(_is_list(arg) for arg in get_args(annotation) if arg is not type(None))
+
+
 def walk_rules(model: type[BaseModel], path: str = "") -> Iterator[PlacedRule]:
-    """Every rule of ``model`` and the models below it, with its place."""
+    """Every rule of ``model`` and the models below it, with its place (a list's items are
+    ``<field>[]``, as CEL's ``items``)."""
     for rule in getattr(model, "RULES", ()):
         yield PlacedRule(path, rule, on_field=False)
     for name, info in model.model_fields.items():
@@ -121,9 +131,10 @@ def walk_rules(model: type[BaseModel], path: str = "") -> Iterator[PlacedRule]:
             if isinstance(item, Checked):
                 for rule in item.rules:
                     yield PlacedRule(child, rule, on_field=True)
+        below = f"{child}[]" if _is_list(info.annotation) else child
         for item in found:
             if isinstance(item, type) and issubclass(item, BaseModel):
-                yield from walk_rules(item, child)
+                yield from walk_rules(item, below)
 
 
 def _add_model_rules(schema: dict[str, Any], cls: type[Any]) -> None:

@@ -1,13 +1,17 @@
-"""The resolved runtime configuration: a policy with every default filled in, in SI units.
+"""The resolved runtime configuration of one link's loop: the BorderLink and its admitted
+policies, with every default filled in, in SI units.
 
-The operator writes it into the policy's ConfigMap (key ``config.yaml``); ``scidmz collector``
-and ``scidmz controller`` read it with ``--config``. Resolution is a pure function of the
-spec, so the same policy always renders byte-identical config (the ConfigMap is only
-rewritten when the policy really changed).
+The operator writes it into the link's ConfigMap (key ``config.yaml``); ``scidmz
+collector``, ``scidmz controller`` and ``scidmz shaper`` read it with ``--config``.
+Resolution is a pure function of the link and the admitted policies, so the same inputs
+always render byte-identical config (the ConfigMap is only rewritten when something really
+changed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -15,16 +19,18 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scidmz.api.errors import load_yaml_model
-from scidmz.api.policy import (
+from scidmz.api.link import BorderLinkSpec, DtnHost
+from scidmz.api.policy import DTNTransferPolicySpec
+from scidmz.api.types import (
     MAX_GAIN,
     MAX_RATE_BPS,
     ActuatorType,
     CongestionControl,
-    DTNTransferPolicySpec,
     HostPort,
     Strategy,
 )
 from scidmz.api.units import parse_duration, parse_rate
+from scidmz.auth.mtls import MutualTls, TlsConfigError, load_mutual_tls
 
 CONFIG_KEY = "config.yaml"
 DEFAULT_MAX_STEP_FRACTION = 0.2
@@ -37,13 +43,15 @@ beside the DTN cap (std u 19.6 % of B at a constant R*, transfers at 0.94 R*).""
 
 
 def default_integral_band_bps(congestion_control: str, capacity_bps: float) -> float:
-    """The campus filter's integral band when the policy sets none (the capacity: always)."""
+    """The campus filter's integral band when the link sets none (the capacity: always)."""
     fraction = TUNED_INTEGRAL_BAND_FRACTION.get(congestion_control)
     return fraction * capacity_bps if fraction is not None else capacity_bps
 
 
+DEFAULT_DTN_MIN_FRACTION = 0.5
+"""A DTN cap's floor when the link gives none: this fraction of the policy's target."""
 DEFAULT_STALE_SAMPLES = 3
-"""failsafe.staleAfter when the policy gives none: this many sample times."""
+"""failsafe.staleAfter when the link gives none: this many sample times."""
 
 # Paper table 4: GA-tuned anti-windup PI gains (Kp, Ki, Kw) per DTN congestion control,
 # for the paper's testbed.
@@ -73,7 +81,7 @@ TUNED_GAINS: dict[str, dict[str, tuple[float, float, float]]] = {
 HOUR_S = 3600.0
 
 # Every number of a runtime config is finite and within the range the API allows: a config
-# handed straight to ``scidmz collector|controller --config`` is checked as hard as a policy.
+# handed straight to ``scidmz collector|controller --config`` is checked as hard as a link.
 Rate = Annotated[float, Field(ge=0, le=MAX_RATE_BPS)]
 PositiveRate = Annotated[float, Field(gt=0, le=MAX_RATE_BPS)]
 Gain = Annotated[float, Field(ge=0, le=MAX_GAIN)]
@@ -134,6 +142,7 @@ class DtnActuatorConfig(_Frozen):
     """The DTN cap's actuator and filter."""
 
     type: ActuatorType
+    host: str = Field(default="dtn", min_length=1, max_length=63, description="The DTN host.")
     tc_node_name: str | None = None
     tc_interface: str | None = None
     address: HostPort | None = Field(
@@ -142,6 +151,10 @@ class DtnActuatorConfig(_Frozen):
     )
     gains: GainsConfig
     failsafe_rate_bps: Rate
+    min_rate_bps: Rate = Field(
+        default=0.0,
+        description="The lowest cap the filter sets and the shaper agent applies.",
+    )
 
 
 class FailsafeConfig(_Frozen):
@@ -162,17 +175,54 @@ class TelemetryConfig(_Frozen):
     max_active_flows: int = Field(default=65536, ge=1, le=10_000_000)
 
 
-class RuntimeConfig(_Frozen):
-    """Everything the collector and controller need, with units in the field names."""
+class AdmittedPolicyConfig(_Frozen):
+    """A policy the loop holds a rate for (labels, per-policy reports, the DTN cap)."""
 
-    api_version: Literal["scidmz.io/runtime/v1"] = "scidmz.io/runtime/v1"
-    policy: str
-    namespace: str
-    generation: int = Field(ge=0)
+    namespace: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1, max_length=253)
+    dtn_host: str = Field(min_length=1, max_length=63)
     target_rate_bps: PositiveRate
+
+
+class ChannelSecurity(_Frozen):
+    """Mutual TLS on scidmz's own channels (the sample stream, the DTN shapers, /metrics
+    and /state). Absent: plaintext, for processes on one host in development only."""
+
+    identity_dir: str = Field(
+        min_length=1,
+        max_length=4096,
+        description="This workload's certificate directory (ca.crt, tls.crt, tls.key).",
+    )
+    collector_server_name: str = Field(
+        min_length=1,
+        max_length=253,
+        description="The name the collector's certificate is checked against.",
+    )
+    dtn_shaper_server_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The name the DTN shaper agent's certificate is checked against.",
+    )
+
+
+MAX_ADMITTED = 64
+
+
+class RuntimeConfig(_Frozen):
+    """Everything the collector, controller and shaper agents of one link need, with
+    units in the field names."""
+
+    api_version: Literal["scidmz.io/runtime/v2"] = "scidmz.io/runtime/v2"
+    link: str = Field(min_length=1, max_length=253)
+    generation: int = Field(ge=0)
+    policies: list[AdmittedPolicyConfig] = Field(default_factory=list, max_length=MAX_ADMITTED)
+    target_rate_bps: Rate = Field(
+        description="R*, the admitted targets' sum; 0 with none admitted (the loop then "
+        "leaves the campus the whole link)."
+    )
     bottleneck_capacity_bps: PositiveRate
     sample_time_s: float = Field(ge=0.1, le=60)
-    dtn_prefix: str
+    dtn_prefixes: list[str] = Field(default_factory=list, max_length=MAX_ADMITTED)
     dtn_congestion_control: CongestionControl
     campus_prefix: str
     switch: SwitchConfig
@@ -183,6 +233,7 @@ class RuntimeConfig(_Frozen):
     collector_address: HostPort = Field(
         description="host:port of the collector's sample stream, as the controller dials it.",
     )
+    security: ChannelSecurity | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RuntimeConfig:
@@ -190,8 +241,11 @@ class RuntimeConfig(_Frozen):
         capacity = self.bottleneck_capacity_bps
         c = self.controller
         dtn = self.actuator.dtn
+        admitted = sum(p.target_rate_bps for p in self.policies)
         checks = (
             (self.target_rate_bps < capacity, "target_rate_bps must be below the capacity"),
+            (abs(admitted - self.target_rate_bps) <= 1e-6 * capacity or not self.policies,
+             "target_rate_bps must be the sum of the policies' targets"),
             (c.min_rate_bps <= c.max_rate_bps, "controller.min_rate_bps exceeds max_rate_bps"),
             (c.max_rate_bps <= capacity, "controller.max_rate_bps must not exceed the capacity"),
             (c.max_step_bps <= capacity, "controller.max_step_bps must not exceed the capacity"),
@@ -207,6 +261,11 @@ class RuntimeConfig(_Frozen):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def dtn_prefix(self) -> str | None:
+        """The DTN class's one prefix (one admitted policy; see api.admission); None idle."""
+        return self.dtn_prefixes[0] if self.dtn_prefixes else None
 
 
 class SampleReport(BaseModel):
@@ -234,12 +293,13 @@ class TrackingReport(BaseModel):
 
 class ControllerState(BaseModel):
     """The controller's ``/state`` (snake_case JSON, SI units like ``RuntimeConfig``): what
-    the operator copies into the policy's status, and the demo and the lab record."""
+    the operator copies into the link's and its policies' status, and the demo and the lab
+    record."""
 
     model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
 
     component: Literal["controller"] = "controller"
-    policy: str
+    link: str
     strategy: Strategy
     failsafe_active: bool
     target_rate_bps: float | None = Field(
@@ -255,21 +315,33 @@ class ConfigError(ValueError):
     """A runtime config file that cannot be used; the message names the problem."""
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """An admitted policy as the resolver needs it."""
+
+    namespace: str
+    name: str
+    spec: DTNTransferPolicySpec
+
+
 def resolve_runtime_config(
-    name: str,
-    namespace: str,
+    link_name: str,
     generation: int,
-    spec: DTNTransferPolicySpec,
+    link: BorderLinkSpec,
+    admitted: Sequence[Admitted],
     collector_address: str,
     dtn_shaper_address: str | None = None,
+    security: ChannelSecurity | None = None,
 ) -> RuntimeConfig:
-    """Fill every default of ``spec`` (tuned gains, limits, fail-safe rates).
-    ``dtn_shaper_address`` is where the operator runs the `scidmz shaper` of a tc DTN
-    actuator."""
-    target = parse_rate(spec.target_rate)
-    capacity = parse_rate(spec.bottleneck_capacity)
-    ctl = spec.controller
-    tuned = TUNED_GAINS[spec.dtn.congestion_control]
+    """Fill every default of ``link`` (tuned gains, limits, fail-safe rates) for the
+    ``admitted`` policies (at most ``admission.DTN_CLASSES_PER_LINK``; none: the loop
+    runs idle, leaving the campus the whole link). ``dtn_shaper_address`` is where the
+    operator runs the `scidmz shaper` of a tc DTN cap."""
+    target = sum(parse_rate(p.spec.target_rate) for p in admitted)
+    capacity = parse_rate(link.capacity)
+    cca: CongestionControl = admitted[0].spec.congestion_control if admitted else "cubic"
+    ctl = link.controller
+    tuned = TUNED_GAINS[cca]
     kp, ki, kw = tuned["pi" if ctl.strategy == "pi" else "mlc"]
     gains = (
         GainsConfig(kp=ctl.gains.kp, ki=ctl.gains.ki, kw=ctl.gains.kw)
@@ -278,34 +350,43 @@ def resolve_runtime_config(
     )
     limits = ctl.limits
     desired = ctl.desired_state
-    pipeline = spec.switch.pipeline
+    pipeline = link.switch.pipeline
     trivial_rate = capacity - target
     failsafe_rate = (
-        trivial_rate if spec.failsafe.rate == "trivial" else parse_rate(spec.failsafe.rate)
+        trivial_rate if link.failsafe.rate == "trivial" else parse_rate(link.failsafe.rate)
     )
-    act = spec.actuator
+    act = link.actuator
+    hosts = [(p, link.dtn_host(p.spec.dtn_host)) for p in admitted]
     return RuntimeConfig(
-        policy=name,
-        namespace=namespace,
+        link=link_name,
         generation=generation,
+        policies=[
+            AdmittedPolicyConfig(
+                namespace=p.namespace,
+                name=p.name,
+                dtn_host=p.spec.dtn_host,
+                target_rate_bps=parse_rate(p.spec.target_rate),
+            )
+            for p in admitted
+        ],
         target_rate_bps=target,
         bottleneck_capacity_bps=capacity,
-        sample_time_s=parse_duration(spec.sample_time),
-        dtn_prefix=spec.dtn.receiver_prefix,
-        dtn_congestion_control=spec.dtn.congestion_control,
-        campus_prefix=spec.campus.remote_prefix,
+        sample_time_s=parse_duration(link.sample_time),
+        dtn_prefixes=[h.receiver_prefix for _, h in hosts if h is not None],
+        dtn_congestion_control=cca,
+        campus_prefix=link.campus.remote_prefix,
         switch=SwitchConfig(
-            address=spec.switch.address,
-            device_id=spec.switch.device_id,
-            election_id=spec.switch.election_id,
-            campus_port=spec.switch.ports.campus,
-            dtn_port=spec.switch.ports.dtn,
-            bottleneck_port=spec.switch.ports.bottleneck,
+            address=link.switch.address,
+            device_id=link.switch.device_id,
+            election_id=link.switch.election_id,
+            campus_port=link.switch.ports.campus,
+            dtn_port=link.switch.ports.dtn,
+            bottleneck_port=link.switch.ports.bottleneck,
             pipeline_config_map=pipeline.config_map_ref.name if pipeline else None,
             p4info_key=pipeline.config_map_ref.p4info_key if pipeline else None,
             device_config_key=pipeline.config_map_ref.device_config_key if pipeline else None,
-            tls_secret=spec.switch.tls.secret_name if spec.switch.tls else None,
-            tls_server_name=spec.switch.tls.server_name if spec.switch.tls else None,
+            tls_secret=link.switch.tls.secret_name if link.switch.tls else None,
+            tls_server_name=link.switch.tls.server_name if link.switch.tls else None,
         ),
         controller=ControllerConfig(
             strategy=ctl.strategy,
@@ -321,7 +402,7 @@ def resolve_runtime_config(
             integral_band_bps=(
                 min(parse_rate(limits.integral_band), capacity)
                 if limits.integral_band is not None
-                else default_integral_band_bps(spec.dtn.congestion_control, capacity)
+                else default_integral_band_bps(cca, capacity)
             ),
             desired_dtn_rtt_s=parse_duration(desired.dtn_rtt) if desired.dtn_rtt else None,
             desired_campus_rtt_s=(
@@ -335,59 +416,72 @@ def resolve_runtime_config(
             tc_node_name=act.tc.node_name if act.tc else None,
             tc_interface=act.tc.interface if act.tc else None,
             sim_address=(
-                (act.sim.address if act.sim and act.sim.address else spec.switch.address)
+                (act.sim.address if act.sim and act.sim.address else link.switch.address)
                 if act.type == "sim"
                 else None
             ),
-            dtn=_dtn_actuator(spec, target, tuned["dtn"], dtn_shaper_address),
+            dtn=_dtn_actuator(link, hosts, tuned["dtn"], dtn_shaper_address),
         ),
         failsafe=FailsafeConfig(
             stale_after_s=(
-                parse_duration(spec.failsafe.stale_after)
-                if spec.failsafe.stale_after is not None
-                else DEFAULT_STALE_SAMPLES * parse_duration(spec.sample_time)
+                parse_duration(link.failsafe.stale_after)
+                if link.failsafe.stale_after is not None
+                else DEFAULT_STALE_SAMPLES * parse_duration(link.sample_time)
             ),
             rate_bps=failsafe_rate,
         ),
         telemetry=TelemetryConfig(
-            rtt_smoothing=spec.telemetry.rtt_smoothing,
-            flow_timeout_s=parse_duration(spec.telemetry.flow_timeout),
-            active_flow_packets=spec.telemetry.active_flow_packets,
-            active_flow_window_s=parse_duration(spec.telemetry.active_flow_window),
-            idle_timeout_s=parse_duration(spec.telemetry.idle_timeout),
-            rtt_horizon_s=parse_duration(spec.telemetry.rtt_horizon),
-            digest_hold_s=parse_duration(spec.telemetry.digest_hold),
-            max_active_flows=spec.telemetry.max_active_flows,
+            rtt_smoothing=link.telemetry.rtt_smoothing,
+            flow_timeout_s=parse_duration(link.telemetry.flow_timeout),
+            active_flow_packets=link.telemetry.active_flow_packets,
+            active_flow_window_s=parse_duration(link.telemetry.active_flow_window),
+            idle_timeout_s=parse_duration(link.telemetry.idle_timeout),
+            rtt_horizon_s=parse_duration(link.telemetry.rtt_horizon),
+            digest_hold_s=parse_duration(link.telemetry.digest_hold),
+            max_active_flows=link.telemetry.max_active_flows,
         ),
         collector_address=collector_address,
+        security=security,
     )
 
 
 def _dtn_actuator(
-    spec: DTNTransferPolicySpec,
-    target_bps: float,
+    link: BorderLinkSpec,
+    hosts: Sequence[tuple[Admitted, DtnHost | None]],
     default_gains: tuple[float, float, float],
     shaper_address: str | None,
 ) -> DtnActuatorConfig | None:
-    dtn = spec.actuator.dtn
-    if dtn is None:
+    """The DTN cap of the admitted host (one DTN class: one host at most), if it has one."""
+    if len(hosts) != 1 or hosts[0][1] is None or hosts[0][1].shaper is None:
         return None
-    kp, ki, kw = (dtn.gains.kp, dtn.gains.ki, dtn.gains.kw) if dtn.gains else default_gains
+    policy, host = hosts[0]
+    assert host is not None and host.shaper is not None
+    shaper = host.shaper
+    target_bps = parse_rate(policy.spec.target_rate)
+    kp, ki, kw = (
+        (shaper.gains.kp, shaper.gains.ki, shaper.gains.kw) if shaper.gains else default_gains
+    )
     address: str | None
-    if dtn.type == "sim":
-        address = dtn.sim.address if dtn.sim and dtn.sim.address else spec.switch.address
-    elif dtn.type == "tc":
+    if shaper.type == "sim":
+        address = shaper.sim.address if shaper.sim and shaper.sim.address else link.switch.address
+    elif shaper.type == "tc":
         address = shaper_address
     else:
         address = None
     return DtnActuatorConfig(
-        type=dtn.type,
-        tc_node_name=dtn.tc.node_name if dtn.tc else None,
-        tc_interface=dtn.tc.interface if dtn.tc else None,
+        type=shaper.type,
+        host=host.name,
+        tc_node_name=shaper.tc.node_name if shaper.tc else None,
+        tc_interface=shaper.tc.interface if shaper.tc else None,
         address=address,
         gains=GainsConfig(kp=kp, ki=ki, kw=kw),
         failsafe_rate_bps=(
-            target_bps if dtn.failsafe_rate == "target" else parse_rate(dtn.failsafe_rate)
+            target_bps if shaper.failsafe_rate == "target" else parse_rate(shaper.failsafe_rate)
+        ),
+        min_rate_bps=(
+            parse_rate(shaper.min_rate)
+            if shaper.min_rate is not None
+            else DEFAULT_DTN_MIN_FRACTION * target_bps
         ),
     )
 
@@ -399,6 +493,7 @@ def dump_runtime_config(config: RuntimeConfig) -> str:
 
 LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("generation",),
+    ("policies",),
     ("target_rate_bps",),
     ("bottleneck_capacity_bps",),
     ("controller", "gains"),
@@ -413,6 +508,7 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("failsafe", "rate_bps"),
     ("actuator", "dtn", "gains"),
     ("actuator", "dtn", "failsafe_rate_bps"),
+    ("actuator", "dtn", "min_rate_bps"),
 )
 """Parts of a runtime config a running controller takes from its reloaded file
 (``control.live_config``), and the generation, which only labels the file. The collector
@@ -453,11 +549,22 @@ def load_runtime_config(path: Path) -> RuntimeConfig:
     return load_yaml_model(path, RuntimeConfig, "config", ConfigError)
 
 
+def workload_tls(config: RuntimeConfig) -> MutualTls | None:
+    """This workload's own mutual-TLS material (``security.identity_dir``); None when the
+    config runs plaintext. ``ConfigError`` naming the files that are missing or bad."""
+    if config.security is None:
+        return None
+    try:
+        return load_mutual_tls(Path(config.security.identity_dir))
+    except TlsConfigError as error:
+        raise ConfigError(f"security.identity_dir: {error}") from None
+
+
 def _tc_dtn(config: RuntimeConfig) -> tuple[DtnActuatorConfig, str]:
-    """The tc DTN actuator and its interface; ValueError when the policy has none."""
+    """The tc DTN actuator and its interface; ValueError when the config has none."""
     dtn = config.actuator.dtn
     if dtn is None or dtn.type != "tc" or dtn.tc_interface is None:
-        raise ValueError("the policy has no tc DTN actuator (actuator.dtn.type: tc)")
+        raise ValueError("the config has no tc DTN cap (a DTN host's shaper of type tc)")
     return dtn, dtn.tc_interface
 
 
@@ -469,12 +576,19 @@ def shaper_failsafe(config: RuntimeConfig) -> tuple[float, float]:
     return dtn.failsafe_rate_bps, config.failsafe.stale_after_s + 2 * config.sample_time_s
 
 
+def shaper_bounds(config: RuntimeConfig) -> tuple[float, float]:
+    """The range the DTN shaper agent clamps every requested cap to: the host's floor
+    (``min_rate_bps``) to the link's capacity. ValueError without a tc DTN actuator."""
+    dtn, _ = _tc_dtn(config)
+    return dtn.min_rate_bps, config.bottleneck_capacity_bps
+
+
 def shaper_agent_args(
     config: RuntimeConfig, listen: str, config_path: str | None = None
 ) -> list[str]:
-    """``scidmz shaper`` arguments for the policy's tc DTN actuator, wherever it runs: its
+    """``scidmz shaper`` arguments for the link's tc DTN cap, wherever it runs: its
     interface and its own fail-safe (``shaper_failsafe``). With ``config_path`` (the
-    operator's Deployment, which mounts the policy's ConfigMap there) the agent reads its
+    operator's Deployment, which mounts the link's ConfigMap there) the agent reads its
     fail-safe from that file and follows it live, so a new target rate does not roll the
     pod; without it (the lab) the fail-safe is given as options."""
     _, interface = _tc_dtn(config)

@@ -1,4 +1,4 @@
-"""Operator fail-over: the active replica killed with every policy Ready."""
+"""Operator fail-over: the active replica killed with every link's policy Ready."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import psutil
 
 from scidmz.testenv.cluster import REPO_ROOT, ControlPlane, start_control_plane
+from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from scidmz.testenv.operator_process import start_operator
-from scidmz.testenv.policies import example_policies, policy_name
+from scidmz.testenv.policies import TENANT_NAMESPACE, link_name, policy_name, scale_manifest
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class FailoverResult:
 
 
 def _ready_count(plane: ControlPlane) -> int:
-    items = json.loads(plane.kubectl("get", "dtp", "-o", "json").stdout)["items"]
+    items = json.loads(plane.kubectl("get", "dtp", "-A", "-o", "json").stdout)["items"]
     return sum(
         any(
             c["type"] == "Ready" and c["status"] == "True"
@@ -42,9 +43,9 @@ def run_operator_failover(
     policies: int, lifetime_s: int, ready_timeout_s: float = 240.0,
     log: Callable[[str], None] = print,
 ) -> FailoverResult:  # fmt: skip
-    """Two operator replicas with ``policies`` Ready policies; SIGKILL the active one, then
-    change one policy's target rate at once and time the standby's takeover and that
-    change's reconcile."""
+    """Two operator replicas with ``policies`` links of one Ready policy each; SIGKILL the
+    active one, then change one policy's target rate at once and time the standby's
+    takeover and that change reaching its link's ConfigMap."""
     plane = start_control_plane(crds=(REPO_ROOT / "crds",), log=lambda _: None)
     env = {"SCIDMZ_PEERING_LIFETIME_S": str(lifetime_s)}
     active = start_operator(
@@ -54,26 +55,29 @@ def run_operator_failover(
         plane, plane.workdir / "standby.log", {**env, "SCIDMZ_PEERING_PRIORITY": "50"}
     )
     try:
-        plane.kubectl("apply", "-f", "-", input_text=example_policies(policies))
+        manifest = scale_manifest(policies, policies, OPERATOR_NAMESPACE)
+        plane.kubectl("apply", "-f", "-", input_text=manifest)
         deadline = time.monotonic() + ready_timeout_s
         while (ready := _ready_count(plane)) < policies and time.monotonic() < deadline:
             time.sleep(1.0)
         log(f"  {ready}/{policies} policies Ready; SIGKILL of the active replica")
-        name = policy_name(policies // 2)
+        name, link = policy_name(policies // 2), link_name(policies // 2)
         killed = time.monotonic()
         active.proc.kill()
         active.proc.wait(timeout=10)
         plane.kubectl(
-            "patch", "dtp", name, "--type=merge", "-p", '{"spec":{"targetRate":"777Mbps"}}'
-        )
+            "patch", "dtp", name, "-n", TENANT_NAMESPACE, "--type=merge",
+            "-p", '{"spec":{"targetRate":"777Mbps"}}',
+        )  # fmt: skip
         takeover = reconciled = None
         while time.monotonic() - killed < 120 and (takeover is None or reconciled is None):
             if takeover is None and "Resuming operations" in standby.log_path.read_text():
                 takeover = time.monotonic() - killed
             if reconciled is None:
                 config = plane.kubectl(
-                    "get", "configmap", f"{name}-config", "-o", "jsonpath={.data}", check=False
-                ).stdout
+                    "get", "configmap", f"{link}-config", "-n", OPERATOR_NAMESPACE,
+                    "-o", "jsonpath={.data}", check=False,
+                ).stdout  # fmt: skip
                 if "777000000" in config:
                     reconciled = time.monotonic() - killed
             time.sleep(0.1)

@@ -136,25 +136,34 @@ def lab_down() -> None:
 
 @lab_app.command("run")
 def lab_run(
-    policy: Annotated[Path, typer.Option(help="A DTNTransferPolicy YAML (e.g. examples/lab/).")],
+    loop_file: Annotated[
+        Path,
+        typer.Option(
+            "--file",
+            "-f",
+            help="A BorderLink and its DTNTransferPolicy in one YAML (e.g. examples/lab/).",
+        ),
+    ],
     duration: Annotated[
         float,
         typer.Option(help="Seconds of traffic under control.", callback=within(0, 86_400)),
     ] = 120.0,
     out: Annotated[Path, typer.Option(help="Report directory.")] = Path("lab-report"),
     strategy: Annotated[
-        str | None, typer.Option(help="Override spec.controller.strategy (trivial, pi, mlc).")
+        str | None,
+        typer.Option(help="Override the link's spec.controller.strategy (trivial, pi, mlc)."),
     ] = None,
     scenario: Annotated[
         Path | None,
         typer.Option("--scenario", help="Scenario YAML when the run brings its own lab up."),
     ] = None,
 ) -> None:
-    """Run a policy's loop on the lab and report it against the kernel's ground truth.
+    """Run a link's loop on the lab and report it against the kernel's ground truth.
 
     Target (packet tap), collector, controller (tc on the lab's shaper) and Prometheus;
     writes samples.csv, truth.csv, lab.png, summary.md. Uses the lab that is up, or brings
-    one up for the run (the policy's B and DTN congestion control) and down after."""
+    one up for the run (the link's capacity, the policy's congestion control) and down
+    after."""
     from scidmz.lab import loop, runner
     from scidmz.lab.scenario import lab_scenario
     from scidmz.lab.topology import LabError
@@ -164,7 +173,7 @@ def lab_run(
         fail("--duration must be at least 5 s")
     own_lab = False
     try:
-        chosen = loop.load_policy(policy, strategy)
+        chosen = loop.load_loop(loop_file, strategy)
         if runner.existing_namespaces():
             lab = runner.read_state()
         else:
@@ -174,8 +183,8 @@ def lab_run(
                 lab_scenario(
                     scenario,
                     {
-                        "bottleneck.capacity_bps": parse_rate(chosen.spec.bottleneck_capacity),
-                        "dtn.congestion_control": chosen.spec.dtn.congestion_control,
+                        "bottleneck.capacity_bps": parse_rate(chosen.link.capacity),
+                        "dtn.congestion_control": chosen.policy.spec.congestion_control,
                     },
                 ),
                 progress=typer.echo,

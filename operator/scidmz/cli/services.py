@@ -22,16 +22,12 @@ from scidmz.cli.common import (
 
 
 def operator(
-    namespace: Annotated[
-        str | None,
-        typer.Option(help="Watch only this namespace (default: all; env SCIDMZ_NAMESPACE)."),
-    ] = None,
     standalone: Annotated[
         bool, typer.Option(help="No peering: a single replica (development).")
     ] = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Run the DTNTransferPolicy operator (kopf)."""
+    """Run the scidmz operator (kopf): BorderLinks and the DTNTransferPolicies on them."""
     import os
 
     import kopf
@@ -41,8 +37,6 @@ def operator(
     from scidmz.k8s.settings import OperatorSettings
     from scidmz.metrics.http import register_build_info
 
-    if namespace:
-        os.environ["SCIDMZ_NAMESPACE"] = namespace
     if standalone:
         os.environ["SCIDMZ_STANDALONE"] = "true"
     settings = OperatorSettings()
@@ -54,9 +48,9 @@ def operator(
     except OSError as error:
         fail(f"cannot serve /metrics on port {settings.metrics_port}: {error}")
     kopf.configure(verbose=verbose, log_prefix=False)
+    # cluster-wide: links are cluster-scoped and tenants' policies are in their namespaces
     kopf.run(
-        clusterwide=settings.namespace is None,
-        namespaces=[settings.namespace] if settings.namespace else [],
+        clusterwide=True,
         standalone=settings.standalone,
         peering_name=settings.peering_name,
         liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
@@ -104,7 +98,7 @@ def collector(
         fail(str(error))
         return
     if check:
-        typer.echo(f"{config}: a valid collector config for {runtime.namespace}/{runtime.policy}")
+        typer.echo(f"{config}: a valid collector config for link {runtime.link}")
         return
     port = resolve_http_port(http_port, 9460)
     process = CollectorProcess(settings, listen or listen_address(runtime), port)
@@ -128,6 +122,13 @@ def controller(
     netns: Annotated[
         str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
     ] = None,
+    switch_tls_dir: Annotated[
+        Path,
+        typer.Option(
+            help="Where the switch TLS Secret is mounted (a sim actuator talks to the "
+            "simulator on the switch's port)."
+        ),
+    ] = Path("/etc/scidmz-tls"),
     restore_for: Annotated[
         float,
         typer.Option(
@@ -150,7 +151,7 @@ def controller(
     taken live within a sample time (at once on SIGHUP); other changes need a restart."""
     import asyncio
 
-    from scidmz.api.runtime import load_runtime_config
+    from scidmz.api.runtime import load_runtime_config, workload_tls
     from scidmz.control.service import ControllerProcess
     from scidmz.control.settings import (
         controller_settings,
@@ -164,11 +165,12 @@ def controller(
         runtime = load_runtime_config(config)
         settings = replace(controller_settings(runtime), restore_for_s=restore_for)
         inverse = load_model(runtime, model)
+        tls = workload_tls(runtime)
     except ConfigError as error:
         fail(str(error))
         return
     if check:
-        typer.echo(f"{config}: a valid controller config for {runtime.namespace}/{runtime.policy}")
+        typer.echo(f"{config}: a valid controller config for link {runtime.link}")
         return
     port = resolve_http_port(http_port, 9461)
 
@@ -176,12 +178,12 @@ def controller(
         import signal
 
         try:
-            actuator = await open_actuator(runtime, netns)
-            dtn_actuator = await open_dtn_actuator(runtime)
+            actuator = await open_actuator(runtime, netns, switch_tls_dir)
+            dtn_actuator = await open_dtn_actuator(runtime, switch_tls_dir)
         except ConfigError as error:
             return str(error)
         process = ControllerProcess(
-            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime)
+            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls
         )
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -230,9 +232,11 @@ def shaper(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="The policy's runtime config (what the operator mounts): the fail-safe is "
-            "actuator.dtn's failsafe rate after staleAfter + 2T, followed live as the file "
-            "changes. Instead of --failsafe-rate and --stale-after."
+            help="The link's runtime config (what the operator mounts): the fail-safe is "
+            "actuator.dtn's failsafe rate after staleAfter + 2T, every cap is clamped to the "
+            "host's minRate..capacity, both followed live as the file changes, and with "
+            "security set it serves mutual TLS to the link's controller alone. Instead of "
+            "--failsafe-rate and --stale-after."
         ),
     ] = None,
     http_port: Annotated[
@@ -250,19 +254,28 @@ def shaper(
     partitioned controller never leaves a stale cap on the DTN."""
     import asyncio
 
-    from scidmz.api.policy import MAX_RATE_BPS
+    from scidmz.api.runtime import load_runtime_config, workload_tls
+    from scidmz.api.types import MAX_RATE_BPS
     from scidmz.api.units import UnitError, parse_duration, parse_rate
+    from scidmz.auth.identity import PeerPolicy, controller_only
+    from scidmz.auth.mtls import MutualTls, add_port, http_server_context
     from scidmz.control.actuators import ActuatorError, TcActuator
 
     configure_logging(verbose)
+    tls: MutualTls | None = None
+    peers: PeerPolicy | None = None
+    bounds: tuple[float, float] | None = None
     if config is not None:
         if failsafe_rate is not None or stale_after is not None:
             fail("--config gives the fail-safe: drop --failsafe-rate and --stale-after")
         try:
-            rate, stale = _shaper_failsafe_from(config)
+            rate, stale, bounds = _shaper_failsafe_from(config)
+            runtime = load_runtime_config(config)
+            tls = workload_tls(runtime)
         except ValueError as error:
             fail(f"--config: {error}")
             return
+        peers = controller_only(runtime.link) if tls is not None else None
     else:
         if failsafe_rate is None:
             fail("--failsafe-rate (or --config) is required")
@@ -293,25 +306,23 @@ def shaper(
             actuator = await TcActuator.open(interface, netns)
         except ActuatorError as error:
             return f"--interface: {error}"
-        service = ShaperService(actuator, rate, stale)
+        service = ShaperService(actuator, rate, stale, peers=peers, bounds=bounds)
         server = grpc.aio.server()
         telemetry_pb2_grpc.add_ShaperServicer_to_server(service, server)
-        try:
-            bound = server.add_insecure_port(listen)
-        except RuntimeError as error:
-            bound = 0
-            log_error = str(error)
-        else:
-            log_error = "port in use or address invalid"
-        if not bound:
+        if not add_port(server, listen, tls):
             await actuator.close()
-            return f"--listen {listen}: cannot bind ({log_error})"
+            return f"--listen {listen}: cannot bind (port in use or address invalid)"
         await service.apply_failsafe("starting")  # a known rate from the start
         registry = CollectorRegistry()
         register_build_info(registry, "shaper")
         health = Health()
         try:
-            http = serve_http(port, health, registry=registry)
+            http = serve_http(
+                port,
+                health,
+                registry=registry,
+                tls=http_server_context(tls) if tls is not None else None,
+            )
         except OSError as error:
             await actuator.close()
             return f"cannot serve /healthz on port {port}: {error}"
@@ -342,9 +353,10 @@ def shaper(
     _run_to_the_end(main(), "applying the fail-safe rate")
 
 
-def _shaper_failsafe_from(path: Path) -> tuple[float, float]:
-    """The DTN agent's fail-safe (cap, quiet time) from a runtime config; ValueError
-    (``ConfigError``) naming what is wrong."""
-    from scidmz.api.runtime import load_runtime_config, shaper_failsafe
+def _shaper_failsafe_from(path: Path) -> tuple[float, float, tuple[float, float] | None]:
+    """The DTN agent's fail-safe (cap, quiet time) and bounds from a runtime config;
+    ValueError (``ConfigError``) naming what is wrong."""
+    from scidmz.api.runtime import load_runtime_config, shaper_bounds, shaper_failsafe
 
-    return shaper_failsafe(load_runtime_config(path))
+    runtime = load_runtime_config(path)
+    return (*shaper_failsafe(runtime), shaper_bounds(runtime))

@@ -160,8 +160,8 @@ def _target_credentials(
     if cert is None or key is None:
         fail("--tls-cert and --tls-key go together")
     assert cert is not None and key is not None
+    from scidmz.auth.switch_tls import looks_like_pem
     from scidmz.switch.server import server_credentials
-    from scidmz.telemetry.tls import looks_like_pem
 
     try:
         pems = [p.read_bytes() if p is not None else None for p in (cert, key, client_ca)]

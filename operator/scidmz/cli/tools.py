@@ -45,17 +45,33 @@ def demo(
 
 
 def crd(
-    out: Annotated[Path | None, typer.Option(help="Write to this file instead of stdout.")] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write one file per CRD (scidmz.io_<plural>.yaml) here instead of printing them."
+        ),
+    ] = None,
+    admission_policy: Annotated[
+        Path | None,
+        typer.Option(help="Also write the chart's ValidatingAdmissionPolicy template here."),
+    ] = None,
 ) -> None:
-    """Print the DTNTransferPolicy CRD generated from the API models."""
-    from scidmz.api.crd import render_crd_yaml
+    """Print the BorderLink and DTNTransferPolicy CRDs generated from the API models."""
+    from scidmz.api.admission_policy import render_chart_template
+    from scidmz.api.crd import RESOURCES, crd_file_name, render_crd_yaml
 
-    text = render_crd_yaml()
-    if out is None:
-        sys.stdout.write(text)
-    else:
-        out.write_text(text)
-        typer.echo(f"wrote {out}")
+    if admission_policy is not None:
+        admission_policy.write_text(render_chart_template())
+        typer.echo(f"wrote {admission_policy}")
+    if out_dir is None:
+        sys.stdout.write("---\n".join(render_crd_yaml(r) for r in RESOURCES))
+        return
+    if not out_dir.is_dir():
+        fail(f"--out-dir {out_dir}: not a directory")
+    for resource in RESOURCES:
+        path = out_dir / crd_file_name(resource)
+        path.write_text(render_crd_yaml(resource))
+        typer.echo(f"wrote {path}")
 
 
 def p4info(

@@ -23,7 +23,7 @@ def to_message(
     wall_time_s: float,
     interval_s: float,
     stale: bool,
-    policy: str,
+    link: str,
 ) -> telemetry_pb2.StateSample:
     measured = Timestamp()
     measured.FromNanoseconds(round(wall_time_s * 1e9))
@@ -40,19 +40,19 @@ def to_message(
         active_flows=sample.active_flows,
         valid=list(sample.valid()) if not stale else [False] * 7,
         stale=stale,
-        policy=policy,
+        link=link,
     )
 
 
 def state_message(
-    values: Sequence[float], sequence: int, policy: str = ""
+    values: Sequence[float], sequence: int, link: str = ""
 ) -> telemetry_pb2.StateSample:
     """A fresh sample from the seven values in model order, for in-process feeds (the
     control-quality experiments, benchmarks); validity is each value's finiteness."""
     if len(values) != len(STATE_VARIABLES):
         raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
     state = NetworkState(**dict(zip(STATE_VARIABLES, values, strict=True)), measured_at_s=0.0)
-    return to_message(state, sequence, 0.0, math.nan, stale=False, policy=policy)
+    return to_message(state, sequence, 0.0, math.nan, stale=False, link=link)
 
 
 def from_message(sample: telemetry_pb2.StateSample) -> StateVector:

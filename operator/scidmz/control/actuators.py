@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from scidmz.auth.mtls import ClientTls, open_channel
 from scidmz.contract.netns import named_netns_exists
 from scidmz.contract.tbf import (
     LARGEST_PACKET_BYTES,
@@ -86,10 +87,18 @@ class _GrpcActuator:
     method = ""
     message: Any = telemetry_pb2.RateLimit
 
-    def __init__(self, address: str, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        timeout_s: float = 2.0,
+        tls: ClientTls | None = None,
+        channel: grpc.aio.Channel | None = None,
+    ) -> None:
+        """``tls``: mutual TLS to a scidmz server; ``channel``: one already opened (the
+        simulator behind a TLS switch port, with the switch's credentials)."""
         self.address = address
         self._timeout = timeout_s
-        self._channel = grpc.aio.insecure_channel(address, options=ACTUATOR_CHANNEL)
+        self._channel = channel or open_channel(address, tls, ACTUATOR_CHANNEL)
         self._stub = self.stub_class(self._channel)
 
     async def apply(self, rate_bps: float) -> float:

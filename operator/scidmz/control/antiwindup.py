@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from scidmz.api.policy import MAX_GAIN
+from scidmz.api.types import MAX_GAIN
 
 
 class ControlConfigError(ValueError):

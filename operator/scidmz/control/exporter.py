@@ -14,12 +14,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from scidmz.control.decision import Decision
-from scidmz.control.features import Setpoint
+from scidmz.control.features import PolicyTarget, Setpoint
 from scidmz.metrics import names
-from scidmz.metrics.snapshot import SnapshotExporter
+from scidmz.metrics.snapshot import LABELS, SnapshotExporter
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class ControllerSnapshot:
     last_fresh_s: float | None = None
     pinned: bool = False
     restore_failed: bool = False
+    policies: tuple[PolicyTarget, ...] = ()
 
 
 class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
@@ -76,3 +77,14 @@ class ControllerExporter(SnapshotExporter[ControllerSnapshot]):
         ]  # fmt: skip
         for name, doc, value in rows:
             yield from self.gauge(name, doc, value)
+        if s.policies:
+            per_policy = GaugeMetricFamily(
+                names.POLICY_TARGET_RATE,
+                "An admitted policy's target rate (its share of R*).",
+                labels=[*LABELS, "namespace", "policy", "dtn_host"],
+            )
+            for p in s.policies:
+                per_policy.add_metric(
+                    [*self._labels, p.namespace, p.name, p.dtn_host], p.target_rate_bps / 8
+                )
+            yield per_policy

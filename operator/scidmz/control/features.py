@@ -49,12 +49,22 @@ DesiredStateMode = Literal["reachable", "table3"]
 
 @dataclass(frozen=True)
 class Setpoint:
-    """What the administrator asked for (the policy), in SI units."""
+    """What the loop holds (the admitted policies' targets on the link), in SI units."""
 
     target_rate_bps: float
     capacity_bps: float
     dtn_rtt_s: float | None = None
     campus_rtt_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PolicyTarget:
+    """One admitted policy's share of R* (exported per policy)."""
+
+    namespace: str
+    name: str
+    dtn_host: str
+    target_rate_bps: float
 
 
 @dataclass(frozen=True)

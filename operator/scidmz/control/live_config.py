@@ -18,7 +18,16 @@ from scidmz.control.loop import ControllerSettings
 from scidmz.control.settings import controller_settings
 
 LIVE_FIELDS = frozenset(
-    {"setpoint", "gains", "limits", "stale_after_s", "failsafe_rate_bps", "dtn", "pinned_after_s"}
+    {
+        "setpoint",
+        "gains",
+        "limits",
+        "stale_after_s",
+        "failsafe_rate_bps",
+        "dtn",
+        "pinned_after_s",
+        "policies",
+    }
 )
 """ControllerSettings fields a running controller takes from a reloaded config."""
 
@@ -59,10 +68,14 @@ def live_update(
 
 def _wiring(config: RuntimeConfig) -> tuple[object, ...]:
     """What the process opened at start-up from ``config``: the actuators (without the
-    DTN filter's gains and fail-safe rate, which ``controller_settings`` carries) and the
+    DTN filter's gains, fail-safe rate and floor, which ``controller_settings`` carries) and the
     model, chosen by the DTN's congestion control."""
     a = config.actuator
-    dtn = None if a.dtn is None else a.dtn.model_dump(exclude={"gains", "failsafe_rate_bps"})
+    dtn = (
+        None
+        if a.dtn is None
+        else a.dtn.model_dump(exclude={"gains", "failsafe_rate_bps", "min_rate_bps"})
+    )
     return a.model_dump(exclude={"dtn"}), dtn, config.dtn_congestion_control
 
 

@@ -35,6 +35,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
+from scidmz.auth.mtls import ClientTls, open_channel
 from scidmz.contract.channels import RECONNECT_OPTIONS
 from scidmz.contract.codec import from_message
 from scidmz.contract.state import StateVector
@@ -55,6 +56,7 @@ from scidmz.control.features import (
     BaseRtts,
     DesiredStateMode,
     LinkGoodput,
+    PolicyTarget,
     Setpoint,
     bottleneck_saturated,
     desired_state,
@@ -84,8 +86,7 @@ IMPLAUSIBLE_LOG_INTERVAL_S = 60.0
 
 @dataclass(frozen=True)
 class ControllerSettings:
-    policy: str
-    namespace: str
+    link: str
     strategy: str  # mlc | pi | trivial
     setpoint: Setpoint
     gains: Gains
@@ -94,6 +95,8 @@ class ControllerSettings:
     stale_after_s: float
     failsafe_rate_bps: float
     collector_address: str
+    collector_tls: ClientTls | None = None
+    """Mutual TLS to the collector's stream (None: plaintext, development only)."""
     reconnect_s: float = 0.5
     desired_state_mode: DesiredStateMode = "reachable"
     dtn: DtnControl | None = None
@@ -102,6 +105,8 @@ class ControllerSettings:
     """Never lower u while the bottleneck holds no standing queue (see ``_decide``)."""
     max_active_flows: float = DEFAULT_MAX_ACTIVE_FLOWS
     """The most active flows the data plane can report; a sample with more is skipped."""
+    policies: tuple[PolicyTarget, ...] = ()
+    """The admitted policies whose targets make up R* (labels of the per-policy series)."""
     pinned_after_s: float = 60.0
     """How long u may stay at a limit held by the integral before the controller says it
     does not control (not ready, ``scidmz_controller_pinned``)."""
@@ -129,8 +134,8 @@ class ControllerMetrics:
     """The controller's event metrics (histograms, counters); its decisions are exported
     from ``ControllerSnapshot`` (``control.exporter``)."""
 
-    def __init__(self, registry: CollectorRegistry, labels: tuple[str, str]) -> None:
-        keys = ["policy", "namespace"]
+    def __init__(self, registry: CollectorRegistry, labels: tuple[str]) -> None:
+        keys = ["link"]
         self.loop = Histogram(
             names.CONTROL_LOOP, "From sample received to actuator called.", keys,
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5),
@@ -173,7 +178,7 @@ class Controller:
         self.dtn_actuator = dtn_actuator
         self.model = model
         self.registry = registry or CollectorRegistry()
-        self.metrics = ControllerMetrics(self.registry, (settings.policy, settings.namespace))
+        self.metrics = ControllerMetrics(self.registry, (settings.link,))
         self._clock = clock
         self.filter = FilterState()
         self.dtn_filter = FilterState()
@@ -197,10 +202,10 @@ class Controller:
         """Set while a shutdown cannot restore the fail-safe rates (exported, then exit 1)."""
         self._implausible_logged_s = -math.inf
         self._implausible_unlogged = 0
-        self.snapshot = ControllerSnapshot(settings.setpoint, last_fresh_s=self.last_fresh_s)
-        self.registry.register(
-            ControllerExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
+        self.snapshot = ControllerSnapshot(
+            settings.setpoint, last_fresh_s=self.last_fresh_s, policies=settings.policies
         )
+        self.registry.register(ControllerExporter(settings.link, lambda: self.snapshot, clock))
 
     @property
     def trivial_rate_bps(self) -> float:
@@ -247,7 +252,8 @@ class Controller:
         dtn_output: FilterOutput | None = None
         dtn_cap: float | None = None
         first = len(self.history) < 2 or self.applied_bps is None
-        if s.strategy == "trivial":
+        if s.strategy == "trivial" or target <= 0:
+            # no admitted policy (R* = 0): nothing to hold, the campus gets the whole link
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, None)
             if s.dtn is not None:
@@ -421,6 +427,7 @@ class Controller:
             last_fresh_s=self.last_fresh_s,
             pinned=self.pinned,
             restore_failed=self.restore_failed,
+            policies=self.settings.policies,
         )
 
     def reconfigure(self, settings: ControllerSettings) -> None:
@@ -581,7 +588,8 @@ class Controller:
         address = self.settings.collector_address
         while True:
             try:
-                async with grpc.aio.insecure_channel(address, options=RECONNECT_OPTIONS) as channel:
+                channel = open_channel(address, self.settings.collector_tls, RECONNECT_OPTIONS)
+                async with channel:
                     stub = telemetry_pb2_grpc.TelemetryStub(channel)
                     async for sample in stub.Subscribe(telemetry_pb2.SubscribeRequest()):
                         self._post(sample)
@@ -631,7 +639,7 @@ class Controller:
                 sequence=latest.sequence,
             )
         return ControllerState(
-            policy=f"{self.settings.namespace}/{self.settings.policy}",
+            link=self.settings.link,
             strategy=self.settings.strategy,
             failsafe_active=self.failsafe_active,
             target_rate_bps=self.settings.setpoint.target_rate_bps,

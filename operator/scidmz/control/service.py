@@ -15,6 +15,7 @@ from scidmz.api.runtime import (
     load_runtime_config,
     read_config_bytes,
 )
+from scidmz.auth.mtls import MutualTls, http_server_context
 from scidmz.control.actuators import Actuator
 from scidmz.control.live_config import plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
@@ -33,9 +34,12 @@ class ControllerProcess:
         http_port: int,
         dtn_actuator: Actuator | None = None,
         config: tuple[Path, RuntimeConfig] | None = None,
+        tls: MutualTls | None = None,
     ) -> None:
         """``config``: the file the settings came from and its contents, watched for
-        changes (None: not watched)."""
+        changes (None: not watched); ``tls``: this controller's certificate, for its
+        /metrics and /state (None: plaintext, development only)."""
+        self.tls = tls
         self.controller = Controller(settings, actuator, model, dtn_actuator=dtn_actuator)
         self.http_port = http_port
         self.config = config
@@ -79,6 +83,7 @@ class ControllerProcess:
                 self.health,
                 lambda: self.controller.state().model_dump(mode="json"),
                 self.controller.registry,
+                tls=http_server_context(self.tls) if self.tls is not None else None,
             )
         except OSError as error:
             await self._close_actuators()
@@ -88,7 +93,7 @@ class ControllerProcess:
         s = self.controller.settings
         log.info(
             "controller for %s: %s, actuator %s, samples from %s, metrics on :%d",
-            s.policy, s.strategy, self.controller.actuator.name, s.collector_address,
+            s.link, s.strategy, self.controller.actuator.name, s.collector_address,
             self.http_port,
         )  # fmt: skip
         tasks = [asyncio.create_task(self._health(stop))]

@@ -10,9 +10,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from scidmz.api.runtime import ConfigError, RuntimeConfig, default_integral_band_bps
+from scidmz.api.runtime import (
+    ConfigError,
+    RuntimeConfig,
+    default_integral_band_bps,
+    workload_tls,
+)
+from scidmz.auth.mtls import ClientTls, TlsConfigError
+from scidmz.auth.switch_tls import load_channel_tls
+from scidmz.auth.switch_tls import open_channel as open_switch_channel
 from scidmz.control.actuators import (
     Actuator,
     ActuatorError,
@@ -23,11 +31,15 @@ from scidmz.control.actuators import (
     TcActuator,
 )
 from scidmz.control.antiwindup import ControlConfigError, Gains, Limits
-from scidmz.control.features import Setpoint
+from scidmz.control.features import PolicyTarget, Setpoint
 from scidmz.control.loop import ControllerSettings, DtnControl
 from scidmz.control.model import InverseModel, ModelError
 
 T = TypeVar("T")
+
+SWITCH_TLS_DIR = Path("/etc/scidmz-tls")
+"""Where the operator mounts the switch's TLS Secret (the collector's, and a sim
+actuator's controller)."""
 
 
 def default_models_dir() -> Path:
@@ -42,6 +54,12 @@ def _checked(field: str, build: Callable[[], T]) -> T:
         return build()
     except ControlConfigError as error:
         raise ConfigError(f"{field}: {error}") from None
+
+
+def _client_tls(config: RuntimeConfig, server_name: str) -> ClientTls:
+    material = workload_tls(config)
+    assert material is not None  # only called with config.security set
+    return ClientTls(material, server_name)
 
 
 def controller_settings(config: RuntimeConfig) -> ControllerSettings:
@@ -71,14 +89,18 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
             # steady ~8 % of R* under target (a BBR DTN in the benchmark), beyond any band
             # the campus filters use, so a band would stop it where it is needed
             # and its back-calculation answers the slew too, as its gains were tuned
+            # floored where the shaper agent clamps too (the host's minRate)
             limits=Limits(
-                0.0, capacity, c.max_step_bps, integral_limit_bps=capacity, slew_in_windup=True
+                min(dtn.min_rate_bps, capacity),
+                capacity,
+                c.max_step_bps,
+                integral_limit_bps=capacity,
+                slew_in_windup=True,
             ),
             failsafe_rate_bps=dtn.failsafe_rate_bps,
         )
     return ControllerSettings(
-        policy=config.policy,
-        namespace=config.namespace,
+        link=config.link,
         strategy=c.strategy,
         setpoint=Setpoint(
             target_rate_bps=config.target_rate_bps,
@@ -92,10 +114,17 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
         stale_after_s=config.failsafe.stale_after_s,
         failsafe_rate_bps=config.failsafe.rate_bps,
         collector_address=config.collector_address,
+        collector_tls=_client_tls(config, config.security.collector_server_name)
+        if config.security is not None
+        else None,
         desired_state_mode=c.desired_state_mode,
         dtn=dtn_control,
         max_active_flows=config.telemetry.max_active_flows,
         pinned_after_s=c.pinned_after_s,
+        policies=tuple(
+            PolicyTarget(p.namespace, p.name, p.dtn_host, p.target_rate_bps)
+            for p in config.policies
+        ),
     )
 
 
@@ -109,12 +138,27 @@ def load_model(config: RuntimeConfig, path: Path | None) -> InverseModel | None:
         raise ConfigError(str(error)) from None
 
 
-async def open_actuator(config: RuntimeConfig, netns: str | None = None) -> Actuator:
+def _simulator_channel(config: RuntimeConfig, address: str, switch_tls_dir: Path) -> Any:
+    """The channel to a simulator behind the switch's port: with the switch's TLS when the
+    link has it (the collector's credentials, mounted here too for a sim actuator)."""
+    if not config.switch.tls_secret:
+        return None
+    try:
+        tls = load_channel_tls(switch_tls_dir, config.switch.tls_server_name)
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
+    return open_switch_channel(address, tls)
+
+
+async def open_actuator(
+    config: RuntimeConfig, netns: str | None = None, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> Actuator:
     a = config.actuator
     if a.type == "dryRun":
         return DryRunActuator()
     if a.type == "sim":
-        return SimActuator(a.sim_address or config.switch.address)
+        address = a.sim_address or config.switch.address
+        return SimActuator(address, channel=_simulator_channel(config, address, switch_tls_dir))
     if not a.tc_interface:
         raise ConfigError("actuator.tc.interface is required for the tc actuator")
     try:
@@ -123,7 +167,9 @@ async def open_actuator(config: RuntimeConfig, netns: str | None = None) -> Actu
         raise ConfigError(str(error)) from None
 
 
-async def open_dtn_actuator(config: RuntimeConfig) -> Actuator | None:
+async def open_dtn_actuator(
+    config: RuntimeConfig, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> Actuator | None:
     """The DTN cap's actuator, or None without one. A tc DTN actuator is reached through
     the `scidmz shaper` on the DTN host (the operator runs it beside the policy)."""
     dtn = config.actuator.dtn
@@ -135,5 +181,13 @@ async def open_dtn_actuator(config: RuntimeConfig) -> Actuator | None:
         field = "actuator.dtn.sim.address" if dtn.type == "sim" else "the shaper address"
         raise ConfigError(f"the {dtn.type} DTN actuator needs {field}")
     if dtn.type == "sim":
-        return SimDtnActuator(dtn.address)
-    return ShaperActuator(dtn.address)
+        return SimDtnActuator(
+            dtn.address, channel=_simulator_channel(config, dtn.address, switch_tls_dir)
+        )
+    security = config.security
+    tls = (
+        _client_tls(config, security.dtn_shaper_server_name or dtn.address.rpartition(":")[0])
+        if security is not None
+        else None
+    )
+    return ShaperActuator(dtn.address, tls=tls)

@@ -6,8 +6,12 @@ serves ``scidmz.v1.Shaper/SetRate`` (a ``TcActuator`` underneath, the same netli
 as the campus actuator) and keeps its own fail-safe, so a controller that dies or is cut
 off never leaves a stale cap behind: with no ``SetRate`` for ``stale_after_s`` it applies
 ``failsafe_rate_bps`` (and again on shutdown). Run by the operator it reads both from the
-policy's mounted ConfigMap and follows the file (``follow_config``): with ``failsafeRate:
+link's mounted ConfigMap and follows the file (``follow_config``): with ``failsafeRate:
 target`` the fail-safe cap is R*, and a new R* reaches the agent without a restart.
+
+Run by the operator it serves mutual TLS and answers only its link's controller, and it
+clamps every requested cap to the host's bounds (``minRate`` to the link's capacity): an
+anonymous ``SetRate(0)`` once cut a DTN's tbf to 8 kbit/s.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from typing import Any
 import grpc
 
 from scidmz.api.runtime import config_changed, read_config_bytes
+from scidmz.auth.identity import PeerPolicy
+from scidmz.auth.mtls import refuse_unless_admitted
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
@@ -36,7 +42,11 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
         failsafe_rate_bps: float,
         stale_after_s: float,
         clock: Callable[[], float] = time.monotonic,
+        peers: PeerPolicy | None = None,
+        bounds: tuple[float, float] | None = None,
     ) -> None:
+        """``peers``: who may set or read the rate (None: anyone, plaintext development
+        use); ``bounds``: every requested cap is clamped to (low, high)."""
         if not (math.isfinite(failsafe_rate_bps) and failsafe_rate_bps >= 0):
             raise ValueError(f"the fail-safe rate must be finite and >= 0, got {failsafe_rate_bps}")
         if not (math.isfinite(stale_after_s) and stale_after_s > 0):
@@ -48,15 +58,35 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
         self.last_set_s = clock()
         self.applied_bps: float | None = None
         self.failsafe_active = False
+        self.peers = peers
+        self.bounds = bounds
+        self.clamped = 0
+        """Requests raised or lowered into ``bounds``."""
+
+    def clamp(self, rate_bps: float) -> float:
+        if self.bounds is None:
+            return rate_bps
+        low, high = self.bounds
+        held = min(max(rate_bps, low), high)
+        if held != rate_bps:
+            self.clamped += 1
+            if self.clamped == 1 or self.clamped % 100 == 0:
+                log.warning(
+                    "a cap of %.0f bit/s was asked for; held within %.0f..%.0f bit/s "
+                    "(%d such requests)", rate_bps, low, high, self.clamped,
+                )  # fmt: skip
+        return held
 
     async def SetRate(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.RateLimit, context: Any
     ) -> telemetry_pb2.RateLimit:
+        await refuse_unless_admitted(context, self.peers, "the DTN shaper")
         rate = request.rate_bps
         if not math.isfinite(rate) or rate < 0:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"rate_bps must be finite and >= 0, got {rate}"
             )
+        rate = self.clamp(rate)
         try:
             self.applied_bps = await self.actuator.apply(rate)
         except ActuatorError as error:
@@ -70,6 +100,7 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
     async def GetRate(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.RateRequest, context: Any
     ) -> telemetry_pb2.RateLimit:
+        await refuse_unless_admitted(context, self.peers, "the DTN shaper")
         held = await self.actuator.current()
         if held is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no rate in force on the interface")
@@ -94,9 +125,16 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
         self.failsafe_active = True
         return True
 
-    async def retune(self, failsafe_rate_bps: float, stale_after_s: float) -> None:
-        """Take a new fail-safe cap and quiet time; a fail-safe in force moves to the new
-        cap at once."""
+    async def retune(
+        self,
+        failsafe_rate_bps: float,
+        stale_after_s: float,
+        bounds: tuple[float, float] | None = None,
+    ) -> None:
+        """Take a new fail-safe cap, quiet time and bounds; a fail-safe in force moves to
+        the new cap at once."""
+        if bounds is not None:
+            self.bounds = bounds
         if (failsafe_rate_bps, stale_after_s) == (self.failsafe_rate_bps, self.stale_after_s):
             return
         self.failsafe_rate_bps, self.stale_after_s = failsafe_rate_bps, stale_after_s
@@ -133,12 +171,12 @@ class ShaperService(telemetry_pb2_grpc.ShaperServicer):
 async def follow_config(
     service: ShaperService,
     path: Path,
-    load: Callable[[Path], tuple[float, float]],
+    load: Callable[[Path], tuple[float, float, tuple[float, float] | None]],
     period_s: float = 1.0,
 ) -> None:
     """Read ``path`` every ``period_s`` and retune ``service`` with ``load(path)`` (the
-    fail-safe cap and quiet time) when the file changes. A file ``load`` refuses (a
-    ``ValueError``) changes nothing: the agent runs on and says why."""
+    fail-safe cap, quiet time and bounds) when the file changes. A file ``load`` refuses
+    (a ``ValueError``) changes nothing: the agent runs on and says why."""
     seen = read_config_bytes(path)
     while True:
         await asyncio.sleep(period_s)
@@ -147,8 +185,8 @@ async def follow_config(
             continue
         seen = current
         try:
-            failsafe_rate_bps, stale_after_s = load(path)
+            failsafe_rate_bps, stale_after_s, bounds = load(path)
         except ValueError as error:
             log.error("config %s not taken, running on as before: %s", path, error)
             continue
-        await service.retune(failsafe_rate_bps, stale_after_s)
+        await service.retune(failsafe_rate_bps, stale_after_s, bounds)

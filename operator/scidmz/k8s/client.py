@@ -15,7 +15,8 @@ from typing import Any, Final
 import kubernetes
 import urllib3
 
-from scidmz.api.policy import GROUP, PLURAL, VERSION
+from scidmz.api import link, policy
+from scidmz.api.types import GROUP, VERSION
 
 FIELD_MANAGER: Final = "scidmz-operator"
 
@@ -27,8 +28,13 @@ _PLURALS: Final[dict[str, str]] = {
     "Event": "events",
     "Deployment": "deployments",
     "Pod": "pods",
-    "DTNTransferPolicy": PLURAL,
+    "NetworkPolicy": "networkpolicies",
+    policy.KIND: policy.PLURAL,
+    link.KIND: link.PLURAL,
 }
+API = f"{GROUP}/{VERSION}"
+EVENTS_NAMESPACE_OF_CLUSTER_OBJECTS: Final = "default"
+"""Where Events about cluster-scoped objects (BorderLinks) go, as kubectl looks for them."""
 
 
 class KubeApiError(Exception):
@@ -57,13 +63,15 @@ class KubeApiError(Exception):
 def resource_path(
     api_version: str,
     kind: str,
-    namespace: str,
+    namespace: str | None,
     name: str | None = None,
     subresource: str | None = None,
 ) -> str:
-    """REST path of a namespaced object (or its collection when ``name`` is None)."""
+    """REST path of an object (or its collection when ``name`` is None); ``namespace``
+    None for a cluster-scoped one."""
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    path = f"{base}/namespaces/{namespace}/{_PLURALS[kind]}"
+    scope = f"/namespaces/{namespace}" if namespace is not None else ""
+    path = f"{base}{scope}/{_PLURALS[kind]}"
     if name is not None:
         path += f"/{name}"
     if subresource is not None:
@@ -137,7 +145,7 @@ class KubeClient:
         ``dry_run`` runs validation and admission without persisting anything.
         """
         meta = obj["metadata"]
-        path = resource_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"])
         query = [("fieldManager", FIELD_MANAGER), ("fieldValidation", "Strict")]
         if force:
             query.append(("force", "true"))
@@ -147,7 +155,9 @@ class KubeClient:
             "PATCH", path, body=obj, query=query, content_type="application/apply-patch+yaml"
         )
 
-    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+    def get(
+        self, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
         """The object, or None when it does not exist."""
         try:
             return self._call("GET", resource_path(api_version, kind, namespace, name))
@@ -193,35 +203,72 @@ class KubeClient:
             raise
         return True
 
+    def list_objects(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        labels: dict[str, str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Every object of a kind (in ``namespace``; everywhere for None), by labels."""
+        query = []
+        if labels:
+            query.append(("labelSelector", ",".join(f"{k}={v}" for k, v in sorted(labels.items()))))
+        listed = self._call("GET", resource_path(api_version, kind, namespace), query=query)
+        return list(listed.get("items") or [])
+
+    def get_link(self, name: str) -> dict[str, Any] | None:
+        return self.get(API, link.KIND, None, name)
+
     def get_policy(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.get(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name)
+        return self.get(API, policy.KIND, namespace, name)
+
+    def patch_status(
+        self,
+        kind: str,
+        namespace: str | None,
+        name: str,
+        status: dict[str, Any],
+        resource_version: str | None = None,
+    ) -> dict[str, Any]:
+        """Merge-patch a link's or a policy's status subresource; with
+        ``resource_version``, 409 if the object changed since it was read."""
+        path = resource_path(API, kind, namespace, name, "status")
+        body: dict[str, Any] = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
 
     def patch_policy_status(
-        self, namespace: str, name: str, resource_version: str, status: dict[str, Any]
+        self, namespace: str, name: str, resource_version: str | None, status: dict[str, Any]
     ) -> dict[str, Any]:
-        """Merge-patch the status subresource; 409 if the object changed since it was read."""
-        path = resource_path(f"{GROUP}/{VERSION}", "DTNTransferPolicy", namespace, name, "status")
-        body = {"metadata": {"resourceVersion": resource_version}, "status": status}
-        return self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
+        return self.patch_status(policy.KIND, namespace, name, status, resource_version)
+
+    def patch_link_status(
+        self, name: str, status: dict[str, Any], resource_version: str | None = None
+    ) -> dict[str, Any]:
+        return self.patch_status(link.KIND, None, name, status, resource_version)
 
     def emit_event(
         self, involved: dict[str, Any], event_type: str, reason: str, message: str
     ) -> None:
-        """Record a core/v1 Event on ``involved`` (a full object with metadata.uid)."""
+        """Record a core/v1 Event on ``involved`` (a full object with metadata.uid; a
+        cluster-scoped one's Event goes to the default namespace)."""
         meta = involved["metadata"]
+        namespace = meta.get("namespace") or EVENTS_NAMESPACE_OF_CLUSTER_OBJECTS
         now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
                 "name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:12]}",
-                "namespace": meta["namespace"],
+                "namespace": namespace,
             },
             "involvedObject": {
                 "apiVersion": involved["apiVersion"],
                 "kind": involved["kind"],
                 "name": meta["name"],
-                "namespace": meta["namespace"],
+                **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
                 "uid": meta.get("uid", ""),
             },
             "type": event_type,
@@ -232,4 +279,4 @@ class KubeClient:
             "lastTimestamp": now,
             "count": 1,
         }
-        self._call("POST", resource_path("v1", "Event", meta["namespace"]), body=event)
+        self._call("POST", resource_path("v1", "Event", namespace), body=event)

@@ -1,62 +1,85 @@
-"""kopf handlers: thin. Each unpacks its arguments and calls one function in
-:mod:`scidmz.k8s.reconcile`; errors are classified here, once.
+"""kopf handlers: thin. They keep the operator's indexes, wake the right link's loop, and
+call one function in :mod:`scidmz.k8s.links` each.
 
-- 404/409/transport/5xx  -> ``kopf.TemporaryError`` (retried after a delay)
-- a reference the operator cannot resolve yet -> Reconciled=False + Event, retried slowly
-- a spec the operator cannot honour -> Reconciled=False + Event + ``kopf.PermanentError``
-  (the next spec change triggers a new attempt)
-- anything else propagates with its stack.
+- Every BorderLink has a daemon: it reconciles the link (admits its policies, applies its
+  loop, writes both statuses) when woken and at least every ``resync_s`` (2 s while its
+  loop is not ready: that is how Deployment readiness reaches the status, without the
+  cluster-wide Deployment watch a kopf watcher would need), one pass at a time, so a burst
+  of a thousand policy events costs a few passes, not a thousand.
+- A policy, namespace or link change wakes the daemons it concerns. A policy that names a
+  link that does not exist is answered here (LinkNotFound).
+- Deleting a link stops its controller first (it restores the fail-safe rates through the
+  shapers, which are still there), then removes the rest, then tells its policies.
+- Policies are never written but in status: no finalizer, no annotation, no patch of what
+  a tenant owns.
+
+Errors: a failed pass is logged and retried after ``retry_delay_s``; 404/409/transport
+errors of the deletion handler are ``kopf.TemporaryError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
 import logging
 import random
-import threading
-from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import kopf
 from prometheus_client import Counter
 
-from scidmz.api.policy import GROUP, PLURAL, VERSION
-from scidmz.k8s.client import KubeApiError, KubeClient
-from scidmz.k8s.manifests import MANAGED_BY
-from scidmz.k8s.reconcile import (
-    SpecRefused,
-    controller_state_url,
-    reconcile_policy,
-    refresh_live_state,
-    refresh_status,
+from scidmz.api import link as link_api
+from scidmz.api import policy as policy_api
+from scidmz.api.runtime import ControllerState
+from scidmz.api.types import GROUP, VERSION
+from scidmz.auth.mtls import http_client_context
+from scidmz.k8s.certificates import (
+    METRICS_READER_SECRET,
+    ensure_certificate_authority,
+    metrics_reader_wanted,
+    operator_identity,
+    secret_object,
 )
+from scidmz.k8s.client import KubeApiError, KubeClient
+from scidmz.k8s.links import (
+    Context,
+    LinkSummary,
+    PolicySummary,
+    ReconcilerState,
+    controller_stopped,
+    reconcile_link,
+    refuse_orphans,
+    remove_loop,
+    summarize_link,
+    summarize_policy,
+)
+from scidmz.k8s.live_state import live_status, policy_live_status
+from scidmz.k8s.manifests import CONTROLLER, LinkWorkloads, child_name, host_port
 from scidmz.k8s.settings import OperatorSettings
-from scidmz.k8s.status import Outcome
 from scidmz.metrics import names
 from scidmz.metrics.http import fetch_state
 
 log = logging.getLogger(__name__)
 
-RECONCILES = Counter(names.OPERATOR_RECONCILES, "Policy reconciliations that applied the children.")
+RECONCILES = Counter(names.OPERATOR_RECONCILES, "Link passes that completed.")
 RECONCILE_ERRORS = Counter(
     names.OPERATOR_RECONCILE_ERRORS,
-    "Policy reconciliations that failed (refused specs, API errors); retried by kopf.",
+    "Link passes that failed (API errors); retried after retry_delay_s.",
 )
 
-# The policy handler and the Deployment watcher both write a policy's status from worker
-# threads; one lock per policy keeps this process from conflicting with itself (the
-# resourceVersion precondition still guards against everyone else).
-_status_locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
-
-
-def _refresh(client: KubeClient, namespace: str, name: str, outcome: Outcome | None) -> bool:
-    with _status_locks[(namespace, name)]:
-        return refresh_status(client, namespace, name, outcome)
+LINKS = (GROUP, VERSION, link_api.PLURAL)
+POLICIES = (GROUP, VERSION, policy_api.PLURAL)
+NOT_READY_RESYNC_S = 2.0
+TEARDOWN_WAIT_S = 45.0
+"""How long a link's deletion waits for its controller to stop (it has 30 s of grace to
+restore the fail-safe rates) before removing the rest regardless."""
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    """Bookkeeping under scidmz.io, peering for leader election, one API client."""
+    """Bookkeeping under scidmz.io, peering for leader election, one API client, the CA."""
     ours = OperatorSettings()
     settings.persistence.finalizer = f"{GROUP}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -76,26 +99,34 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         else random.SystemRandom().randint(1, 2**31 - 1)
     )
     log.info("peering %r with priority %d", settings.peering.name, settings.peering.priority)
-    memo.settings = ours
-    memo.client = client = KubeClient.from_environment()
+    client = KubeClient.from_environment()
     if not ours.standalone:
         ensure_peering(client, ours)
+    namespace = ours.operator_namespace
+    ca = ensure_certificate_authority(client, namespace, ours.ca_secret)
+    now = dt.datetime.now(dt.UTC)
+    memo.settings = ours
+    memo.client = client
+    memo.context = Context(client, ours.workload(), ca, ours.host_port_base, ours.host_port_pairs)
+    memo.state = ReconcilerState()
+    memo.state_tls = http_client_context(operator_identity(ca, now))
+    memo.triggers = {}
+    memo.seen_policies = {}
+    memo.seen_namespaces = {}
+    pairs, _ = memo.state.certificates.certificates(
+        client, namespace, ca, [metrics_reader_wanted()], now
+    )
+    client.apply(secret_object(METRICS_READER_SECRET, namespace, ca, pairs[METRICS_READER_SECRET]))
 
 
 def ensure_peering(client: KubeClient, ours: OperatorSettings) -> None:
     """kopf needs the peering object to exist; create it rather than ask users to."""
-    meta = {"name": ours.peering_name, "labels": {"app.kubernetes.io/part-of": "scidmz"}}
-    if ours.namespace is None:
-        obj = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": meta}
-        path = "/apis/kopf.dev/v1/clusterkopfpeerings"
-    else:
-        obj = {
-            "apiVersion": "kopf.dev/v1",
-            "kind": "KopfPeering",
-            "metadata": {**meta, "namespace": ours.namespace},
-        }
-        path = f"/apis/kopf.dev/v1/namespaces/{ours.namespace}/kopfpeerings"
-    if client.create_if_absent(path, obj):
+    obj = {
+        "apiVersion": "kopf.dev/v1",
+        "kind": "ClusterKopfPeering",
+        "metadata": {"name": ours.peering_name, "labels": {"app.kubernetes.io/part-of": "scidmz"}},
+    }
+    if client.create_if_absent("/apis/kopf.dev/v1/clusterkopfpeerings", obj):
         log.info("created peering object %s", ours.peering_name)
 
 
@@ -104,88 +135,245 @@ def close(memo: kopf.Memo, **_: Any) -> None:
     memo.client.close()
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
-def forget(body: kopf.Body, **_: Any) -> None:
-    """Children go with their owner (garbage collection); only drop the local lock."""
-    _status_locks.pop((body["metadata"]["namespace"], body["metadata"]["name"]), None)
+# ---- indexes ----------------------------------------------------------------------------
 
 
-def _refuse(client: KubeClient, body: dict[str, Any], refusal: SpecRefused) -> None:
-    meta = body["metadata"]
-    outcome = Outcome(False, refusal.reason, refusal.message, int(meta.get("generation", 1)))
-    if _refresh(client, meta["namespace"], meta["name"], outcome):
-        client.emit_event(dict(body), "Warning", refusal.reason, refusal.message)
+@kopf.index(*LINKS)
+def links(body: kopf.Body, **_: Any) -> dict[str, LinkSummary]:
+    summary = summarize_link(body)
+    return {summary.name: summary}
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    client: KubeClient = memo.client
+@kopf.index(*POLICIES)
+def policies_by_link(body: kopf.Body, **_: Any) -> dict[str, PolicySummary]:
+    summary = summarize_policy(body)
+    return {summary.link: summary}
+
+
+@kopf.index("", "v1", "namespaces")
+def namespace_labels(body: kopf.Body, **_: Any) -> dict[str, dict[str, str]]:
+    return {body["metadata"]["name"]: dict(body["metadata"].get("labels") or {})}
+
+
+def _one(index: Any, key: str) -> Any:
+    if key not in index:
+        return None
+    return next(iter(index[key]), None)
+
+
+def _all(index: Any, key: str) -> list[Any]:
+    return list(index[key]) if key in index else []
+
+
+def wake(memo: kopf.Memo, link: str | None) -> None:
+    if link:
+        trigger = memo.triggers.get(link)
+        if trigger is not None:
+            trigger.set()
+
+
+# ---- the per-link loop ------------------------------------------------------------------
+
+
+@kopf.daemon(*LINKS, cancellation_timeout=1.0)
+async def run_link(name: str, memo: kopf.Memo, **indexes: Any) -> None:
+    """Reconcile the link when woken, and at least every resync_s (2 s while its loop is
+    not ready), one pass at a time."""
+    links, policies_by_link = indexes["links"], indexes["policies_by_link"]
+    namespace_labels = indexes["namespace_labels"]
+    trigger = memo.triggers.setdefault(name, asyncio.Event())
     settings: OperatorSettings = memo.settings
-    meta = body["metadata"]
+    while True:
+        trigger.clear()
+        link: LinkSummary | None = _one(links, name)
+        if link is None or link.deleting:
+            return
+        policies: list[PolicySummary] = _all(policies_by_link, name)
+        labels = {p.namespace: _one(namespace_labels, p.namespace) or {} for p in policies}
+        others = [
+            allocation
+            for other_name in list(links)
+            if other_name != name
+            for other in _all(links, other_name)
+            for allocation in other.host_ports
+        ]
+        try:
+            result = await asyncio.to_thread(
+                reconcile_link, memo.context, memo.state, link, policies, labels, others
+            )
+        except KubeApiError as error:
+            RECONCILE_ERRORS.inc()
+            log.warning("link %s: %s (retried in %.0f s)", name, error, settings.retry_delay_s)
+            wait = settings.retry_delay_s
+        else:
+            RECONCILES.inc()
+            wait = settings.resync_s if result.ready else NOT_READY_RESYNC_S
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(trigger.wait(), wait)
+
+
+@kopf.on.update(*LINKS, field="spec")
+def link_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
+    """The daemon reads the new spec from the index; wake it."""
+    wake(memo, name)
+
+
+@kopf.on.delete(*LINKS)
+def link_deleted(name: str, memo: kopf.Memo, runtime: dt.timedelta, **indexes: Any) -> None:
+    """Controller first (the fail-safe), then the rest, then the policies' LinkNotFound."""
+    policies_by_link = indexes["policies_by_link"]
+    client: KubeClient = memo.client
+    namespace = memo.settings.operator_namespace
     try:
-        outcome = reconcile_policy(client, dict(body), settings.workload())
-    except SpecRefused as refusal:
-        RECONCILE_ERRORS.inc()
-        _refuse(client, dict(body), refusal)
-        if refusal.retryable:
-            raise kopf.TemporaryError(refusal.message, delay=settings.retry_delay_s) from None
-        raise kopf.PermanentError(refusal.message) from None
+        stopped = controller_stopped(client, name, namespace)
+        if not stopped and runtime.total_seconds() < TEARDOWN_WAIT_S:
+            raise kopf.TemporaryError(
+                "waiting for the controller to stop (it restores the fail-safe rates first)",
+                delay=1,
+            )
+        if not stopped:
+            client.emit_event(
+                {"apiVersion": f"{GROUP}/{VERSION}", "kind": link_api.KIND,
+                 "metadata": {"name": name}},
+                "Warning", "ControllerStillRunning",
+                f"the controller did not stop within {TEARDOWN_WAIT_S:.0f} s; removing the "
+                "loop regardless",
+            )  # fmt: skip
+        remove_loop(client, memo.state, name, namespace)
+        refuse_orphans(client, name, _all(policies_by_link, name))
     except KubeApiError as error:
-        RECONCILE_ERRORS.inc()
-        if error.is_transient or error.is_not_found or error.is_conflict:
-            raise kopf.TemporaryError(str(error), delay=5) from error
-        # Rejected by the API server (e.g. 422 from admission): visible, retried slowly.
-        _refuse(client, dict(body), SpecRefused("ApplyRejected", str(error), retryable=True))
-        raise kopf.TemporaryError(str(error), delay=4 * settings.retry_delay_s) from error
-    RECONCILES.inc()
-    _refresh(client, meta["namespace"], meta["name"], outcome)
+        raise kopf.TemporaryError(str(error), delay=2) from error
+    memo.triggers.pop(name, None)
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={"app.kubernetes.io/managed-by": MANAGED_BY})
-def workload_changed(body: kopf.Body, type: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """A child Deployment changed: its readiness feeds the owner's conditions."""
-    owners = [
-        o
-        for o in body["metadata"].get("ownerReferences", [])
-        if o.get("kind") == "DTNTransferPolicy"
-    ]
-    if not owners or type is None:
+# ---- what wakes a link ------------------------------------------------------------------
+
+
+def _identity(summary: PolicySummary) -> tuple[str, int, str, str]:
+    return (summary.link, summary.generation, summary.created, summary.uid)
+
+
+@kopf.on.event(*POLICIES)
+async def policy_changed(type: str, body: kopf.Body, memo: kopf.Memo, **indexes: Any) -> None:
+    """Wake the links a policy was and is attached to, when what admission reads of it
+    changed (not for the operator's own status writes)."""
+    links = indexes["links"]
+    summary = summarize_policy(body)
+    key = summary.key
+    before = memo.seen_policies.get(key)
+    if type == "DELETED":
+        memo.seen_policies.pop(key, None)
+        wake(memo, summary.link)
         return
-    try:
-        _refresh(memo.client, body["metadata"]["namespace"], owners[0]["name"], None)
-    except KubeApiError as error:
-        # Event handlers are not retried; the next Deployment event refreshes again.
-        log.warning("could not refresh status of %s: %s", owners[0]["name"], error)
+    memo.seen_policies[key] = _identity(summary)
+    if before == _identity(summary):
+        return
+    wake(memo, summary.link)
+    if before is not None and before[0] != summary.link:
+        wake(memo, before[0])
+    if _one(links, summary.link) is None and not _says_link_not_found(summary):
+        try:
+            await asyncio.to_thread(refuse_orphans, memo.client, summary.link, [summary])
+        except KubeApiError as error:
+            log.warning("policy %s/%s: %s", *key, error)
 
+
+def _says_link_not_found(summary: PolicySummary) -> bool:
+    return any(
+        c.get("type") == "Accepted" and c.get("reason") == "LinkNotFound"
+        for c in summary.conditions
+    )
+
+
+@kopf.on.event("", "v1", "namespaces")
+async def namespace_changed(type: str, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A namespace's labels decide which links its policies may attach to: wake every
+    link when they change."""
+    name = body["metadata"]["name"]
+    labels = dict(body["metadata"].get("labels") or {})
+    before = memo.seen_namespaces.get(name)
+    memo.seen_namespaces[name] = labels
+    if before is None or before == labels or type is None:
+        return
+    for link in list(memo.triggers):
+        wake(memo, link)
+
+
+# ---- the measured state -----------------------------------------------------------------
 
 _STATE_POLL_S = OperatorSettings().state_poll_s  # kopf reads timer intervals at import
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=_STATE_POLL_S, sharp=True)
-async def poll_live_state(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """status.state and status.tracking from the policy's controller, every poll.
-
-    Async, with the fetch and the status write in threads of their own: a slow or hostile
-    /state (it had no total deadline and no size cap) must not hold one of kopf's workers,
-    which reconcile every policy."""
+@kopf.timer(*LINKS, interval=_STATE_POLL_S, sharp=True)
+async def poll_live_state(name: str, memo: kopf.Memo, **indexes: Any) -> None:
+    """status.state and status.tracking of the link and its admitted policy, from the
+    link's controller, every poll: over mutual TLS, with a total deadline and a size cap,
+    off the reconcile passes. The URL is the operator's setting; no tenant can choose it."""
     settings: OperatorSettings = memo.settings
-    meta = body["metadata"]
-    if (body.get("spec") or {}).get("paused"):
+    links, policies_by_link = indexes["links"], indexes["policies_by_link"]
+    link: LinkSummary | None = _one(links, name)
+    if link is None or link.deleting or (link.spec or {}).get("paused"):
         return
-    url = controller_state_url(
-        dict(meta), settings.controller_state_url, settings.controller_http_port
-    )
-    fetched = await asyncio.to_thread(fetch_state, url)
+    work = LinkWorkloads(host_ports=tuple(link.host_ports))
+    port = host_port(work, CONTROLLER) or settings.controller_http_port
+    service = child_name(name, CONTROLLER)
+    url = settings.state_url(name, service, port)
+    # the certificate is checked against the Service's name, whatever the URL's host
+    server_name = f"{service}.{settings.operator_namespace}.svc"
+    fetched = await asyncio.to_thread(fetch_state, url, tls=memo.state_tls, server_name=server_name)
     if fetched is None:
         return
+    try:
+        await asyncio.to_thread(
+            write_live_state, memo.client, link, _all(policies_by_link, name), fetched
+        )
+    except KubeApiError as error:
+        log.warning("live state of %s: %s", name, error)
 
-    def write() -> None:
-        with _status_locks[(meta["namespace"], meta["name"])]:
-            refresh_live_state(memo.client, meta["namespace"], meta["name"], fetched)
+
+def write_live_state(
+    client: KubeClient,
+    link: LinkSummary,
+    policies: list[PolicySummary],
+    fetched: dict[str, Any],
+) -> int:
+    """Copy a controller's /state into the link's and its admitted policies' status where
+    it changed. Returns the writes made."""
+    from pydantic import ValidationError
+
+    from scidmz.api.units import UnitError, parse_duration
 
     try:
-        await asyncio.to_thread(write)
-    except KubeApiError as error:
-        log.warning("live state of %s: %s", meta["name"], error)
+        state = ControllerState.model_validate(fetched)
+    except ValidationError as error:
+        log.warning("%s: the controller's /state is not understood: %s", link.name, error)
+        return 0
+    try:
+        sample_time_s = parse_duration(str(link.spec.get("sampleTime", "1s")))
+    except UnitError:
+        sample_time_s = 1.0
+    writes = 0
+    live = live_status(state, sample_time_s)
+    patch = {k: v for k, v in live.items() if link.status.get(k) != v}
+    if patch:
+        client.patch_link_status(link.name, patch)
+        writes += 1
+    per_policy = policy_live_status(state, sample_time_s)
+    known = {p.key: p for p in policies}
+    for item in _admitted(link):
+        policy = known.get((item["namespace"], item["name"]))
+        changes = {k: v for k, v in per_policy.items() if policy is None or policy.live.get(k) != v}
+        if not changes:
+            continue
+        try:
+            client.patch_policy_status(item["namespace"], item["name"], None, changes)
+        except KubeApiError as error:
+            if not error.is_not_found:
+                raise
+        else:
+            writes += 1
+    return writes
+
+
+def _admitted(link: LinkSummary) -> Iterable[dict[str, Any]]:
+    return list((link.status.get("policies") or {}).get("items") or [])

@@ -1,7 +1,10 @@
-"""The controller's /state JSON as the policy's ``status.state`` and ``status.tracking``.
+"""A link controller's /state JSON as the link's and its admitted policy's
+``status.state`` and ``status.tracking``.
 
-Pure: the operator fetches (``reconcile.refresh_live_state``) and writes; this module only
-translates SI numbers into the API's unit strings (``598.2Mbps``, ``101.3ms``).
+Pure: the operator fetches and writes (``k8s.handlers``); this module only translates SI
+numbers into the API's unit strings (``598.2Mbps``, ``101.3ms``). A link measures its DTN
+hosts as one class (``api.admission``), so its one admitted policy's rate and tracking are
+the link's DTN figures.
 """
 
 from __future__ import annotations
@@ -9,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scidmz.api.policy import StateStatus, TrackingStatus
+from scidmz.api.link import LinkStateStatus, TrackingStatus
+from scidmz.api.policy import PolicyStateStatus
 from scidmz.api.runtime import ControllerState
 from scidmz.api.units import format_duration, format_rate
 from scidmz.contract.state import STATE_VARIABLES
@@ -30,7 +34,30 @@ def _duration(value: Any) -> str | None:
 
 
 def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
-    """``{"state": {...}, "tracking": {...}}`` (camelCase), empty parts left out."""
+    """The link's ``{"state": {...}, "tracking": {...}}`` (camelCase), empty parts left
+    out."""
+    return {
+        **_state(controller),
+        **_tracking(controller, sample_time_s),
+    }
+
+
+def policy_live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
+    """The admitted policy's ``state`` and ``tracking``: its DTN rate, the target the
+    controller holds for it, and the link's campus rate limit."""
+    result: dict[str, Any] = {}
+    state = controller.state
+    if state is not None and _finite(state.dtn_rate_bps) is not None:
+        result["state"] = PolicyStateStatus(
+            dtn_rate=_rate(state.dtn_rate_bps),
+            target_rate=_rate(controller.target_rate_bps),
+            campus_rate_limit=_rate(controller.campus_rate_limit_bps),
+            sampled_at=state.sampled_at,
+        ).model_dump(by_alias=True, exclude_none=True)
+    return {**result, **_tracking(controller, sample_time_s)}
+
+
+def _state(controller: ControllerState) -> dict[str, Any]:
     result: dict[str, Any] = {}
     state = controller.state
     measured = state is not None and any(
@@ -38,7 +65,7 @@ def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, 
     )
     if state is not None and measured:
         flows = _finite(state.active_flows)
-        status = StateStatus(
+        status = LinkStateStatus(
             dtn_rate=_rate(state.dtn_rate_bps),
             campus_rate=_rate(state.campus_rate_bps),
             dtn_rtt=_duration(state.dtn_rtt_s),
@@ -53,6 +80,11 @@ def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, 
         fields = status.model_dump(by_alias=True, exclude_none=True)
         if fields:
             result["state"] = fields
+    return result
+
+
+def _tracking(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
+    result: dict[str, Any] = {}
     mrae = _finite(controller.tracking.mrae)
     window = controller.tracking.window
     if mrae is not None and window > 0:

@@ -1,21 +1,25 @@
-"""Pure builders of the objects the operator owns for one DTNTransferPolicy.
+"""Pure builders of the objects the operator owns for one BorderLink's loop.
 
-Every function here maps (policy identity, resolved config, settings) to a plain dict that is
-server-side applied as is. Nothing here talks to the API, so each builder is unit-tested
-without a cluster, and an unchanged policy always yields identical objects — which is what
-keeps resourceVersions still across operator restarts.
+Everything lives in the operator's own namespace, never in a tenant's: the runtime config,
+each workload's certificate Secret, the collector, the controller and the DTN shaper agent,
+their Services and NetworkPolicies. Every function maps (link identity, resolved config,
+settings) to a plain dict that is server-side applied as is; nothing here talks to the API,
+so each builder is unit-tested without a cluster, and an unchanged link always yields
+identical objects — which is what keeps resourceVersions still across operator restarts.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import yaml
 
 from scidmz import __version__
-from scidmz.api.policy import GROUP, KIND, VERSION
+from scidmz.api.link import KIND, HostPortAllocation, Toleration
 from scidmz.api.runtime import (
     CONFIG_KEY,
     RuntimeConfig,
@@ -23,23 +27,29 @@ from scidmz.api.runtime import (
     restart_relevant,
     shaper_agent_args,
 )
+from scidmz.api.types import GROUP, VERSION
+from scidmz.auth import identity
 
 MANAGED_BY: Final = "scidmz-operator"
 CONFIG_MOUNT: Final = "/etc/scidmz"
 PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
 TLS_MOUNT: Final = "/etc/scidmz-tls"
+"""The switch's TLS Secret (the administrators')."""
+IDENTITY_MOUNT: Final = "/etc/scidmz-identity"
+"""The workload's own certificate (the operator's CA)."""
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 """On the pod template: the hash of what the processes are built around
-(``restart_hash``); a change rolls the pods."""
+(``restart_hash``) and of their certificates; a change rolls the pods."""
 LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
 """On a running controller (and DTN shaper) pod: the hash of the whole config
 (``config_hash``) the operator last nudged it for. Writing it makes the kubelet sync the
 pod, which refreshes the mounted ConfigMap at once instead of at its next periodic sync (up
 to a minute)."""
-POLICY_LABEL: Final = f"{GROUP}/policy"
+LINK_LABEL: Final = f"{GROUP}/link"
 COLLECTOR: Final = "collector"
 CONTROLLER: Final = "controller"
 DTN_SHAPER: Final = "dtn-shaper"
+PROMETHEUS_PORT_NAME: Final = "https-metrics"
 _DNS_LABEL_MAX: Final = 63
 
 
@@ -48,76 +58,107 @@ class WorkloadSettings:
     """Operator-wide knobs for the workloads it creates (from OperatorSettings)."""
 
     image: str
+    namespace: str = "scidmz-system"
+    """The operator's namespace: every object of every link goes here."""
     image_pull_policy: str = "IfNotPresent"
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461
-    shaper_grpc_port: int = 9470
-    shaper_http_port: int = 9471
     run_as_user: int = 65532
+    resources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Requests and limits per component (core/v1 ResourceRequirements)."""
+    operator_pod_labels: Mapping[str, str] = field(
+        default_factory=lambda: {
+            "app.kubernetes.io/name": "scidmz",
+            "app.kubernetes.io/component": "operator",
+        }
+    )
+    """Labels of the operator's own pods: they read /state (the NetworkPolicies admit them)."""
+    metrics_namespace_labels: Mapping[str, str] | None = None
+    """Namespaces whose pods may scrape the workloads (Prometheus); None: none but the
+    operator's own. The certificate check stands behind it either way."""
+    metrics_pod_labels: Mapping[str, str] | None = None
+    """Prometheus pods' labels within those namespaces; None: any pod there."""
+
+    def resources_of(self, component: str) -> dict[str, Any]:
+        return {k: dict(v) for k, v in (self.resources.get(component) or {}).items()}
 
 
 @dataclass(frozen=True)
-class PolicyRef:
-    """Identity of the owning policy, enough to build owner references and names."""
+class LinkRef:
+    """Identity of the owning BorderLink (cluster-scoped), enough for owner references."""
 
     name: str
-    namespace: str
     uid: str
 
 
-def child_name(policy: str, suffix: str) -> str:
-    """``<policy>-<suffix>``, shortened with a stable hash when over 63 characters.
+def child_name(link: str, suffix: str) -> str:
+    """``<link>-<suffix>``, shortened with a stable hash when over 63 characters.
 
-    Services must be DNS-1035 labels (63 characters); policy names may be longer.
+    Services must be DNS-1035 labels (63 characters); link names may be longer.
     """
-    full = f"{policy}-{suffix}"
+    full = f"{link}-{suffix}"
     if len(full) <= _DNS_LABEL_MAX:
         return full
-    digest = hashlib.sha256(policy.encode()).hexdigest()[:8]
+    digest = hashlib.sha256(link.encode()).hexdigest()[:8]
     keep = _DNS_LABEL_MAX - len(suffix) - len(digest) - 2
-    return f"{policy[:keep].rstrip('-.')}-{digest}-{suffix}"
+    return f"{link[:keep].rstrip('-.')}-{digest}-{suffix}"
 
 
-def instance_label(policy: str) -> str:
-    """A label-safe (<= 63 characters) form of the policy name."""
-    if len(policy) <= _DNS_LABEL_MAX:
-        return policy
-    digest = hashlib.sha256(policy.encode()).hexdigest()[:8]
-    return f"{policy[: _DNS_LABEL_MAX - 9].rstrip('-.')}-{digest}"
+def instance_label(link: str) -> str:
+    """A label-safe (<= 63 characters) form of the link name."""
+    if len(link) <= _DNS_LABEL_MAX:
+        return link
+    digest = hashlib.sha256(link.encode()).hexdigest()[:8]
+    return f"{link[: _DNS_LABEL_MAX - 9].rstrip('-.')}-{digest}"
 
 
-def collector_address(ref: PolicyRef, settings: WorkloadSettings) -> str:
+def service_host(link: str, component: str, settings: WorkloadSettings) -> str:
+    """The in-cluster DNS name of one of the link's Services."""
+    return f"{child_name(link, component)}.{settings.namespace}.svc"
+
+
+def collector_address(link: str, settings: WorkloadSettings) -> str:
     """In-cluster address of the collector's sample stream."""
-    service = child_name(ref.name, COLLECTOR)
-    return f"{service}.{ref.namespace}.svc:{settings.collector_grpc_port}"
+    return f"{service_host(link, COLLECTOR, settings)}:{settings.collector_grpc_port}"
 
 
-def dtn_shaper_address(ref: PolicyRef, settings: WorkloadSettings) -> str:
-    """In-cluster address of the `scidmz shaper` that caps the DTN (a tc DTN actuator)."""
-    service = child_name(ref.name, DTN_SHAPER)
-    return f"{service}.{ref.namespace}.svc:{settings.shaper_grpc_port}"
+def dtn_shaper_address(link: str, settings: WorkloadSettings, grpc_port: int) -> str:
+    """In-cluster address of the `scidmz shaper` that caps the DTN (a tc DTN cap)."""
+    return f"{service_host(link, DTN_SHAPER, settings)}:{grpc_port}"
 
 
-def selector_labels(ref: PolicyRef, component: str) -> dict[str, str]:
+def server_names(link: str, component: str, settings: WorkloadSettings) -> list[str]:
+    """The DNS names a workload's certificate is issued for: its Service, short and long,
+    and the one name Prometheus checks on every workload."""
+    service = child_name(link, component)
+    return [
+        service,
+        f"{service}.{settings.namespace}.svc",
+        f"{service}.{settings.namespace}.svc.cluster.local",
+        identity.WORKLOAD_SERVER_NAME,
+    ]
+
+
+def selector_labels(link: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "scidmz",
-        "app.kubernetes.io/instance": instance_label(ref.name),
+        "app.kubernetes.io/instance": instance_label(link),
         "app.kubernetes.io/component": component,
     }
 
 
-def common_labels(ref: PolicyRef, component: str) -> dict[str, str]:
+def common_labels(link: str, component: str) -> dict[str, str]:
     return {
-        **selector_labels(ref, component),
+        **selector_labels(link, component),
         "app.kubernetes.io/part-of": "scidmz",
         "app.kubernetes.io/managed-by": MANAGED_BY,
         "app.kubernetes.io/version": __version__,
-        POLICY_LABEL: instance_label(ref.name),
+        LINK_LABEL: instance_label(link),
     }
 
 
-def owner_reference(ref: PolicyRef) -> dict[str, Any]:
+def owner_reference(ref: LinkRef) -> dict[str, Any]:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
@@ -128,11 +169,13 @@ def owner_reference(ref: PolicyRef) -> dict[str, Any]:
     }
 
 
-def _metadata(ref: PolicyRef, name: str, component: str) -> dict[str, Any]:
+def _metadata(
+    ref: LinkRef, name: str, component: str, settings: WorkloadSettings
+) -> dict[str, Any]:
     return {
         "name": name,
-        "namespace": ref.namespace,
-        "labels": common_labels(ref, component),
+        "namespace": settings.namespace,
+        "labels": common_labels(ref.name, component),
         "ownerReferences": [owner_reference(ref)],
     }
 
@@ -142,17 +185,47 @@ def config_hash(config: RuntimeConfig) -> str:
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
-def restart_hash(config: RuntimeConfig) -> str:
-    """The hash of the config without what a running controller takes live (the target
-    rate, capacity, gains, limits, fail-safe settings, desired RTTs): a new target rate
-    reaches the running controller through its mounted ConfigMap and keeps the filter's
-    state, its history and learned base RTTs; anything else rolls the pods."""
+def restart_hash(config: RuntimeConfig, certificate: bytes = b"") -> str:
+    """The hash of the config without what a running controller takes live (the targets,
+    capacity, gains, limits, fail-safe settings, desired RTTs), and of the workload's
+    certificate: a new target rate reaches the running controller through its mounted
+    ConfigMap and keeps the filter's state, its history and learned base RTTs; anything
+    else (a renewed certificate too) rolls the pods."""
     text = yaml.safe_dump(restart_relevant(config), sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode() + certificate).hexdigest()[:16]
 
 
-def build_config_map(ref: PolicyRef, config: RuntimeConfig) -> dict[str, Any]:
-    metadata = _metadata(ref, child_name(ref.name, "config"), "config")
+def identity_secret_name(link: str, component: str) -> str:
+    return child_name(link, f"{component}-tls")
+
+
+def build_identity_secret(
+    ref: LinkRef,
+    component: str,
+    settings: WorkloadSettings,
+    ca_pem: bytes,
+    cert_pem: bytes,
+    key_pem: bytes,
+) -> dict[str, Any]:
+    """A workload's certificate, signed by the operator's CA (``kubernetes.io/tls`` plus
+    ``ca.crt``: the one directory ``scidmz.auth.mtls.load_mutual_tls`` reads)."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode("ascii")
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": _metadata(ref, identity_secret_name(ref.name, component), component, settings),
+        "data": {"ca.crt": b64(ca_pem), "tls.crt": b64(cert_pem), "tls.key": b64(key_pem)},
+    }
+
+
+def build_config_map(
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings
+) -> dict[str, Any]:
+    metadata = _metadata(ref, child_name(ref.name, "config"), "config", settings)
     metadata["annotations"] = {LIVE_CONFIG_ANNOTATION: config_hash(config)}
     return {
         "apiVersion": "v1",
@@ -162,19 +235,20 @@ def build_config_map(ref: PolicyRef, config: RuntimeConfig) -> dict[str, Any]:
     }
 
 
-def build_service_account(ref: PolicyRef) -> dict[str, Any]:
+def build_service_account(ref: LinkRef, settings: WorkloadSettings) -> dict[str, Any]:
     # The workloads never call the Kubernetes API: no token is mounted and no RBAC is bound.
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": _metadata(ref, child_name(ref.name, "scidmz"), "workload"),
+        "metadata": _metadata(ref, child_name(ref.name, "scidmz"), "workload", settings),
         "automountServiceAccountToken": False,
     }
 
 
 def _probe(path: str, port: str, period_s: int, failures: int) -> dict[str, Any]:
+    # HTTPS: the kubelet does not check the certificate, and /healthz and /readyz need none
     return {
-        "httpGet": {"path": path, "port": port},
+        "httpGet": {"path": path, "port": port, "scheme": "HTTPS"},
         "periodSeconds": period_s,
         "timeoutSeconds": 2,
         "failureThreshold": failures,
@@ -208,13 +282,13 @@ def _tc_security_context() -> dict[str, Any]:
 
 
 def _deployment(
-    ref: PolicyRef,
+    ref: LinkRef,
     component: str,
     config: RuntimeConfig,
-    paused: bool,
     settings: WorkloadSettings,
     container: dict[str, Any],
     pod_extra: dict[str, Any],
+    work: LinkWorkloads,
 ) -> dict[str, Any]:
     config_map = child_name(ref.name, "config")
     pod_spec: dict[str, Any] = {
@@ -224,6 +298,10 @@ def _deployment(
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": config_map}},
+            {
+                "name": "identity",
+                "secret": {"secretName": identity_secret_name(ref.name, component)},
+            },
             {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
         ],
         **pod_extra,
@@ -231,18 +309,22 @@ def _deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(ref, child_name(ref.name, component), component),
+        "metadata": _metadata(ref, child_name(ref.name, component), component, settings),
         "spec": {
-            "replicas": 0 if paused else 1,
+            "replicas": 0 if work.paused else 1,
             # One collector per switch election id, one controller per shaper: never two
             # at once, so no rolling overlap.
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector_labels(ref, component)},
+            "selector": {"matchLabels": selector_labels(ref.name, component)},
             "template": {
                 "metadata": {
-                    "labels": common_labels(ref, component),
-                    "annotations": {CONFIG_HASH_ANNOTATION: restart_hash(config)},
+                    "labels": common_labels(ref.name, component),
+                    "annotations": {
+                        CONFIG_HASH_ANNOTATION: restart_hash(
+                            config, work.certificates.get(component, b"")
+                        )
+                    },
                 },
                 "spec": pod_spec,
             },
@@ -264,14 +346,16 @@ def _container(
         "args": [component, "--config", f"{CONFIG_MOUNT}/{CONFIG_KEY}"],
         "ports": [
             *extra_ports,
-            {"name": "http-metrics", "containerPort": http_port, "protocol": "TCP"},
+            {"name": PROMETHEUS_PORT_NAME, "containerPort": http_port, "protocol": "TCP"},
         ],
         "env": [{"name": "SCIDMZ_HTTP_PORT", "value": str(http_port)}],
-        "livenessProbe": _probe("/healthz", "http-metrics", 10, 3),
-        "readinessProbe": _probe("/readyz", "http-metrics", 5, 2),
+        "resources": settings.resources_of(component),
+        "livenessProbe": _probe("/healthz", PROMETHEUS_PORT_NAME, 10, 3),
+        "readinessProbe": _probe("/readyz", PROMETHEUS_PORT_NAME, 5, 2),
         "securityContext": security_context,
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
+            {"name": "identity", "mountPath": IDENTITY_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir, not host /tmp
         ],
     }
@@ -286,8 +370,31 @@ def _mount(deployment: dict[str, Any], volume: dict[str, Any], path: str) -> Non
     )
 
 
+def _mount_switch_tls(deployment: dict[str, Any], config: RuntimeConfig) -> None:
+    if config.switch.tls_secret:
+        _mount(
+            deployment,
+            {"name": "switch-tls", "secret": {"secretName": config.switch.tls_secret}},
+            TLS_MOUNT,
+        )
+
+
+@dataclass(frozen=True)
+class LinkWorkloads:
+    """What the builders need beyond the config: placement and the certificates' hashes."""
+
+    paused: bool = False
+    tolerations: tuple[Toleration, ...] = ()
+    """Campus shaper node's taints the controller tolerates (tc actuator)."""
+    dtn_tolerations: tuple[Toleration, ...] = ()
+    """The DTN host node's taints its shaper agent tolerates."""
+    host_ports: tuple[HostPortAllocation, ...] = ()
+    certificates: Mapping[str, bytes] = field(default_factory=dict)
+    """Each component's certificate (PEM): its change rolls that component's pods."""
+
+
 def build_collector_deployment(
-    ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
 ) -> dict[str, Any]:
     grpc = {
         "name": "grpc-samples",
@@ -301,38 +408,55 @@ def build_collector_deployment(
         [grpc],
         _restricted_security_context(settings),
     )
-    deployment = _deployment(ref, COLLECTOR, config, paused, settings, container, {})
+    deployment = _deployment(ref, COLLECTOR, config, settings, container, {}, work)
     if config.switch.pipeline_config_map:
-        # The pipeline to push (P4Info + device config) rides in the user's ConfigMap; the
-        # collector reads it from files named by the keys in its runtime config.
+        # The pipeline to push (P4Info + device config) rides in the administrators'
+        # ConfigMap; the collector reads it from files named by the keys in its config.
         _mount(
             deployment,
             {"name": "pipeline", "configMap": {"name": config.switch.pipeline_config_map}},
             PIPELINE_MOUNT,
         )
-    if config.switch.tls_secret:
-        # Only the collector talks to the switch, so only it sees the key.
-        _mount(
-            deployment,
-            {"name": "switch-tls", "secret": {"secretName": config.switch.tls_secret}},
-            TLS_MOUNT,
-        )
+    _mount_switch_tls(deployment, config)
     return deployment
 
 
+def host_port(work: LinkWorkloads, workload: str) -> int | None:
+    return next((a.port for a in work.host_ports if a.workload == workload), None)
+
+
+def dtn_shaper_workload(host: str) -> str:
+    return f"{DTN_SHAPER}-{host}"
+
+
 def build_controller_deployment(
-    ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
 ) -> dict[str, Any]:
     uses_tc = config.actuator.type == "tc"
     security = _tc_security_context() if uses_tc else _restricted_security_context(settings)
-    container = _container(CONTROLLER, settings, settings.controller_http_port, [], security)
-    pod_extra = _on_host_network_of(config.actuator.tc_node_name) if uses_tc else {}
-    return _deployment(ref, CONTROLLER, config, paused, settings, container, pod_extra)
+    # on the node's network the port is the link's own, so two links on one node never
+    # collide; off it every pod has its own network
+    port = (host_port(work, CONTROLLER) if uses_tc else None) or settings.controller_http_port
+    container = _container(CONTROLLER, settings, port, [], security)
+    pod_extra = (
+        _on_host_network_of(config.actuator.tc_node_name, work.tolerations) if uses_tc else {}
+    )
+    deployment = _deployment(ref, CONTROLLER, config, settings, container, pod_extra, work)
+    if config.actuator.type == "sim" or (
+        config.actuator.dtn is not None and config.actuator.dtn.type == "sim"
+    ):
+        _mount_switch_tls(deployment, config)  # the simulator answers on the switch's port
+    return deployment
 
 
-def _on_host_network_of(node_name: str | None) -> dict[str, Any]:
-    """Pod settings to change a qdisc of ``node_name``: its network namespace, pinned there."""
-    return {
+def _tolerations(tolerations: Sequence[Toleration]) -> list[dict[str, Any]]:
+    return [t.model_dump(by_alias=True, exclude_none=True) for t in tolerations]
+
+
+def _on_host_network_of(node_name: str | None, tolerations: Sequence[Toleration]) -> dict[str, Any]:
+    """Pod settings to change a qdisc of ``node_name``: its network namespace, pinned
+    there, tolerating exactly the taints the link lists (none by default)."""
+    extra: dict[str, Any] = {
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
         # matchFields on metadata.name pins to the node by name, whatever its labels.
@@ -349,44 +473,59 @@ def _on_host_network_of(node_name: str | None) -> dict[str, Any]:
                 }
             }
         },
-        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
     }
+    if tolerations:
+        extra["tolerations"] = _tolerations(tolerations)
+    return extra
 
 
 def build_dtn_shaper_deployment(
-    ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
 ) -> dict[str, Any] | None:
-    """`scidmz shaper` on the DTN host for a tc DTN actuator (None for other types). It
-    holds the fail-safe cap itself when the controller has been quiet for staleAfter + 2T,
-    both read from the mounted ConfigMap and followed live (no roll for a new R*)."""
+    """`scidmz shaper` on the DTN host for a tc DTN cap (None for other types). It holds
+    the fail-safe cap itself when the controller has been quiet for staleAfter + 2T, both
+    read from the mounted ConfigMap and followed live (no roll for a new R*)."""
     dtn = config.actuator.dtn
     if dtn is None or dtn.type != "tc":
         return None
-    grpc = {"name": "grpc-shaper", "containerPort": settings.shaper_grpc_port, "protocol": "TCP"}
-    container = _container(
-        DTN_SHAPER, settings, settings.shaper_http_port, [grpc], _tc_security_context()
-    )
+    http = host_port(work, dtn_shaper_workload(dtn.host))
+    if http is None:
+        raise ValueError(f"no host port allocated for the DTN shaper of {dtn.host}")
+    grpc = {"name": "grpc-shaper", "containerPort": http + 1, "protocol": "TCP"}
+    container = _container(DTN_SHAPER, settings, http, [grpc], _tc_security_context())
     container["args"] = shaper_agent_args(
-        config, f"0.0.0.0:{settings.shaper_grpc_port}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"
+        config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"
     )
-    extra = _on_host_network_of(dtn.tc_node_name)
-    return _deployment(ref, DTN_SHAPER, config, paused, settings, container, extra)
+    extra = _on_host_network_of(dtn.tc_node_name, work.dtn_tolerations)
+    return _deployment(ref, DTN_SHAPER, config, settings, container, extra, work)
 
 
-def _service(ref: PolicyRef, component: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
+def _service(
+    ref: LinkRef, component: str, ports: list[dict[str, Any]], settings: WorkloadSettings
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(ref, child_name(ref.name, component), component),
+        "metadata": _metadata(ref, child_name(ref.name, component), component, settings),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(ref, component),
+            "selector": selector_labels(ref.name, component),
             "ports": ports,
         },
     }
 
 
-def build_collector_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
+def _metrics_port(port: int) -> dict[str, Any]:
+    return {
+        "name": PROMETHEUS_PORT_NAME,
+        "port": port,
+        "targetPort": PROMETHEUS_PORT_NAME,
+        "protocol": "TCP",
+        "appProtocol": "https",
+    }
+
+
+def build_collector_service(ref: LinkRef, settings: WorkloadSettings) -> dict[str, Any]:
     return _service(
         ref,
         COLLECTOR,
@@ -398,65 +537,127 @@ def build_collector_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[
                 "protocol": "TCP",
                 "appProtocol": "grpc",
             },
-            {
-                "name": "http-metrics",
-                "port": settings.collector_http_port,
-                "targetPort": "http-metrics",
-                "protocol": "TCP",
-            },
+            _metrics_port(settings.collector_http_port),
         ],
+        settings,
     )
 
 
-def build_controller_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
-    return _service(
-        ref,
-        CONTROLLER,
-        [
-            {
-                "name": "http-metrics",
-                "port": settings.controller_http_port,
-                "targetPort": "http-metrics",
-                "protocol": "TCP",
-            },
-        ],
-    )
+def build_controller_service(
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
+) -> dict[str, Any]:
+    uses_tc = config.actuator.type == "tc"
+    port = (host_port(work, CONTROLLER) if uses_tc else None) or settings.controller_http_port
+    return _service(ref, CONTROLLER, [_metrics_port(port)], settings)
 
 
-def build_dtn_shaper_service(ref: PolicyRef, settings: WorkloadSettings) -> dict[str, Any]:
+def build_dtn_shaper_service(
+    ref: LinkRef, settings: WorkloadSettings, http_port: int
+) -> dict[str, Any]:
     return _service(
         ref,
         DTN_SHAPER,
         [
             {
                 "name": "grpc-shaper",
-                "port": settings.shaper_grpc_port,
+                "port": http_port + 1,
                 "targetPort": "grpc-shaper",
                 "protocol": "TCP",
                 "appProtocol": "grpc",
             },
-            {
-                "name": "http-metrics",
-                "port": settings.shaper_http_port,
-                "targetPort": "http-metrics",
-                "protocol": "TCP",
-            },
+            _metrics_port(http_port),
         ],
+        settings,
     )
 
 
-def build_children(
-    ref: PolicyRef, config: RuntimeConfig, paused: bool, settings: WorkloadSettings
-) -> list[dict[str, Any]]:
-    """Every object of one policy, in apply order (config and identity before workloads)."""
-    shaper = build_dtn_shaper_deployment(ref, config, paused, settings)
+def _peer(pod_labels: Mapping[str, str], namespace_labels: Mapping[str, str] | None) -> Any:
+    selector: dict[str, Any] = {"podSelector": {"matchLabels": dict(pod_labels)}}
+    if namespace_labels is not None:
+        selector["namespaceSelector"] = {"matchLabels": dict(namespace_labels)}
+    return selector
+
+
+def _observers(settings: WorkloadSettings) -> list[dict[str, Any]]:
+    """Who may reach a workload's metrics port: the operator's pods (/state) and, when the
+    chart names them, Prometheus's."""
+    peers = [_peer(settings.operator_pod_labels, None)]
+    if settings.metrics_namespace_labels is not None:
+        peer: dict[str, Any] = {
+            "namespaceSelector": {"matchLabels": dict(settings.metrics_namespace_labels)}
+        }
+        if settings.metrics_pod_labels is not None:
+            peer["podSelector"] = {"matchLabels": dict(settings.metrics_pod_labels)}
+        peers.append(peer)
+    return peers
+
+
+def build_network_policy(
+    ref: LinkRef,
+    component: str,
+    settings: WorkloadSettings,
+    ingress: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Only what must talk to the workload gets in; everything else is dropped (by a CNI
+    that enforces NetworkPolicy). Egress is left open: the switch's address is the
+    administrators' and may be anywhere."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(ref, child_name(ref.name, component), component, settings),
+        "spec": {
+            "podSelector": {"matchLabels": selector_labels(ref.name, component)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
+        },
+    }
+
+
+def build_network_policies(ref: LinkRef, settings: WorkloadSettings) -> list[dict[str, Any]]:
+    """The collector takes the sample stream from its link's controller only, and both
+    take metrics and /state reads from the observers only. (The host-network pods, a tc
+    controller and the DTN shaper, are outside NetworkPolicy's reach: their certificates
+    are their only door.)"""
+    controller_pods = selector_labels(ref.name, CONTROLLER)
+    metrics = {"port": PROMETHEUS_PORT_NAME, "protocol": "TCP"}
     return [
-        build_service_account(ref),
-        build_config_map(ref, config),
+        build_network_policy(
+            ref,
+            COLLECTOR,
+            settings,
+            [
+                {
+                    "from": [_peer(controller_pods, None)],
+                    "ports": [{"port": "grpc-samples", "protocol": "TCP"}],
+                },
+                {"from": _observers(settings), "ports": [metrics]},
+            ],
+        ),
+        build_network_policy(
+            ref, CONTROLLER, settings, [{"from": _observers(settings), "ports": [metrics]}]
+        ),
+    ]
+
+
+def build_children(
+    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
+) -> list[dict[str, Any]]:
+    """Every object of one link's loop but its certificate Secrets, in apply order (config
+    and identity before workloads)."""
+    shaper = build_dtn_shaper_deployment(ref, config, settings, work)
+    dtn = config.actuator.dtn
+    shaper_port = host_port(work, dtn_shaper_workload(dtn.host)) if dtn else None
+    shaper_service = (
+        [build_dtn_shaper_service(ref, settings, shaper_port)] if shaper and shaper_port else []
+    )
+    return [
+        build_service_account(ref, settings),
+        build_config_map(ref, config, settings),
         build_collector_service(ref, settings),
-        build_controller_service(ref, settings),
-        *([build_dtn_shaper_service(ref, settings)] if shaper else []),
-        build_collector_deployment(ref, config, paused, settings),
+        build_controller_service(ref, config, settings, work),
+        *shaper_service,
+        *build_network_policies(ref, settings),
+        build_collector_deployment(ref, config, settings, work),
         *([shaper] if shaper else []),
-        build_controller_deployment(ref, config, paused, settings),
+        build_controller_deployment(ref, config, settings, work),
     ]

@@ -2,28 +2,44 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import urllib.parse
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scidmz import __version__
-from scidmz.k8s.manifests import WorkloadSettings
+from scidmz.k8s.manifests import COLLECTOR, CONTROLLER, DTN_SHAPER, WorkloadSettings
+
+DEFAULT_RESOURCES: dict[str, dict[str, dict[str, str]]] = {
+    COLLECTOR: {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+    CONTROLLER: {"requests": {"cpu": "50m", "memory": "192Mi"}, "limits": {"memory": "768Mi"}},
+    DTN_SHAPER: {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+}
+"""Measured: a collector at 100 flows ~90 MB RSS, a controller with the ONNX model ~150 MB,
+a shaper agent ~60 MB. No CPU limit: throttling a control loop costs more than it saves."""
 
 
 class OperatorSettings(BaseSettings):
-    """``SCIDMZ_IMAGE=...``, ``SCIDMZ_NAMESPACE=...``, ...: every field is one variable, and the
-    docs site's operator settings table is generated from these descriptions."""
+    """``SCIDMZ_IMAGE=...``, ``SCIDMZ_OPERATOR_NAMESPACE=...``, ...: every field is one
+    variable, and the docs site's operator settings table is generated from these
+    descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="SCIDMZ_", extra="ignore")
 
     image: str = Field(
         default=f"ghcr.io/scidmz/scidmz:{__version__}",
-        description="Image for the collector and controller workloads.",
+        description="Image for the collector, controller and shaper workloads.",
     )
     image_pull_policy: str = Field(
         default="IfNotPresent", description="Pull policy of the workloads' image."
     )
-    namespace: str | None = Field(
-        default=None, description="Watch only this namespace; all namespaces when unset."
+    operator_namespace: str = Field(
+        default="scidmz-system",
+        min_length=1,
+        max_length=63,
+        description="The operator's own namespace: every link's workloads, Services, "
+        "certificates and NetworkPolicies live here, never in a tenant's namespace; the "
+        "switch TLS Secrets and pipeline ConfigMaps that links name are read from here.",
     )
     peering_name: str = Field(
         default="scidmz", description="kopf peering object shared by the operator replicas."
@@ -47,39 +63,99 @@ class OperatorSettings(BaseSettings):
     retry_delay_s: float = Field(
         default=15.0, gt=0, description="Back-off before re-checking an unmet dependency."
     )
+    resync_s: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="Every link is reconciled at least this often, changes or not; while its "
+        "loop is not ready, every 2 s.",
+    )
     health_port: int = Field(default=8080, description="Port of the operator's /healthz.")
     metrics_port: int = Field(default=8081, description="Port of the operator's /metrics.")
     state_poll_s: float = Field(
         default=10.0, gt=0, description="How often status.state is read from each controller."
     )
     controller_state_url: str = Field(
-        default="http://{service}.{namespace}.svc:{port}/state",
-        description="Where a policy's controller serves its state; {service}, {namespace}, "
-        "{name} and {port} are filled in.",
+        default="https://{service}.{namespace}.svc:{port}/state",
+        description="Where a link's controller serves its state; {service}, {namespace}, "
+        "{link} and {port} are filled in. https only: the operator presents its certificate "
+        "and checks the controller's. Tenants cannot choose it.",
+    )
+    ca_secret: str = Field(
+        default="scidmz-ca",
+        description="Secret (in the operator's namespace) holding the operator's certificate "
+        "authority; created at first start.",
     )
     collector_grpc_port: int = Field(
-        default=50051, description="Port of a collector's sample stream (gRPC)."
+        default=50051, description="Port of a collector's sample stream (gRPC, mutual TLS)."
     )
     collector_http_port: int = Field(
-        default=9460, description="Port of a collector's /metrics, /healthz, /readyz, /state."
+        default=9460, description="Port of a collector's /metrics, /healthz, /readyz (HTTPS)."
     )
     controller_http_port: int = Field(
-        default=9461, description="Port of a controller's /metrics, /healthz, /readyz, /state."
+        default=9461,
+        description="Port of a controller's /metrics, /healthz, /readyz, /state (HTTPS), "
+        "off the node's network.",
     )
-    shaper_grpc_port: int = Field(
-        default=9470, description="Port of a DTN shaper agent's scidmz.v1.Shaper (gRPC)."
+    host_port_base: int = Field(
+        default=9500,
+        ge=1024,
+        le=65000,
+        description="First port of the range the host-network pods (a tc controller, DTN "
+        "shaper agents) get pairs from, per node.",
     )
-    shaper_http_port: int = Field(
-        default=9471, description="Port of a DTN shaper agent's /metrics, /healthz, /readyz."
+    host_port_pairs: int = Field(
+        default=250,
+        ge=1,
+        le=5000,
+        description="Pairs in that range: the most host-network workloads one node runs.",
     )
+    workload_resources: dict[str, dict[str, dict[str, str]]] = Field(
+        default_factory=lambda: dict(DEFAULT_RESOURCES),
+        description="Requests and limits per workload (collector, controller, dtn-shaper), "
+        'as JSON: {"collector": {"requests": {"cpu": "50m"}, "limits": {...}}, ...}.',
+    )
+    operator_pod_labels: dict[str, str] = Field(
+        default_factory=lambda: {
+            "app.kubernetes.io/name": "scidmz",
+            "app.kubernetes.io/component": "operator",
+        },
+        description="Labels of the operator's pods (JSON): the workloads' NetworkPolicies "
+        "let them in to read /state.",
+    )
+    metrics_namespace_labels: dict[str, str] | None = Field(
+        default=None,
+        description="Labels of the namespace Prometheus runs in (JSON): the workloads' "
+        "NetworkPolicies let its pods in to scrape. Unset: no namespace but the operator's.",
+    )
+    metrics_pod_labels: dict[str, str] | None = Field(
+        default=None,
+        description="Labels of the Prometheus pods in that namespace (JSON); unset: any pod.",
+    )
+
+    @field_validator("controller_state_url")
+    @classmethod
+    def _https(cls, url: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "https" or not parts.netloc:
+            raise ValueError("must be an https:// URL template (the state is read over TLS)")
+        return url
 
     def workload(self) -> WorkloadSettings:
         return WorkloadSettings(
             image=self.image,
+            namespace=self.operator_namespace,
             image_pull_policy=self.image_pull_policy,
             collector_grpc_port=self.collector_grpc_port,
             collector_http_port=self.collector_http_port,
             controller_http_port=self.controller_http_port,
-            shaper_grpc_port=self.shaper_grpc_port,
-            shaper_http_port=self.shaper_http_port,
+            resources=self.workload_resources,
+            operator_pod_labels=self.operator_pod_labels,
+            metrics_namespace_labels=self.metrics_namespace_labels,
+            metrics_pod_labels=self.metrics_pod_labels,
+        )
+
+    def state_url(self, link: str, service: str, port: int) -> str:
+        return self.controller_state_url.format(
+            service=service, namespace=self.operator_namespace, link=link, port=port
         )

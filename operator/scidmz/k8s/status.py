@@ -1,9 +1,10 @@
-"""Pure computation of a policy's status conditions.
+"""Pure computation of the status conditions of links and policies.
 
-One helper, :func:`compute_conditions`, derives every condition from what was observed
-(the reconcile outcome and the two Deployments), and keeps ``lastTransitionTime`` when a
-condition's status did not change — so recomputing an unchanged world yields an identical
-status and nothing is written.
+:func:`compute_conditions` derives a BorderLink's conditions from what was observed (the
+reconcile outcome and its Deployments), :func:`policy_conditions` a DTNTransferPolicy's
+from its admission decision and its link's readiness. Both keep ``lastTransitionTime``
+when a condition's status did not change — so recomputing an unchanged world yields an
+identical status and nothing is written.
 """
 
 from __future__ import annotations
@@ -91,8 +92,11 @@ def compute_conditions(
     controller: WorkloadState,
     paused: bool,
     now: str,
+    warning: tuple[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """All five conditions. ``outcome`` None means: keep the last recorded Reconciled."""
+    """A link's five conditions. ``outcome`` None means: keep the last recorded
+    Reconciled; ``warning`` (reason, message) marks it Degraded though it runs (e.g. a
+    plaintext switch)."""
     by_type = {c["type"]: c for c in previous if "type" in c}
     if outcome is None:
         last = by_type.get("Reconciled")
@@ -123,6 +127,7 @@ def compute_conditions(
     else:
         ready = ("True", "Ready", "collector and controller are available")
     failed = not reconciled.ok and reconciled.reason != "Reconciling"
+    degraded = (reconciled.reason, reconciled.message) if failed else warning or ("AsExpected", "")
     return [
         _condition("Ready", *ready, generation, by_type, now),
         _condition(
@@ -154,13 +159,49 @@ def compute_conditions(
         ),
         _condition(
             "Degraded",
-            "True" if failed else "False",
-            reconciled.reason if failed else "AsExpected",
-            reconciled.message if failed else "",
+            "True" if failed or warning is not None else "False",
+            *degraded,
             generation,
             by_type,
             now,
         ),
+    ]
+
+
+def policy_conditions(
+    previous: list[dict[str, Any]],
+    generation: int,
+    accepted: bool,
+    reason: str,
+    message: str,
+    refs_resolved: bool,
+    link_ready: tuple[bool, str, str] | None,
+    now: str,
+) -> list[dict[str, Any]]:
+    """A policy's Accepted, ResolvedRefs and Ready (the Gateway API's first two).
+    ``link_ready`` is the link's own Ready (status, reason, message); None: no link."""
+    by_type = {c["type"]: c for c in previous if "type" in c}
+    if not accepted:
+        ready: tuple[Status, str, str] = ("False", reason, message)
+    elif link_ready is None or not link_ready[0]:
+        why = link_ready[2] if link_ready is not None else "the link has no status yet"
+        ready = ("False", "LinkNotReady", f"admitted; the link's loop is not ready: {why}")
+    else:
+        ready = ("True", "Ready", "the link's loop holds this target")
+    return [
+        _condition(
+            "Accepted", "True" if accepted else "False", reason, message, generation, by_type, now
+        ),
+        _condition(
+            "ResolvedRefs",
+            "True" if refs_resolved else "False",
+            "ResolvedRefs" if refs_resolved else reason,
+            "the link and the DTN host exist" if refs_resolved else message,
+            generation,
+            by_type,
+            now,
+        ),
+        _condition("Ready", *ready, generation, by_type, now),
     ]
 
 

@@ -1,11 +1,11 @@
-"""``scidmz lab run``: a policy's whole loop on the lab's real TCP.
+"""``scidmz lab run``: a link's whole loop on the lab's real TCP.
 
 The switch is ``scidmz target --source lab`` (the packet tap at the lab's border), the
-collector and controller run with the config the operator would render for the policy
-(``resolve_runtime_config``), the campus tc actuator drives the lab's shaper (``--netns``),
-a tc DTN actuator is a ``scidmz shaper`` on the DTN namespace's egress, and a Prometheus
-scrapes them when one is installed. The kernel's ground truth is recorded beside the
-collector's samples, and the report compares the two.
+collector and controller run with the config the operator would render for the link and
+its policy (a loop file, ``scidmz.api.loop_file``), the campus tc actuator drives the lab's
+shaper (``--netns``), a tc DTN actuator is a ``scidmz shaper`` on the DTN namespace's
+egress, and a Prometheus scrapes them when one is installed. The kernel's ground truth is
+recorded beside the collector's samples, and the report compares the two.
 """
 
 from __future__ import annotations
@@ -21,19 +21,17 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from scidmz.api.policy import DTNTransferPolicySpec, parse_spec
+from scidmz.api.loop_file import LoopFile, LoopFileError, load_loop_file
 from scidmz.api.runtime import (
     ControllerState,
     RuntimeConfig,
     dump_runtime_config,
-    resolve_runtime_config,
     shaper_agent_args,
 )
 from scidmz.control.quality import mrae
@@ -53,51 +51,32 @@ SAMPLE_COLUMNS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class LabPolicy:
-    name: str
-    namespace: str
-    spec: DTNTransferPolicySpec
-
-
-def load_policy(path: Path, strategy: str | None = None) -> LabPolicy:
-    """A DTNTransferPolicy file, validated as the API server would (``strategy`` overrides
-    ``spec.controller.strategy``)."""
+def load_loop(path: Path, strategy: str | None = None) -> LoopFile:
+    """A loop file (a BorderLink and its policy), validated and admitted as the API server
+    and the operator would (``strategy`` overrides the link's ``controller.strategy``)."""
     try:
-        document = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise LabError(f"{path}: {error}") from None
-    if not isinstance(document, dict) or document.get("kind") != "DTNTransferPolicy":
-        raise LabError(f"{path}: not a DTNTransferPolicy")
-    raw = dict(document.get("spec") or {})
-    if strategy is not None:
-        raw["controller"] = dict(raw.get("controller") or {}) | {"strategy": strategy}
-    try:
-        spec = parse_spec(raw)
-    except ValueError as error:
-        raise LabError(f"{path}: {error}") from None
-    meta = document.get("metadata") or {}
-    return LabPolicy(str(meta.get("name", path.stem)), str(meta.get("namespace", "default")), spec)
+        loop = load_loop_file(path)
+        loop.policy  # noqa: B018 - raises when none is admitted
+    except LoopFileError as error:
+        raise LabError(str(error)) from None
+    return loop.with_strategy(strategy) if strategy is not None else loop
 
 
-def lab_config(
-    policy: LabPolicy, lab: Lab, switch: str, collector: str, shaper: str
-) -> RuntimeConfig:
-    """The operator's rendering of the policy, pointed at the lab: the local target, the
-    lab's campus tbf, and (for a tc DTN actuator) the lab's DTN shaper agent."""
-    rendered = resolve_runtime_config(
-        policy.name, policy.namespace, 1, policy.spec, collector, shaper
-    )
+def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: str) -> RuntimeConfig:
+    """The operator's rendering of the loop, pointed at the lab: the local target, the
+    lab's campus tbf, and (for a tc DTN cap) the lab's DTN shaper agent. The processes
+    share one host here: plaintext, as the lab's own namespaces are the network."""
+    rendered = loop.config(collector, shaper)
     problems = []
     scenario = lab.scenario
     if abs(rendered.bottleneck_capacity_bps - scenario.bottleneck.capacity_bps) > 1.0:
         problems.append(
-            f"spec.bottleneckCapacity is {rendered.bottleneck_capacity_bps / 1e6:g} Mb/s but the "
+            f"spec.capacity is {rendered.bottleneck_capacity_bps / 1e6:g} Mb/s but the "
             f"lab's bottleneck is {scenario.bottleneck.capacity_bps / 1e6:g} Mb/s"
         )
     if rendered.dtn_congestion_control != scenario.dtn.congestion_control:
         problems.append(
-            f"spec.dtn.congestionControl is {rendered.dtn_congestion_control} but the lab's DTN "
+            f"spec.congestionControl is {rendered.dtn_congestion_control} but the lab's DTN "
             f"runs {scenario.dtn.congestion_control}"
         )
     if rendered.actuator.type == "sim" or (
@@ -105,7 +84,7 @@ def lab_config(
     ):
         problems.append("spec.actuator: the lab has no simulator to actuate: use tc or dryRun")
     if problems:
-        raise LabError("the policy does not fit the lab:\n  " + "\n  ".join(problems))
+        raise LabError("the loop does not fit the lab:\n  " + "\n  ".join(problems))
     actuator = rendered.actuator
     if actuator.type == "tc":
         actuator = actuator.model_copy(update={"tc_interface": topology.CAMPUS_SHAPER[1]})
@@ -259,7 +238,7 @@ def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None
 
 
 def run_loop(
-    policy: LabPolicy,
+    loop_file: LoopFile,
     lab: Lab,
     duration_s: float,
     out: Path,
@@ -286,13 +265,13 @@ def run_loop(
     for level in sorted(set(schedule)):
         try:
             rendered[level] = dump_runtime_config(
-                lab_config(retargeted(policy, level), lab, *addresses)
+                lab_config(loop_file.retargeted(level), lab, *addresses)
             )
         except ValueError as error:
             raise LabError(f"targets_bps: {level:.0f} bit/s is no target here: {error}") from None
     if schedule:
-        policy = retargeted(policy, schedule[0])
-    config = lab_config(policy, lab, *addresses)
+        loop_file = loop_file.retargeted(schedule[0])
+    config = lab_config(loop_file, lab, *addresses)
     loop = start_loop(config, out / "logs", ports, lab.state_dir)
     in_force = [config.target_rate_bps]
     target_at = schedule_lookup(schedule or [config.target_rate_bps])
@@ -349,19 +328,13 @@ def run_loop(
     during = [row for row in rows if float(row["t_s"]) <= duration_s]
     summary = summarise(during, truth_rows, target_at, warmup_s, lab.scenario.dtn.transfer_bytes)
     summary |= {
-        "policy": f"{policy.namespace}/{policy.name}",
+        "policy": f"{loop_file.policy.namespace}/{loop_file.policy.name}",
         "strategy": config.controller.strategy,
         "tap_cpu_cores": tap_cpu,
         "capture": _capture(out / "logs" / "capture.json"),
     }
     write_report(out, summary, rows, truth_rows, target_at)
     return summary
-
-
-def retargeted(policy: LabPolicy, target_bps: float) -> LabPolicy:
-    """``policy`` with spec.targetRate = ``target_bps``, as a user would edit it."""
-    spec = policy.spec.model_copy(update={"target_rate": f"{target_bps:.0f}bps"})
-    return LabPolicy(policy.name, policy.namespace, spec)
 
 
 def schedule_lookup(schedule: Sequence[float]) -> Callable[[float], float]:

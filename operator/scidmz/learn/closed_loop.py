@@ -169,7 +169,7 @@ def bench_settings(
         else None
     )
     return ControllerSettings(
-        policy="bench", namespace="bench", strategy=strategy,
+        link="bench", strategy=strategy,
         setpoint=Setpoint(target_bps, capacity_bps), gains=Gains(*gains), limits=limits,
         sample_time_s=sample_time_s, stale_after_s=3 * sample_time_s,
         failsafe_rate_bps=capacity_bps - target_bps, collector_address="in-process",

@@ -17,8 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from scidmz.api.errors import load_yaml_model
-from scidmz.api.policy import MAX_GAIN
 from scidmz.api.runtime import PAPER_GAINS
+from scidmz.api.types import MAX_GAIN
 
 GAINS_FILE = "gains.yaml"
 FILTERS = ("mlc", "pi", "dtn")

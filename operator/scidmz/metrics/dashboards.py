@@ -1,9 +1,10 @@
 """The Grafana dashboards, built as data from the metric names (``make dashboards``).
 
-Two dashboards, both filtered by ``$namespace`` and ``$policy``:
+Two dashboards, both filtered by ``$link`` (the BorderLinks):
 
 * **overview** — DTN rate against its target, campus rate against u(t), link utilisation,
-  RTTs, queuing delays, active flows, tracking MRAE, fail-safe state;
+  RTTs, queuing delays, active flows, tracking MRAE, fail-safe state, and the admitted
+  policies with their targets (per policy: namespace, name, DTN host);
 * **health** — control-loop latency, sample age, P4Runtime errors, collector poll time,
   operator reconcile errors; the firing alerts, collector/controller up and the fail-safe,
   the sample stream's subscribers and drops, actuator errors.
@@ -19,11 +20,9 @@ from typing import Any
 
 from scidmz.metrics import names
 
-SELECT = 'namespace=~"$namespace", policy=~"$policy"'
+SELECT = 'link=~"$link"'
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
-FIRING_ALERTS = (
-    'sum by (alertname, namespace, policy) (ALERTS{alertname=~"Scidmz.*", alertstate="firing"})'
-)
+FIRING_ALERTS = 'sum by (alertname, link) (ALERTS{alertname=~"Scidmz.*", alertstate="firing"})'
 """What the health dashboard's 'Firing alerts' panel shows (data only while one fires)."""
 
 
@@ -62,15 +61,10 @@ def _variables() -> dict[str, Any]:
                 "label": "Data source",
             },
             {
-                "name": "namespace", "type": "query", "datasource": DATASOURCE,
-                "label": "Namespace", "query": f"label_values({names.RATE}, namespace)",
+                "name": "link", "type": "query", "datasource": DATASOURCE,
+                "label": "Border link", "query": f"label_values({names.RATE}, link)",
                 "refresh": 2,
                 "includeAll": True, "multi": True, "allValue": ".*",
-            },
-            {
-                "name": "policy", "type": "query", "datasource": DATASOURCE, "label": "Policy",
-                "query": f'label_values({names.RATE}{{namespace=~"$namespace"}}, policy)',
-                "refresh": 2, "includeAll": True, "multi": True, "allValue": ".*",
             },
         ]
     }  # fmt: skip
@@ -94,81 +88,85 @@ def _dashboard(uid: str, title: str, panels: list[dict[str, Any]]) -> dict[str, 
 
 
 def overview() -> dict[str, Any]:
-    by = "namespace, policy"
+    by = "link"
     return _dashboard("scidmz-overview", "scidmz / overview", [
         _panel("DTN rate and its target", [
-            (f'{names.RATE}{{class="dtn", {SELECT}}} * 8', "{{policy}} DTN rate"),
-            (f"{names.TARGET_RATE}{{{SELECT}}} * 8", "{{policy}} target R*"),
-            (f"{names.DTN_RATE_LIMIT}{{{SELECT}}} * 8", "{{policy}} DTN cap"),
+            (f'{names.RATE}{{class="dtn", {SELECT}}} * 8', "{{link}} DTN rate"),
+            (f"{names.TARGET_RATE}{{{SELECT}}} * 8", "{{link}} target R*"),
+            (f"{names.DTN_RATE_LIMIT}{{{SELECT}}} * 8", "{{link}} DTN cap"),
         ], "bps", (0, 0, 12, 8), description="y1 against R* (paper eq. 3's two terms), and "
            "the DTN's sending-rate cap where a DTN actuator is configured."),
         _panel("Campus rate and the limit u(t)", [
-            (f'{names.RATE}{{class="campus", {SELECT}}} * 8', "{{policy}} campus rate"),
-            (f"{names.CAMPUS_RATE_LIMIT}{{{SELECT}}} * 8", "{{policy}} u(t)"),
-            (f"{names.MODEL_OUTPUT}{{{SELECT}}} * 8", "{{policy}} model û(t)"),
+            (f'{names.RATE}{{class="campus", {SELECT}}} * 8', "{{link}} campus rate"),
+            (f"{names.CAMPUS_RATE_LIMIT}{{{SELECT}}} * 8", "{{link}} u(t)"),
+            (f"{names.MODEL_OUTPUT}{{{SELECT}}} * 8", "{{link}} model û(t)"),
         ], "bps", (12, 0, 12, 8)),
         _panel("Link utilisation", [
             (f"sum by ({by}) ({names.RATE}{{{SELECT}}}) / on ({by}) "
-             f"max by ({by}) ({names.CAPACITY}{{{SELECT}}})", "{{policy}}"),
+             f"max by ({by}) ({names.CAPACITY}{{{SELECT}}})", "{{link}}"),
         ], "percentunit", (0, 8, 8, 8), description="ρ (paper eq. 4): both classes over B_max."),
         _panel("Round-trip times", [
-            (f"{names.RTT}{{{SELECT}}}", "{{policy}} {{class}}"),
+            (f"{names.RTT}{{{SELECT}}}", "{{link}} {{class}}"),
         ], "s", (8, 8, 8, 8)),
         _panel("Queuing delays", [
-            (f"{names.QUEUING_DELAY}{{{SELECT}}}", "{{policy}} {{class}}"),
+            (f"{names.QUEUING_DELAY}{{{SELECT}}}", "{{link}} {{class}}"),
         ], "s", (16, 8, 8, 8)),
         _panel("Active flows", [
-            (f"{names.ACTIVE_FLOWS}{{{SELECT}}}", "{{policy}}"),
+            (f"{names.ACTIVE_FLOWS}{{{SELECT}}}", "{{link}}"),
         ], "short", (0, 16, 8, 8)),
         _panel("Tracking error (MRAE)", [
-            (f"{names.TRACKING_MRAE}{{{SELECT}}}", "{{policy}}"),
+            (f"{names.TRACKING_MRAE}{{{SELECT}}}", "{{link}}"),
         ], "percentunit", (8, 16, 8, 8), description="Eq. 3 over the last 120 samples."),
         _panel("Fail-safe", [
-            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}}"),
+            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{link}}"),
         ], "bool_on_off", (16, 16, 8, 8), kind="stat"),
+        _panel("Admitted policies and their targets", [
+            (f"{names.POLICY_TARGET_RATE}{{{SELECT}}} * 8",
+             "{{namespace}}/{{policy}} on {{link}}/{{dtn_host}}"),
+        ], "bps", (0, 24, 24, 8), description="What each research group's DTNTransferPolicy "
+           "was granted: the link's loop holds their sum, R*."),
     ])  # fmt: skip
 
 
 def health() -> dict[str, Any]:
-    by = "namespace, policy"
+    by = "link"
     return _dashboard("scidmz-health", "scidmz / health", [
         _panel("Control loop latency (p99)", [
             (f"histogram_quantile(0.99, sum by (le, {by}) "
-             f"(rate({names.CONTROL_LOOP}_bucket{{{SELECT}}}[5m])))", "{{policy}}"),
+             f"(rate({names.CONTROL_LOOP}_bucket{{{SELECT}}}[5m])))", "{{link}}"),
         ], "s", (0, 0, 12, 8), description="Sample received to actuator called."),
         _panel("Sample age", [
-            (f"{names.SAMPLE_AGE}{{{SELECT}}}", "{{policy}} {{job}}"),
+            (f"{names.SAMPLE_AGE}{{{SELECT}}}", "{{link}} {{job}}"),
         ], "s", (12, 0, 12, 8)),
         _panel("P4Runtime errors", [
             (f"sum by ({by}) (rate({names.P4RUNTIME_ERRORS}{{{SELECT}}}[5m])) "
-             f"or 0 * max by ({by}) ({names.SWITCH_CONNECTED}{{{SELECT}}})", "{{policy}}"),
+             f"or 0 * max by ({by}) ({names.SWITCH_CONNECTED}{{{SELECT}}})", "{{link}}"),
         ], "reqps", (0, 8, 8, 8), description="Failed P4Runtime calls per second (0 when none)."),
         _panel("Collector poll time (p99)", [
             (f"histogram_quantile(0.99, sum by (le, {by}) "
-             f"(rate({names.POLL_DURATION}_bucket{{{SELECT}}}[5m])))", "{{policy}}"),
+             f"(rate({names.POLL_DURATION}_bucket{{{SELECT}}}[5m])))", "{{link}}"),
         ], "s", (8, 8, 8, 8)),
         _panel("Operator reconcile errors", [
             (f"sum(rate({names.OPERATOR_RECONCILE_ERRORS}[5m]))", "errors/s"),
             (f"sum(rate({names.OPERATOR_RECONCILES}[5m]))", "reconciles/s"),
         ], "ops", (16, 8, 8, 8)),
         _panel("Firing alerts", [
-            (FIRING_ALERTS, "{{alertname}} {{namespace}}/{{policy}}"),
+            (FIRING_ALERTS, "{{alertname}} {{link}}"),
         ], "short", (0, 16, 12, 8), kind="state-timeline", description="Every scidmz alert "
-           "while it fires (dashboards/alerts.yaml), all policies: each fault of "
+           "while it fires (dashboards/alerts.yaml), all links: each fault of "
            "bench/chaos.py shows here, and the panels beside it show which process."),
         _panel("Collector and controller up, fail-safe", [
-            ('up{service=~".+-(collector|controller)", namespace=~"$namespace"}',
-             "{{service}} up"),
-            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}} fail-safe"),
+            ('up{service=~"($link)-(collector|controller)"}', "{{service}} up"),
+            (f"max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{link}} fail-safe"),
         ], "short", (12, 16, 12, 8), kind="state-timeline"),
         _panel("Sample stream", [
-            (f"{names.STREAM_SUBSCRIBERS}{{{SELECT}}}", "{{policy}} subscribers"),
-            (f"rate({names.STREAM_DROPPED}{{{SELECT}}}[5m])", "{{policy}} dropped/s"),
+            (f"{names.STREAM_SUBSCRIBERS}{{{SELECT}}}", "{{link}} subscribers"),
+            (f"rate({names.STREAM_DROPPED}{{{SELECT}}}[5m])", "{{link}} dropped/s"),
         ], "short", (0, 24, 12, 8), description="Open Subscribe streams of each collector, and "
            "the samples it drops for readers that fell 64 behind."),
         _panel("Actuator errors", [
             (f"sum by ({by}) (rate({names.ACTUATOR_ERRORS}{{{SELECT}}}[5m])) "
-             f"or 0 * max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{policy}}"),
+             f"or 0 * max by ({by}) ({names.FAILSAFE_ACTIVE}{{{SELECT}}})", "{{link}}"),
         ], "reqps", (12, 24, 12, 8), description="Failed calls to the shaper per second "
            "(0 when none): the rate in force is not the one the controller chose."),
     ])  # fmt: skip

@@ -2,6 +2,11 @@
 
 Probes call a :class:`Health` object that the process updates; /state serves a JSON
 snapshot callback. It runs in a daemon thread so it answers even while the main loop is busy.
+
+With TLS (every workload the operator runs) the endpoint speaks HTTPS only, and /metrics and
+/state answer only clients whose certificate carries an identity the endpoint admits (the
+operator, metrics readers: ``scidmz.auth.identity``); /healthz and /readyz stay open to the
+kubelet's probes, which present no certificate and learn only ready or not, and why.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import logging
 import math
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -31,6 +37,8 @@ from prometheus_client import (
 )
 
 from scidmz import __version__
+from scidmz.auth.identity import OBSERVER_POLICY, PeerPolicy
+from scidmz.auth.mtls import ssl_peer_identities
 from scidmz.metrics import names
 
 
@@ -54,14 +62,14 @@ MAX_STATE_BYTES = 1 << 20
 """A /state document is a few hundred bytes; a reply larger than this is refused."""
 
 
-def _http_target(url: str) -> tuple[str, int, str] | None:
-    """(host, port, path) of a plain ``http://`` URL; None for anything else (file://,
-    https://, no host)."""
+def _http_target(url: str, scheme: str = "http") -> tuple[str, int, str] | None:
+    """(host, port, path) of an ``http://`` (or ``https://``) URL; None for anything else
+    (file://, another scheme than ``scheme``, no host)."""
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname:
+    if parts.scheme != scheme or not parts.hostname:
         return None
     try:
-        port = parts.port or 80
+        port = parts.port or (443 if scheme == "https" else 80)
     except ValueError:  # a port out of range
         return None
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
@@ -74,24 +82,35 @@ def _shut(sock: socket.socket) -> None:
 
 
 def fetch_state(
-    url: str, timeout_s: float = 2.0, max_bytes: int = MAX_STATE_BYTES
+    url: str,
+    timeout_s: float = 2.0,
+    max_bytes: int = MAX_STATE_BYTES,
+    tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
 ) -> dict[str, Any] | None:
-    """Another process's /state JSON, or None when it cannot be had: not running yet, not
-    plain http, an error status, not JSON, larger than ``max_bytes``, or slower than
-    ``timeout_s`` in all — a deadline on the whole exchange, not on each read, so a server
-    that sends a byte a second cannot hold the caller (a per-read timeout let one hold it
-    for as long as it liked)."""
-    target = _http_target(url)
+    """Another process's /state JSON, or None when it cannot be had: not running yet, the
+    wrong scheme (``https://`` with ``tls``, which verifies the server against
+    ``server_name`` or the URL's host and presents our certificate; ``http://`` without),
+    an error status, not JSON, larger than ``max_bytes``, or slower than ``timeout_s`` in
+    all — a deadline on the whole exchange, not on each read, so a server that sends a
+    byte a second cannot hold the caller (a per-read timeout let one hold it for as long
+    as it liked)."""
+    target = _http_target(url, "https" if tls is not None else "http")
     if target is None:
-        log.debug("state %s: not a plain http:// URL", url)
+        log.debug("state %s: not an %s URL", url, "https://" if tls else "http://")
         return None
     host, port, path = target
     data = bytearray()
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as sock:
-            deadline = threading.Timer(timeout_s, _shut, args=(sock,))
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            deadline = threading.Timer(timeout_s, _shut, args=(raw,))
             deadline.start()
             try:
+                sock: socket.socket = (
+                    tls.wrap_socket(raw, server_hostname=server_name or host)
+                    if tls is not None
+                    else raw
+                )
                 request = f"GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n"
                 sock.sendall(request.encode("ascii", "replace"))
                 while chunk := sock.recv(65536):
@@ -168,9 +187,15 @@ class BoundedHTTPServer(HTTPServer):
 
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         # the pool first: a port in use makes the base class call server_close() at once
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="http")
+        self.tls = tls
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(WORKERS + QUEUED)
         self._drops_lock = threading.Lock()
@@ -188,6 +213,10 @@ class BoundedHTTPServer(HTTPServer):
 
     def _serve_one(self, request: Any, client_address: Any) -> None:
         try:
+            if self.tls is not None:
+                # the handshake in the worker, under the same deadline as the request
+                request.settimeout(REQUEST_TIMEOUT_S)
+                request = self.tls.wrap_socket(request, server_side=True)
             self.finish_request(request, client_address)
         except Exception:  # any failure of one client is that client's alone
             self.handle_error(request, client_address)
@@ -218,15 +247,23 @@ class BoundedHTTPServer(HTTPServer):
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
+PROTECTED_PATHS = frozenset({"/metrics", "/state"})
+"""Paths that carry the link's data: only admitted client identities read them over TLS."""
+
+
 def serve_http(
     port: int,
     health: Health,
     state: Callable[[], dict[str, Any]] | None = None,
     registry: CollectorRegistry = REGISTRY,
     host: str = "0.0.0.0",  # noqa: S104 - scraped and probed from outside the pod
+    tls: ssl.SSLContext | None = None,
+    readers: PeerPolicy = OBSERVER_POLICY,
 ) -> BoundedHTTPServer:
     """Start the endpoint in a daemon thread; ``server.shutdown()`` stops it. Raises
-    ``OSError`` when the port cannot be bound (in use, not permitted)."""
+    ``OSError`` when the port cannot be bound (in use, not permitted). With ``tls``
+    (``scidmz.auth.mtls.http_server_context``) it speaks HTTPS only, and /metrics and
+    /state answer ``readers`` alone (403 for anyone else)."""
 
     class Handler(BaseHTTPRequestHandler):
         timeout = REQUEST_TIMEOUT_S
@@ -242,8 +279,22 @@ def serve_http(
             self.end_headers()
             self.wfile.write(body)
 
+        def _refused(self, path: str) -> bool:
+            if tls is None or path not in PROTECTED_PATHS:
+                return False
+            presented = ssl_peer_identities(self.connection)
+            if readers.admits(presented):
+                return False
+            who = ", ".join(presented) or "no client certificate"
+            text = f"forbidden: {path} needs a client certificate of {readers.describe()} "
+            text += f"({who})\n"
+            self._send(403, text.encode(), "text/plain")
+            return True
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
+            if self._refused(path):
+                return
             if path == "/metrics":
                 self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
@@ -260,6 +311,6 @@ def serve_http(
         def log_message(self, format: str, *args: Any) -> None:
             return  # probes every few seconds would drown the logs
 
-    server = BoundedHTTPServer((host, port), Handler)
+    server = BoundedHTTPServer((host, port), Handler, tls)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server

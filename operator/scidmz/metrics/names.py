@@ -1,7 +1,8 @@
 """Every Prometheus metric name scidmz exports, in one place (shared/DESIGN.md).
 
-Base units are bytes and seconds; labels are ``policy``, ``namespace`` and, where a value
-belongs to a traffic class, ``class`` (``dtn`` or ``campus``). Never a 5-tuple in a label.
+Base units are bytes and seconds; labels are ``link`` (the BorderLink) and, where a value
+belongs to a traffic class, ``class`` (``dtn`` or ``campus``); per-policy series add
+``namespace``, ``policy`` and ``dtn_host``. Never a 5-tuple in a label.
 Dashboards and alerts use only these names; a test keeps them in step.
 """
 
@@ -37,6 +38,7 @@ STREAM_DROPPED = "scidmz_stream_dropped_samples_total"
 
 # ---- control (controller) -----------------------------------------------------------------
 TARGET_RATE = "scidmz_target_rate_bytes_per_second"
+POLICY_TARGET_RATE = "scidmz_policy_target_rate_bytes_per_second"
 CAPACITY = "scidmz_bottleneck_capacity_bytes_per_second"
 CAMPUS_RATE_LIMIT = "scidmz_campus_rate_limit_bytes_per_second"
 DTN_RATE_LIMIT = "scidmz_dtn_rate_limit_bytes_per_second"

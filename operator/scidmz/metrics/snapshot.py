@@ -12,20 +12,19 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 S = TypeVar("S")
-LABELS = ("policy", "namespace")
+LABELS = ("link",)
 
 
 class SnapshotExporter(Collector, Generic[S]):
-    """``collect`` renders ``snapshot()`` (None: nothing yet) with the policy's labels."""
+    """``collect`` renders ``snapshot()`` (None: nothing yet) with the link's label."""
 
     def __init__(
         self,
-        policy: str,
-        namespace: str,
+        link: str,
         snapshot: Callable[[], S | None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._labels = [policy, namespace]
+        self._labels = [link]
         self._snapshot = snapshot
         self._clock = clock
 
@@ -33,7 +32,7 @@ class SnapshotExporter(Collector, Generic[S]):
         return iter(())  # values appear with the first snapshot; describe nothing up front
 
     def gauge(self, name: str, doc: str, value: float | None) -> Iterator[Metric]:
-        """One gauge with the policy's labels; none for a missing or non-finite value
+        """One gauge with the link's label; none for a missing or non-finite value
         (PromQL then sees "absent", not NaN)."""
         if value is None or not math.isfinite(value):
             return

@@ -45,7 +45,7 @@ class StateSample(_message.Message):
     ACTIVE_FLOWS_FIELD_NUMBER: _builtins.int
     VALID_FIELD_NUMBER: _builtins.int
     STALE_FIELD_NUMBER: _builtins.int
-    POLICY_FIELD_NUMBER: _builtins.int
+    LINK_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """1, 2, ... per collector process"""
     interval_s: _builtins.float
@@ -68,8 +68,8 @@ class StateSample(_message.Message):
     """The switch could not be read at this sample time: the values are the last good ones,
     carried so subscribers see time pass; a controller must not act on them.
     """
-    policy: _builtins.str
-    """namespace/name of the DTNTransferPolicy"""
+    link: _builtins.str
+    """the BorderLink whose loop measured it"""
     @_builtins.property
     def measured_at(self) -> _timestamp_pb2.Timestamp:
         """wall clock at the counter read"""
@@ -95,11 +95,11 @@ class StateSample(_message.Message):
         active_flows: _builtins.float = ...,
         valid: _abc.Iterable[_builtins.bool] | None = ...,
         stale: _builtins.bool = ...,
-        policy: _builtins.str = ...,
+        link: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_rtt_s", b"campus_rtt_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_rtt_s", b"dtn_rtt_s", "interval_s", b"interval_s", "measured_at", b"measured_at", "policy", b"policy", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_rtt_s", b"campus_rtt_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_rtt_s", b"dtn_rtt_s", "interval_s", b"interval_s", "link", b"link", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

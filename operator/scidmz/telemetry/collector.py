@@ -32,6 +32,9 @@ from finsy.proto import p4i, p4r
 from prometheus_client import CollectorRegistry
 
 from scidmz.api.runtime import ConfigError
+from scidmz.auth.identity import controller_only
+from scidmz.auth.mtls import MutualTls, TlsConfigError
+from scidmz.auth.switch_tls import ChannelTls, load_channel_tls
 from scidmz.contract.codec import to_message
 from scidmz.contract.p4runtime import canonical, entry_key
 from scidmz.contract.pipeline import PipelineError, check_p4info
@@ -43,7 +46,6 @@ from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter, Stre
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, estimate
 from scidmz.telemetry.session import P4RuntimeError, SessionClosed, SwitchSession
 from scidmz.telemetry.stream import TelemetryService
-from scidmz.telemetry.tls import ChannelTls, load_channel_tls
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +56,7 @@ class CollectorError(Exception):
 
 @dataclass(frozen=True)
 class CollectorSettings:
-    policy: str
-    namespace: str
+    link: str
     address: str
     device_id: int
     election_id: int
@@ -78,6 +79,9 @@ class CollectorSettings:
     measured interval since the set-up's counter reading), not a whole T later: control
     resumes within ~1–2 s of the switch accepting again."""
     rpc_timeout_s: float = 5.0
+    channel_tls: MutualTls | None = None
+    """This collector's own certificate: the sample stream and /metrics serve mutual TLS
+    with it (None: plaintext, development only)."""
 
 
 class Collector:
@@ -91,16 +95,16 @@ class Collector:
         self.settings = settings
         self._tls = settings.tls
         self.registry = registry or CollectorRegistry()
-        self.stream = TelemetryService()
+        self.stream = TelemetryService(
+            controller_only(settings.link) if settings.channel_tls is not None else None
+        )
         self.health = Health()
         self.metrics = SelfMetrics.create(self.registry)
-        self.registry.register(
-            StateExporter(settings.policy, settings.namespace, lambda: self.snapshot, clock)
-        )
-        self.registry.register(StreamExporter(self.stream, (settings.policy, settings.namespace)))
+        self.registry.register(StateExporter(settings.link, lambda: self.snapshot, clock))
+        self.registry.register(StreamExporter(self.stream, (settings.link,)))
         self.snapshot: Snapshot | None = None
         self.sequence = 0
-        self._labels = (settings.policy, settings.namespace)
+        self._labels = (settings.link,)
         self._clock = clock
         self._wall = wall_clock
         self._state = EstimatorState()
@@ -196,7 +200,7 @@ class Collector:
             return s.tls
         try:
             fresh = load_channel_tls(s.tls_dir, s.tls.server_name)
-        except ConfigError as error:
+        except (ConfigError, TlsConfigError) as error:
             log.warning("%s; keeping the TLS files read before", error)
             return self._tls
         if fresh != self._tls:
@@ -427,7 +431,7 @@ class Collector:
 
 
 def _policy(settings: CollectorSettings) -> str:
-    return f"{settings.namespace}/{settings.policy}"
+    return settings.link
 
 
 def _same_action(a: p4r.TableAction, b: p4r.TableAction) -> bool:

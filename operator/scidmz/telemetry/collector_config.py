@@ -14,12 +14,13 @@ from pathlib import Path
 from finsy.proto import p4i
 from google.protobuf import text_format
 
-from scidmz.api.policy import PREFIX_OVERLAP_MESSAGE, prefixes_conflict
-from scidmz.api.runtime import ConfigError, RuntimeConfig
+from scidmz.api.runtime import ConfigError, RuntimeConfig, workload_tls
+from scidmz.api.types import PREFIX_OVERLAP_MESSAGE, prefixes_conflict
+from scidmz.auth.mtls import TlsConfigError
+from scidmz.auth.switch_tls import ChannelTls, load_channel_tls
 from scidmz.telemetry.collector import CollectorSettings
 from scidmz.telemetry.program import Plan
 from scidmz.telemetry.sampling import EstimatorSettings
-from scidmz.telemetry.tls import load_channel_tls
 
 MAX_PORT = 511  # ports are bit<9> in v1model and TNA
 
@@ -35,7 +36,7 @@ def _problems(config: RuntimeConfig) -> list[str]:
             found.append(f"switch port {name}={port} is not a switch port number (0..{MAX_PORT})")
     prefixes_ok = True
     for name, prefix in (
-        ("dtn prefix", config.dtn_prefix),
+        *(("dtn prefix", dtn) for dtn in config.dtn_prefixes),
         ("campus prefix", config.campus_prefix),
     ):
         try:
@@ -43,8 +44,14 @@ def _problems(config: RuntimeConfig) -> list[str]:
         except ValueError as error:
             found.append(f"{name} {prefix!r}: {error}")
             prefixes_ok = False
-    if prefixes_ok and prefixes_conflict(config.dtn_prefix, config.campus_prefix):
-        found.append(f"{PREFIX_OVERLAP_MESSAGE} ({config.dtn_prefix}, {config.campus_prefix})")
+    if prefixes_ok:
+        for dtn in config.dtn_prefixes:
+            if prefixes_conflict(dtn, config.campus_prefix):
+                found.append(f"{PREFIX_OVERLAP_MESSAGE} ({dtn}, {config.campus_prefix})")
+        for k, dtn in enumerate(config.dtn_prefixes):
+            for other in config.dtn_prefixes[k + 1 :]:
+                if prefixes_conflict(dtn, other) or prefixes_conflict(other, dtn):
+                    found.append(f"dtn prefixes {dtn} and {other} overlap")
     return found
 
 
@@ -78,14 +85,13 @@ def collector_settings(
     t = config.telemetry
     sw = config.switch
     return CollectorSettings(
-        policy=config.policy,
-        namespace=config.namespace,
+        link=config.link,
         address=sw.address,
         device_id=sw.device_id,
         election_id=sw.election_id,
         sample_time_s=config.sample_time_s,
         plan=Plan(
-            dtn_prefix=config.dtn_prefix,
+            dtn_prefixes=tuple(config.dtn_prefixes),
             campus_prefix=config.campus_prefix,
             campus_port=sw.campus_port,
             dtn_port=sw.dtn_port,
@@ -98,9 +104,17 @@ def collector_settings(
         ),
         estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
         pipeline=_pipeline(config, pipeline_dir),
-        tls=load_channel_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
+        tls=_switch_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
         tls_dir=tls_dir if sw.tls_secret else None,
+        channel_tls=workload_tls(config),
     )
+
+
+def _switch_tls(directory: Path, server_name: str | None) -> ChannelTls:
+    try:
+        return load_channel_tls(directory, server_name)
+    except TlsConfigError as error:
+        raise ConfigError(str(error)) from None
 
 
 def listen_address(config: RuntimeConfig) -> str:

@@ -1,16 +1,16 @@
 """Prometheus exposition of the collector: y(t) from the latest snapshot, and self-metrics.
 
 ``StateExporter`` is a custom collector over an immutable ``Snapshot`` the loop replaces
-each sample time; a scrape never sees half a sample. Its exposition, for one policy::
+each sample time; a scrape never sees half a sample. Its exposition, for one link::
 
-    scidmz_rate_bytes_per_second{class="dtn",namespace="ns",policy="p"} 7.5e+07
-    scidmz_rtt_seconds{class="campus",namespace="ns",policy="p"} 0.0112
-    scidmz_queuing_delay_seconds{class="dtn",namespace="ns",policy="p"} 0.0013
-    scidmz_active_flows{namespace="ns",policy="p"} 108.0
-    scidmz_class_bytes_total{class="dtn",namespace="ns",policy="p"} 1.2e+10
-    scidmz_state_valid{namespace="ns",policy="p",variable="dtn_rtt_s"} 1.0
-    scidmz_sample_age_seconds{namespace="ns",policy="p"} 0.4
-    scidmz_sample_stale{namespace="ns",policy="p"} 0.0
+    scidmz_rate_bytes_per_second{class="dtn",link="campus-border"} 7.5e+07
+    scidmz_rtt_seconds{class="campus",link="campus-border"} 0.0112
+    scidmz_queuing_delay_seconds{class="dtn",link="campus-border"} 0.0013
+    scidmz_active_flows{link="campus-border"} 108.0
+    scidmz_class_bytes_total{class="dtn",link="campus-border"} 1.2e+10
+    scidmz_state_valid{link="campus-border",variable="dtn_rtt_s"} 1.0
+    scidmz_sample_age_seconds{link="campus-border"} 0.4
+    scidmz_sample_stale{link="campus-border"} 0.0
 
 Values that were not measured (no packets of a class yet) are left out rather than
 exported as NaN, so PromQL sees "absent", not a number.
@@ -104,7 +104,7 @@ class StreamExporter:
     """The sample stream's subscribers, and the samples dropped for those that fell
     ``QUEUE_DEPTH`` behind (a slow reader costs itself samples, never the others)."""
 
-    def __init__(self, stream: StreamCounts, labels: tuple[str, str]) -> None:
+    def __init__(self, stream: StreamCounts, labels: tuple[str]) -> None:
         self._stream = stream
         self._labels = list(labels)
 
@@ -132,7 +132,7 @@ class StreamCounts(Protocol):
 
 @dataclass(frozen=True)
 class SelfMetrics:
-    """The collector's own health, labelled by policy and namespace."""
+    """The collector's own health, labelled by link."""
 
     poll_seconds: Histogram
     p4runtime_errors: Counter

@@ -32,9 +32,10 @@ DIGEST_ACK_TIMEOUT_NS = 1_000_000_000
 
 @dataclass(frozen=True)
 class Plan:
-    """The classification, tap wiring and settings one policy asks of the switch."""
+    """The classification, tap wiring and settings one link asks of the switch."""
 
-    dtn_prefix: str
+    dtn_prefixes: tuple[str, ...]
+    """The admitted DTN hosts' prefixes (none: an idle link, campus only)."""
     campus_prefix: str
     campus_port: int
     dtn_port: int
@@ -100,7 +101,7 @@ def desired_entries(ids: Ids, plan: Plan) -> list[p4r.TableEntry]:
     """Classification (both directions), tap roles and the settings default action."""
     entries = []
     for prefix, class_id in (
-        (plan.dtn_prefix, contract.CLASS_DTN),
+        *((dtn, contract.CLASS_DTN) for dtn in plan.dtn_prefixes),
         (plan.campus_prefix, contract.CLASS_CAMPUS),
     ):
         family = "v4" if ipaddress.ip_network(prefix).version == 4 else "v6"

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from scidmz import __version__
+from scidmz.auth.mtls import add_port, http_server_context
 from scidmz.metrics.http import register_build_info, serve_http
 from scidmz.proto import telemetry_pb2_grpc
 from scidmz.telemetry.collector import Collector, CollectorError, CollectorSettings
@@ -29,7 +30,7 @@ class CollectorProcess:
         return {
             "component": "collector",
             "version": __version__,
-            "policy": f"{self.collector.settings.namespace}/{self.collector.settings.policy}",
+            "link": self.collector.settings.link,
             "ready": self.collector.health.ready,
             "reason": self.collector.health.reason,
             "primary": self.collector.is_primary,
@@ -39,9 +40,14 @@ class CollectorProcess:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Serve until ``stop``; raises ``CollectorError`` on a fatal configuration error."""
+        tls = self.collector.settings.channel_tls
         try:
             http = serve_http(
-                self.http_port, self.collector.health, self.state, self.collector.registry
+                self.http_port,
+                self.collector.health,
+                self.state,
+                self.collector.registry,
+                tls=http_server_context(tls) if tls is not None else None,
             )
         except OSError as error:
             raise CollectorError(
@@ -49,17 +55,15 @@ class CollectorProcess:
             ) from None
         server = grpc.aio.server()
         telemetry_pb2_grpc.add_TelemetryServicer_to_server(self.collector.stream, server)
-        try:
-            bound = server.add_insecure_port(self.listen)
-        except RuntimeError:  # grpcio raises on a port in use where it once returned 0
-            bound = 0
+        bound = add_port(server, self.listen, tls)
         if bound == 0:
             http.shutdown()
             raise CollectorError(f"cannot listen on {self.listen}: port in use or address invalid")
         await server.start()
         log.info(
-            "collector for %s: samples on %s, metrics on :%d, switch %s",
-            self.collector.settings.policy, self.listen, self.http_port,
+            "collector for %s: samples on %s (%s), metrics on :%d, switch %s",
+            self.collector.settings.link, self.listen,
+            "mutual TLS" if tls is not None else "PLAINTEXT", self.http_port,
             self.collector.settings.address,
         )  # fmt: skip
         try:

@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 
+from scidmz.auth.switch_tls import ChannelTls, open_channel
 from scidmz.contract.p4runtime import uint128
-from scidmz.telemetry.tls import ChannelTls, open_channel
 
 log = logging.getLogger(__name__)
 

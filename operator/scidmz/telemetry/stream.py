@@ -3,6 +3,9 @@
 ``publish`` hands a sample to every subscriber's queue. A subscriber that falls
 ``QUEUE_DEPTH`` samples behind loses its oldest ones (counted), never the newest: a
 controller wants the present, and the collector must never block on a slow reader.
+
+Served over mutual TLS, the stream answers only its link's controller: a spoofed or
+eavesdropping client on the pod network gets PERMISSION_DENIED (or no handshake at all).
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ from typing import Any
 
 import grpc
 
+from scidmz.auth.identity import PeerPolicy
+from scidmz.auth.mtls import refuse_unless_admitted
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 QUEUE_DEPTH = 64
 
 
 class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):
-    def __init__(self) -> None:
+    def __init__(self, peers: PeerPolicy | None = None) -> None:
+        self.peers = peers
+        """Who may subscribe (None: anyone, a plaintext development stream)."""
         self.latest: telemetry_pb2.StateSample | None = None
         self.dropped = 0
         self._subscribers: set[asyncio.Queue[telemetry_pb2.StateSample]] = set()
@@ -50,6 +57,7 @@ class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):
     async def Subscribe(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.SubscribeRequest, context: Any
     ) -> AsyncIterator[telemetry_pb2.StateSample]:
+        await refuse_unless_admitted(context, self.peers, "the sample stream")
         queue = self.subscribe()
         try:
             while True:
@@ -60,6 +68,7 @@ class TelemetryService(telemetry_pb2_grpc.TelemetryServicer):
     async def Latest(  # noqa: N802
         self, request: telemetry_pb2.LatestRequest, context: Any
     ) -> telemetry_pb2.StateSample:
+        await refuse_unless_admitted(context, self.peers, "the sample stream")
         if self.latest is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no sample yet")
         assert self.latest is not None

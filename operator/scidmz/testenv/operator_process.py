@@ -39,6 +39,9 @@ def start_operator(
     Raises :class:`scidmz.testenv.cluster.ControlPlaneError` if it exits or stays unhealthy.
     """
     port, metrics_port = free_port(), free_port()
+    namespace = (extra_env or {}).get("SCIDMZ_OPERATOR_NAMESPACE", "scidmz-system")
+    if plane.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        plane.kubectl("create", "namespace", namespace)  # the chart's release namespace
     env = {
         **plane.env(),
         "SCIDMZ_HEALTH_PORT": str(port),

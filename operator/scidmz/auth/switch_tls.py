@@ -1,5 +1,5 @@
-"""TLS for the P4Runtime channel: the files the collector reads from the mounted Secret, and
-the gRPC channel they make.
+"""TLS for the P4Runtime channel: the files the collector reads from the switch's mounted
+Secret (the administrators', named by the BorderLink), and the gRPC channel they make.
 
 The Secret follows the ``kubernetes.io/tls`` layout plus the CA: ``ca.crt`` verifies the
 switch; ``tls.crt`` and ``tls.key``, together, are the collector's client certificate for
@@ -15,10 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from scidmz.api.policy import TLS_CA_KEY as CA_FILE
-from scidmz.api.policy import TLS_CERT_KEY as CERT_FILE
-from scidmz.api.policy import TLS_PRIVATE_KEY_KEY as KEY_FILE
-from scidmz.api.runtime import ConfigError
+from scidmz.auth.mtls import CA_FILE, CERT_FILE, KEY_FILE, TlsConfigError
 from scidmz.contract.channels import RECONNECT_OPTIONS
 
 _PEM_MARKER = b"-----BEGIN "
@@ -60,7 +57,7 @@ def _read_pem(path: Path, problems: list[str]) -> bytes | None:
 def load_channel_tls(directory: Path, server_name: str | None = None) -> ChannelTls:
     """Read ``ca.crt`` and the optional client pair from ``directory`` (the mounted Secret).
 
-    Raises ``ConfigError`` naming every missing or unreadable file.
+    Raises ``TlsConfigError`` naming every missing or unreadable file.
     """
     problems: list[str] = []
     ca = _read_pem(directory / CA_FILE, problems)
@@ -72,7 +69,7 @@ def load_channel_tls(directory: Path, server_name: str | None = None) -> Channel
         have, lacking = (CERT_FILE, KEY_FILE) if key is None else (KEY_FILE, CERT_FILE)
         problems.append(f"{directory}: {have} without {lacking} (mutual TLS needs both)")
     if problems or ca is None:
-        raise ConfigError("switch TLS: " + "; ".join(problems))
+        raise TlsConfigError("switch TLS: " + "; ".join(problems))
     return ChannelTls(ca=ca, client_cert=cert, client_key=key, server_name=server_name)
 
 

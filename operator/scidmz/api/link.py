@@ -1,0 +1,886 @@
+"""The BorderLink custom resource: a shared border link, owned by network administrators.
+
+Cluster-scoped, like the Gateway API's infrastructure objects. It holds everything
+privileged: the link's capacity, the P4 switch that taps it (address, election id, TLS),
+the campus shaper (node and interface), the DTN hosts that may be shaped on their side,
+the control law and fail-safe, and which namespaces may attach a
+:class:`~scidmz.api.policy.DTNTransferPolicy` to it and how much of the link their
+targets may take in total. The operator runs one loop per link (one collector, one
+controller, the shaper agents), in its own namespace.
+
+These pydantic models are the API's single source: ``crds/`` is generated from them, and
+every ``description`` is what ``kubectl explain borderlink.spec...`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field
+from pydantic.alias_generators import to_snake
+
+from scidmz.api.rules import Rule
+from scidmz.api.selection import NamespaceSelection
+from scidmz.api.types import (
+    MAX_GAIN,
+    MAX_RATE_BPS,
+    PREFIX_OVERLAP_MESSAGE,
+    ActuatorType,
+    ApiModel,
+    CidrPrefix,
+    Condition,
+    DesiredRtt,
+    DigestHold,
+    DnsLabel,
+    DtnFailsafeRate,
+    FailsafeRate,
+    HostPort,
+    ObjectName,
+    PinnedAfter,
+    Port,
+    Rate,
+    SampleTime,
+    StaleAfter,
+    Strategy,
+    TelemetryDuration,
+    prefixes_conflict,
+    tc_settings_required,
+)
+from scidmz.api.units import cel_rate_bps, parse_duration, parse_rate
+
+KIND = "BorderLink"
+PLURAL = "borderlinks"
+SINGULAR = "borderlink"
+SHORT_NAMES = ["bl"]
+
+MAX_DTN_HOSTS = 64
+MAX_TOLERATIONS = 16
+
+
+class SwitchPorts(ApiModel):
+    """Switch ports of the passive taps (see p4/README.md for the wiring)."""
+
+    campus: Port = Field(default=1, description="Port tapping the campus side of the router.")
+    dtn: Port = Field(default=2, description="Port tapping the Science DMZ (DTN) side.")
+    bottleneck: Port = Field(
+        default=3, description="Port tapping the bottleneck link (router egress)."
+    )
+
+    RULES = (
+        Rule(
+            cel="self.campus != self.dtn && self.campus != self.bottleneck && "
+            "self.dtn != self.bottleneck",
+            check=lambda p: len({p.campus, p.dtn, p.bottleneck}) == 3,
+            message="switch.ports campus, dtn and bottleneck must be distinct",
+            violation={"dtn": 1, "campus": 1},
+        ),
+    )
+
+
+class ConfigMapKeyRef(ApiModel):
+    """A key in a ConfigMap in the operator's namespace."""
+
+    name: ObjectName = Field(description="ConfigMap name, in the operator's namespace.")
+    p4info_key: str = Field(
+        default="p4info.txtpb",
+        max_length=253,
+        description="Key holding the P4Info (text format).",
+    )
+    device_config_key: str = Field(
+        default="device_config.bin",
+        max_length=253,
+        description="Key (in binaryData) holding the target-specific device config.",
+    )
+
+
+class PipelineSpec(ApiModel):
+    """A P4 pipeline to push at connect time; omit to use what the switch already runs."""
+
+    config_map_ref: ConfigMapKeyRef = Field(
+        description="ConfigMap (in the operator's namespace) holding the P4Info and the "
+        "compiled device config."
+    )
+
+
+TLS_CA_KEY = "ca.crt"
+TLS_CERT_KEY = "tls.crt"
+TLS_PRIVATE_KEY_KEY = "tls.key"
+
+
+def tls_secret_problem(keys: set[str]) -> str | None:
+    """What a switch TLS Secret with these keys lacks (None: usable)."""
+    if TLS_CA_KEY not in keys:
+        return f"no key {TLS_CA_KEY} (the CA that signed the switch's certificate)"
+    if (TLS_CERT_KEY in keys) != (TLS_PRIVATE_KEY_KEY in keys):
+        return (
+            f"{TLS_CERT_KEY} and {TLS_PRIVATE_KEY_KEY} go together (the collector's client "
+            "certificate)"
+        )
+    return None
+
+
+class TlsSpec(ApiModel):
+    """TLS for the P4Runtime channel: the collector verifies the switch's certificate and,
+    for mutual TLS, presents its own."""
+
+    secret_name: ObjectName = Field(
+        description="Secret in the operator's namespace with ca.crt (the CA that signed the "
+        "switch's certificate), and tls.crt/tls.key (the collector's client certificate) "
+        "for mutual TLS. Mounted into the collector only (and into the controller of a "
+        "sim actuator, which talks to the simulator on the switch's port).",
+    )
+    server_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$",
+        description="Name the switch's certificate must be issued for; default: the host "
+        "of switch.address.",
+    )
+
+
+class SwitchSpec(ApiModel):
+    """The P4 switch (or `scidmz switch`) that computes the network state at line rate."""
+
+    address: HostPort = Field(
+        description="P4Runtime gRPC endpoint as host:port (IPv6 in brackets, e.g. "
+        "[2001:db8::1]:9559)."
+    )
+    device_id: int = Field(default=1, ge=0, description="P4Runtime device id.")
+    election_id: int = Field(
+        default=10,
+        ge=1,
+        description="P4Runtime election id of the collector; the highest connected id is "
+        "primary. Give a standby collector a lower one.",
+    )
+    ports: SwitchPorts = Field(
+        default_factory=SwitchPorts, description="Tap port numbers on the switch."
+    )
+    pipeline: PipelineSpec | None = Field(
+        default=None, description="Optional pipeline to push (SetForwardingPipelineConfig)."
+    )
+    tls: TlsSpec | None = Field(
+        default=None,
+        description="TLS to the switch; required unless plaintext is true.",
+    )
+    plaintext: bool = Field(
+        default=False,
+        description="Talk P4Runtime without TLS. Anyone on the network path can then read "
+        "the telemetry and, with a higher election id, take the switch over: for a lab "
+        "switch on an isolated network only. The link's status says so (Degraded, "
+        "reason PlaintextSwitch).",
+    )
+
+    RULES = (
+        Rule(
+            cel="has(self.tls) || (has(self.plaintext) && self.plaintext)",
+            check=lambda s: s.tls is not None or s.plaintext,
+            message="switch.tls is required (P4Runtime over mutual TLS); set "
+            "switch.plaintext: true to go without it on an isolated lab network",
+            violation={"tls": None, "plaintext": False},
+            field_path=".tls",
+            reason="FieldValueRequired",
+        ),
+        Rule(
+            cel="!has(self.tls) || !has(self.plaintext) || !self.plaintext",
+            check=lambda s: s.tls is None or not s.plaintext,
+            message="switch.tls and switch.plaintext: true contradict each other",
+            violation={"tls": {"secretName": "switch-tls"}, "plaintext": True},
+            field_path=".plaintext",
+        ),
+    )
+
+
+class Gains(ApiModel):
+    """Anti-windup PI gains (paper figure 5); tuned by GA per congestion control."""
+
+    kp: float = Field(ge=0, le=MAX_GAIN, description="Proportional gain Kp (>= 0).")
+    ki: float = Field(ge=0, le=MAX_GAIN, description="Integral gain Ki (>= 0), per second.")
+    kw: float = Field(ge=0, le=MAX_GAIN, description="Anti-windup back-calculation gain Kw (>= 0).")
+
+
+class Limits(ApiModel):
+    """Bounds on the campus rate limit u(t)."""
+
+    min: Rate = Field(default="0bps", description="Lowest campus rate limit u(t).")
+    max: Rate | None = Field(
+        default=None, description="Highest campus rate limit u(t); default capacity."
+    )
+    max_step: Rate | None = Field(
+        default=None,
+        description="Largest change of u(t) per sample that the filter makes (slew limit, "
+        "the saturator's ±Δu of paper figure 5); a change of the targets moves u(t) at once "
+        "by the same amount. Default 20% of capacity.",
+    )
+    integral_band: Rate | None = Field(
+        default=None,
+        description="The campus filter's integral accumulates only while the DTN rate "
+        "error |R_DTN − R*| is within this band (conditional integration): the ramp after a "
+        "change of target is left to the proportional and feed-forward paths instead of "
+        "being summed and unwound later as overshoot. A band of capacity or more integrates "
+        "always (paper figure 5), as the DTN cap's filter does. Default: 5% of capacity "
+        "for a cubic DTN; capacity for bbr (its shipped gains were tuned without a band).",
+    )
+
+    RULES = (
+        Rule(
+            cel=f"!has(self.max) || {cel_rate_bps('self.max')} > 0.0",
+            check=lambda limits: limits.max is None or parse_rate(limits.max) > 0,
+            message="controller.limits.max must be greater than 0",
+            violation={"max": "0Mbps"},
+            field_path=".max",
+        ),
+        Rule(
+            cel=f"!has(self.integralBand) || {cel_rate_bps('self.integralBand')} > 0.0",
+            check=lambda limits: (
+                limits.integral_band is None or parse_rate(limits.integral_band) > 0
+            ),
+            message="controller.limits.integralBand must be greater than 0",
+            violation={"integralBand": "0Mbps"},
+            field_path=".integralBand",
+        ),
+    )
+
+
+class DesiredState(ApiModel):
+    """Parts of the desired state y_d(t) (paper table 3) that are not derived."""
+
+    mode: Literal["reachable", "table3"] = Field(
+        default="reachable",
+        description="reachable: campus rate G - R*, G the link's goodput when full as "
+        "measured (B - R* asks for the frame headers' share too), and the delays of y(t-T) "
+        "(a full drop-tail link keeps its queue whatever the split; the controller moves the "
+        "split); table3: the paper's B - R*, base RTTs and zero queuing delay, a state the "
+        "inverse model never saw.",
+    )
+    dtn_rtt: DesiredRtt | None = Field(
+        default=None, description="Desired DTN RTT; default: the measured base RTT."
+    )
+    campus_rtt: DesiredRtt | None = Field(
+        default=None, description="Desired campus RTT; default: the measured base RTT."
+    )
+
+
+class ControllerSpec(ApiModel):
+    """How u(t), the campus token-bucket rate, is computed every sample time T."""
+
+    strategy: Strategy = Field(
+        default="mlc",
+        description="mlc: ANN inverse model + anti-windup PI (paper eq. 1, fig. 5); "
+        "pi: the same filter around the trivial rate; trivial: u = B_max - R* (paper §3.7).",
+    )
+    gains: Gains | None = Field(
+        default=None,
+        description="PI gains; default per the admitted policy's congestion control and the "
+        "strategy: the gains `scidmz tune` found on the simulator (models/<cca>/gains.yaml; "
+        "paper table 4's, cubic 0.285/1.486/1.565 and bbr 0.388/1.918/1.340, tracked worse "
+        "there).",
+    )
+    limits: Limits = Field(default_factory=Limits, description="Bounds and slew of u(t).")
+    desired_state: DesiredState = Field(
+        default_factory=DesiredState, description="Overrides for the desired state y_d(t)."
+    )
+    pinned_after: PinnedAfter = Field(
+        default="60s",
+        description="How long u(t) may stay at limits.min or limits.max held there by the "
+        "filter's integral (without it the filter would be inside) before the controller "
+        "reports not ready and ScidmzControllerPinned fires: 1s to 60m.",
+    )
+
+
+TolerationOperator = Literal["Exists", "Equal"]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class Toleration(ApiModel):
+    """A toleration (core/v1 Toleration) for a node taint."""
+
+    key: str | None = Field(
+        default=None, min_length=1, max_length=317, description="The taint key to tolerate."
+    )
+    operator: TolerationOperator = Field(default="Equal", description="Exists or Equal.")
+    value: str | None = Field(
+        default=None, max_length=63, description="The taint value (operator Equal)."
+    )
+    effect: TaintEffect | None = Field(
+        default=None,
+        description="NoSchedule, PreferNoSchedule or NoExecute; all effects when empty.",
+    )
+    toleration_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86400,
+        description="How long a NoExecute taint is tolerated before eviction.",
+    )
+
+    RULES = (
+        Rule(
+            cel="has(self.key) || (has(self.operator) && self.operator == 'Exists')",
+            check=lambda t: t.key is not None or t.operator == "Exists",
+            message="a toleration without a key must use operator Exists (it tolerates "
+            "every taint: list the taints instead)",
+            violation={"key": None, "operator": "Equal"},
+            field_path=".key",
+        ),
+    )
+
+
+class TcActuator(ApiModel):
+    """Linux tc token bucket on a node's interface, set by a pod on that node's network."""
+
+    node_name: ObjectName = Field(description="Node that owns the interface.")
+    interface: str = Field(
+        min_length=1,
+        max_length=15,
+        pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="Interface whose egress tbf qdisc carries the rate, e.g. eth1.",
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=MAX_TOLERATIONS,
+        description="Taints of nodeName the shaping pod tolerates, exactly as listed (e.g. a "
+        "dedicated border node's). None by default: a pod that tolerated everything would "
+        "also land beside the control plane.",
+    )
+
+
+class SimActuator(ApiModel):
+    """Rate changes sent to the simulator behind `scidmz switch --source sim`."""
+
+    address: HostPort | None = Field(
+        default=None, description="Simulator's control endpoint; default: switch.address."
+    )
+
+
+class ActuatorSpec(ApiModel):
+    """Where u(t), the campus rate limit, is applied."""
+
+    type: ActuatorType = Field(
+        default="dryRun",
+        description="tc: a tbf qdisc on a node (the controller runs there, host networking, "
+        "NET_ADMIN); sim: the embedded simulator; dryRun: compute and export only.",
+    )
+    tc: TcActuator | None = Field(
+        default=None, description="Required when type is tc: the node and its interface."
+    )
+    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
+
+    RULES = (tc_settings_required("actuator"),)
+
+
+class DtnShaperSpec(ApiModel):
+    """A cap on a DTN host's sending rate: a second actuator for DTNs that ignore campus
+    shaping (BBR). ESnet's DTN practice is pacing (fq maxrate, SO_MAX_PACING_RATE); where
+    fq is not available, a tbf on the DTN host's egress does it, and that is what `tc`
+    installs (through a `scidmz shaper` agent on that node)."""
+
+    type: ActuatorType = Field(
+        description="tc: a tbf on the DTN host's interface (a `scidmz shaper` pod on "
+        "tc.nodeName, host networking, NET_ADMIN); sim: the embedded simulator's DTN; "
+        "dryRun: compute and export only.",
+    )
+    tc: TcActuator | None = Field(
+        default=None, description="Required when type is tc: the DTN host's node and interface."
+    )
+    sim: SimActuator | None = Field(default=None, description="Options when type is sim.")
+    gains: Gains | None = Field(
+        default=None,
+        description="Gains of the DTN cap's anti-windup filter (feed-forward R*, error "
+        "R* - R_DTN); default: the shipped tuned gains for the policy's congestion control.",
+    )
+    failsafe_rate: DtnFailsafeRate = Field(
+        default="target",
+        description="The cap applied when telemetry goes stale or the controller stops: "
+        "'target' (the admitted policy's R*) or a rate such as 600Mbps. The shaper agent "
+        "also applies it on its own when the controller goes quiet.",
+    )
+    min_rate: Rate | None = Field(
+        default=None,
+        description="The lowest cap the controller may set and the shaper agent applies: "
+        "a lower request is raised to it. Default: half the admitted policy's target (a cap "
+        "further below the target never helps to hold it, and a bug or a compromised "
+        "controller must not be able to stall the host's transfers).",
+    )
+
+    RULES = (tc_settings_required("shaper"),)
+
+
+class DtnHost(ApiModel):
+    """A Data Transfer Node whose transfers tenants may ask a rate for."""
+
+    name: DnsLabel = Field(description="The host's name on this link; policies ask for it.")
+    receiver_prefix: CidrPrefix = Field(
+        description="Destination prefix of the receiving DTN (DTN-r) for this host's "
+        "transfers, matched by longest prefix on the tapped traffic (paper algorithm 2).",
+    )
+    allowed_namespaces: NamespaceSelection | None = Field(
+        default=None,
+        description="Namespaces that may ask for this host; default: those the link's "
+        "tenants.namespaces allows. A namespace needs both.",
+    )
+    shaper: DtnShaperSpec | None = Field(
+        default=None,
+        description="Optional cap on this host's sending rate around its policy's R*; the "
+        "controller then runs a second anti-windup filter. Needed to hold a BBR DTN.",
+    )
+
+
+class FailsafeSpec(ApiModel):
+    """What to do when telemetry goes stale, and on shutdown."""
+
+    stale_after: StaleAfter | None = Field(
+        default=None,
+        description="Apply the fail-safe rate when no sample arrives for this long: at least "
+        "sampleTime, at most 60m; default 3 sample times.",
+    )
+    rate: FailsafeRate = Field(
+        default="trivial",
+        description="Fail-safe campus rate: 'trivial' (capacity minus the admitted targets) "
+        "or a rate such as 400Mbps.",
+    )
+
+
+class TelemetrySpec(ApiModel):
+    """How the collector turns the switch's reports into y(t) (paper algorithms 4 and 7)."""
+
+    rtt_smoothing: float = Field(
+        default=0.875,
+        ge=0,
+        lt=1,
+        description="alpha of the campus RTT moving average (algorithm 4): RTT <- alpha*RTT + "
+        "(1-alpha)*mean of the per-flow RTTs, once per sample time. The paper leaves it open; "
+        "0.875 is TCP's SRTT weight, also used by P4BS. 0 takes each sample's mean as is.",
+    )
+    flow_timeout: TelemetryDuration = Field(
+        default="2s",
+        description="A campus flow without an RTT sample for this long leaves the RTT vector "
+        "(algorithm 4).",
+    )
+    active_flow_packets: int = Field(
+        default=10,
+        ge=1,
+        le=65535,
+        description="C_TH: packets a flow must send, each within activeFlowWindow of the "
+        "previous, before it counts as active (algorithm 7).",
+    )
+    active_flow_window: TelemetryDuration = Field(
+        default="100ms", description="T_TH of the active-flow rule (algorithm 7)."
+    )
+    idle_timeout: TelemetryDuration = Field(
+        default="2s", description="An active flow silent this long is reported stopped."
+    )
+    rtt_horizon: TelemetryDuration = Field(
+        default="1s",
+        description="A data packet's timestamp slot expires after this long: later ACKs "
+        "give no RTT sample.",
+    )
+    max_active_flows: int = Field(
+        default=65536,
+        ge=1,
+        le=10_000_000,
+        description="The most active flows the data plane can report (its flow register's "
+        "size; the shipped P4 programs hold 65536). A sample reporting more is physically "
+        "impossible: the controller skips it rather than feed it to the model.",
+    )
+    digest_hold: DigestHold = Field(
+        default="10ms",
+        description="How long the switch may hold RTT digests to batch them (P4Runtime "
+        "max_timeout_ns), 1ms to half of sampleTime. Longer holds cost the collector less CPU "
+        "with many flows (bench/results/collector_scale*.md) and make per-flow RTTs older.",
+    )
+
+
+class TenantsSpec(ApiModel):
+    """Who may attach DTNTransferPolicies to the link, and how much of it they may ask for."""
+
+    namespaces: NamespaceSelection = Field(
+        default_factory=NamespaceSelection,
+        description="Namespaces whose policies may attach (the Gateway API's "
+        "allowedRoutes.namespaces). Policies from other namespaces are refused by the API "
+        "server (the chart's ValidatingAdmissionPolicy) and, should one get stored, by the "
+        "operator (Accepted=False, NamespaceNotAllowed).",
+    )
+    max_target_percent: int = Field(
+        default=90,
+        ge=1,
+        le=99,
+        description="The share of capacity, in percent, that the admitted policies' targets "
+        "may take together; the rest is the campus's. Policies are admitted first come, "
+        "first served (by creation time) until it is used up.",
+    )
+
+
+_CAPACITY = cel_rate_bps("self.capacity")
+
+
+def _present(path: str) -> str:
+    """CEL: every part of ``path`` below the spec is set (``has(self.a) && has(self.a.b)``)."""
+    parts = path.split(".")
+    return " && ".join(f"has(self.{'.'.join(parts[: k + 1])})" for k in range(len(parts)))
+
+
+def _value_at(spec: Any, path: str) -> Any:
+    """The parsed value at a camelCase ``path`` of the spec (None when a part is absent)."""
+    node = spec
+    for part in path.split("."):
+        node = getattr(node, to_snake(part), None)
+        if node is None:
+            return None
+    return node
+
+
+def _bps(rate: str | None) -> float:
+    return parse_rate(rate) if rate is not None else 0.0
+
+
+def _within_capacity(path: str, keyword: str | None = None, violation: str = "2Gbps") -> Rule:
+    """``path`` (a rate, or ``keyword``) must not exceed capacity; absent passes."""
+    present = _present(path)
+    exempt = f" || self.{path} == '{keyword}'" if keyword else ""
+
+    def check(spec: Any) -> bool:
+        value = _value_at(spec, path)
+        if value is None or value == keyword:
+            return True
+        return parse_rate(value) <= parse_rate(spec.capacity)
+
+    return Rule(
+        cel=f"!({present}){exempt} || {cel_rate_bps(f'self.{path}')} <= {_CAPACITY}",
+        check=check,
+        message=f"{path} must not exceed capacity",
+        violation={path: violation},
+        field_path=f".{path}",
+    )
+
+
+_LIMITS = "self.controller.limits"
+
+
+def _has_limits(field: str) -> str:
+    return _present(f"controller.limits.{field}")
+
+
+def _hosts_overlap(spec: Any) -> bool:
+    hosts = spec.dtn_hosts
+    return any(
+        a.name != b.name and prefixes_conflict(a.receiver_prefix, b.receiver_prefix)
+        for a in hosts
+        for b in hosts
+    )
+
+
+def _shaper_failsafe_within(spec: Any) -> bool:
+    capacity = parse_rate(spec.capacity)
+    return all(
+        h.shaper is None
+        or h.shaper.failsafe_rate == "target"
+        or parse_rate(h.shaper.failsafe_rate) <= capacity
+        for h in spec.dtn_hosts
+    )
+
+
+def _shaper_floor_within(spec: Any) -> bool:
+    capacity = parse_rate(spec.capacity)
+    return all(
+        h.shaper is None or h.shaper.min_rate is None or parse_rate(h.shaper.min_rate) <= capacity
+        for h in spec.dtn_hosts
+    )
+
+
+_CIDRS = "isCIDR(h.receiverPrefix)"
+
+LINK_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"{_CAPACITY} > 0.0",
+        check=lambda spec: parse_rate(spec.capacity) > 0,
+        message="capacity must be greater than 0",
+        violation={"capacity": "0bps"},
+        field_path=".capacity",
+    ),
+    Rule(
+        cel=f"{_CAPACITY} <= {MAX_RATE_BPS:.1e}",
+        check=lambda spec: parse_rate(spec.capacity) <= MAX_RATE_BPS,
+        message="capacity must be at most 10Tbps",
+        violation={"capacity": "10.5Tbps"},
+        field_path=".capacity",
+    ),
+    _within_capacity("controller.limits.min"),
+    _within_capacity("controller.limits.max"),
+    Rule(
+        cel=f"!({_has_limits('max')} && has({_LIMITS}.min)) || "
+        f"{cel_rate_bps(f'{_LIMITS}.min')} <= {cel_rate_bps(f'{_LIMITS}.max')}",
+        check=lambda spec: (
+            spec.controller.limits.max is None
+            or _bps(spec.controller.limits.min) <= _bps(spec.controller.limits.max)
+        ),
+        message="controller.limits.min must not exceed controller.limits.max",
+        violation={"controller.limits.min": "800Mbps", "controller.limits.max": "200Mbps"},
+        field_path=".controller.limits.min",
+    ),
+    Rule(
+        cel=f"!({_has_limits('maxStep')}) || ({cel_rate_bps(f'{_LIMITS}.maxStep')} > 0.0 && "
+        f"{cel_rate_bps(f'{_LIMITS}.maxStep')} <= {_CAPACITY})",
+        check=lambda spec: (
+            spec.controller.limits.max_step is None
+            or 0 < parse_rate(spec.controller.limits.max_step) <= parse_rate(spec.capacity)
+        ),
+        message="controller.limits.maxStep must be greater than 0 and at most capacity",
+        violation={"controller.limits.maxStep": "0bps"},
+        field_path=".controller.limits.maxStep",
+    ),
+    _within_capacity("failsafe.rate", keyword="trivial"),
+    Rule(
+        cel="!has(self.failsafe) || !has(self.failsafe.staleAfter) || "
+        "duration(self.failsafe.staleAfter) >= duration(self.sampleTime)",
+        check=lambda spec: (
+            spec.failsafe.stale_after is None
+            or parse_duration(spec.failsafe.stale_after) >= parse_duration(spec.sample_time)
+        ),
+        message="failsafe.staleAfter must be at least sampleTime",
+        violation={"failsafe.staleAfter": "500ms", "sampleTime": "1s"},
+        field_path=".failsafe.staleAfter",
+    ),
+    Rule(
+        cel="!has(self.telemetry) || !has(self.telemetry.digestHold) || "
+        "duration(self.telemetry.digestHold) + duration(self.telemetry.digestHold) <= "
+        "duration(self.sampleTime)",
+        check=lambda spec: (
+            2 * parse_duration(spec.telemetry.digest_hold) <= parse_duration(spec.sample_time)
+        ),
+        message="telemetry.digestHold must be at most half of sampleTime",
+        violation={"telemetry.digestHold": "900ms", "sampleTime": "1s"},
+        field_path=".telemetry.digestHold",
+    ),
+    Rule(
+        cel=f"!isCIDR(self.campus.remotePrefix) || self.dtnHosts.all(h, !{_CIDRS} || "
+        "!cidr(h.receiverPrefix).containsCIDR(cidr(self.campus.remotePrefix)))",
+        check=lambda spec: (
+            not any(
+                prefixes_conflict(h.receiver_prefix, spec.campus.remote_prefix)
+                for h in spec.dtn_hosts
+            )
+        ),
+        message=PREFIX_OVERLAP_MESSAGE,
+        violation={
+            "dtnHosts": [{"name": "dtn-1", "receiverPrefix": "203.0.113.0/24"}],
+            "campus.remotePrefix": "203.0.113.0/25",
+        },
+        field_path=".dtnHosts",
+    ),
+    Rule(
+        cel=f"self.dtnHosts.all(a, self.dtnHosts.all(h, a.name == h.name || !{_CIDRS} || "
+        "!isCIDR(a.receiverPrefix) || "
+        "!cidr(a.receiverPrefix).containsCIDR(cidr(h.receiverPrefix))))",
+        check=lambda spec: not _hosts_overlap(spec),
+        message="dtnHosts' receiver prefixes must not overlap: the longer prefix would count "
+        "the other host's transfers as its own",
+        violation={
+            "dtnHosts": [
+                {"name": "dtn-1", "receiverPrefix": "192.0.2.0/24"},
+                {"name": "dtn-2", "receiverPrefix": "192.0.2.10/32"},
+            ]
+        },
+        field_path=".dtnHosts",
+    ),
+    Rule(
+        cel="self.dtnHosts.all(h, !has(h.shaper) || !has(h.shaper.failsafeRate) || "
+        f"h.shaper.failsafeRate == 'target' || "
+        f"{cel_rate_bps('h.shaper.failsafeRate')} <= {_CAPACITY})",
+        check=_shaper_failsafe_within,
+        message="dtnHosts[].shaper.failsafeRate must not exceed capacity",
+        violation={
+            "dtnHosts": [
+                {
+                    "name": "dtn-1",
+                    "receiverPrefix": "203.0.113.10/32",
+                    "shaper": {"type": "dryRun", "failsafeRate": "2Gbps"},
+                }
+            ]
+        },
+        field_path=".dtnHosts",
+    ),
+    Rule(
+        cel="self.dtnHosts.all(h, !has(h.shaper) || !has(h.shaper.minRate) || "
+        f"{cel_rate_bps('h.shaper.minRate')} <= {_CAPACITY})",
+        check=_shaper_floor_within,
+        message="dtnHosts[].shaper.minRate must not exceed capacity",
+        violation={
+            "dtnHosts": [
+                {
+                    "name": "dtn-1",
+                    "receiverPrefix": "203.0.113.10/32",
+                    "shaper": {"type": "dryRun", "minRate": "2Gbps"},
+                }
+            ]
+        },
+        field_path=".dtnHosts",
+    ),
+)
+"""The spec's cross-field rules (at ``spec``; CEL paths are relative to it)."""
+
+
+class CampusSpec(ApiModel):
+    """The general-purpose campus traffic that shares the link with the DTNs."""
+
+    remote_prefix: CidrPrefix = Field(
+        description="Destination prefix of the remote network; packets to it that are not "
+        "an admitted DTN host's are the campus class (paper algorithm 2). May contain the "
+        "DTN hosts' prefixes.",
+    )
+
+
+DtnHosts = Annotated[
+    list[DtnHost],
+    Field(
+        min_length=1,
+        max_length=MAX_DTN_HOSTS,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    ),
+]
+
+
+class BorderLinkSpec(ApiModel):
+    """A shared border link and everything privileged about it."""
+
+    RULES = LINK_RULES
+
+    capacity: Rate = Field(
+        description="B_max, the capacity of the shared bottleneck link (e.g. 1Gbps).",
+    )
+    sample_time: SampleTime = Field(
+        default="1s",
+        description="T, the control and telemetry sample time, 100ms to 60s (paper: 1s).",
+    )
+    campus: CampusSpec = Field(description="The campus traffic sharing the link.")
+    dtn_hosts: DtnHosts = Field(
+        description="The DTN hosts on this link that policies may ask a rate for (1 to 64, "
+        "names unique, prefixes not overlapping)."
+    )
+    switch: SwitchSpec = Field(description="The P4 switch that taps the border router.")
+    controller: ControllerSpec = Field(
+        default_factory=ControllerSpec, description="The control law computing u(t)."
+    )
+    actuator: ActuatorSpec = Field(
+        default_factory=ActuatorSpec, description="Where u(t), the campus rate limit, is applied."
+    )
+    failsafe: FailsafeSpec = Field(
+        default_factory=FailsafeSpec, description="Behaviour on stale telemetry and shutdown."
+    )
+    telemetry: TelemetrySpec = Field(
+        default_factory=TelemetrySpec,
+        description="Estimator settings of the collector (RTT smoothing, active-flow rule).",
+    )
+    tenants: TenantsSpec = Field(
+        default_factory=TenantsSpec,
+        description="Which namespaces may attach policies, and the share of the link their "
+        "targets may take.",
+    )
+    paused: bool = Field(
+        default=False,
+        description="Stop the loop (the controller applies the fail-safe rate first), keeping "
+        "its configuration and the admitted policies.",
+    )
+
+    def dtn_host(self, name: str) -> DtnHost | None:
+        return next((h for h in self.dtn_hosts if h.name == name), None)
+
+
+class LinkStateStatus(ApiModel):
+    """The latest network state y(t) on the link and the control input u(t), in API units."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    dtn_rate: str | None = Field(default=None, description="R_DTN, e.g. 598.2Mbps.")
+    campus_rate: str | None = Field(default=None, description="R_campus.")
+    dtn_rtt: str | None = Field(default=None, description="RTT_DTN, e.g. 101.3ms.")
+    campus_rtt: str | None = Field(default=None, description="RTT_campus.")
+    dtn_queuing_delay: str | None = Field(default=None, description="QD_DTN.")
+    campus_queuing_delay: str | None = Field(default=None, description="QD_campus.")
+    active_flows: int | None = Field(default=None, description="AF, active flows.")
+    campus_rate_limit: str | None = Field(
+        default=None, description="u(t), the applied campus rate limit."
+    )
+    target_rate: str | None = Field(
+        default=None,
+        description="R*, the admitted targets' sum the running controller holds (taken "
+        "without a restart once it has read its updated ConfigMap).",
+    )
+    sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
+
+
+class TrackingStatus(ApiModel):
+    """How well the DTN rate follows the target (paper eq. 3)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    mrae: float | None = Field(default=None, description="Mean relative absolute error.")
+    window: str | None = Field(default=None, description="Window the MRAE covers, e.g. 120s.")
+
+
+class AdmittedPolicy(ApiModel):
+    """A policy the link holds a rate for."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    namespace: str = Field(description="The policy's namespace.")
+    name: str = Field(description="The policy's name.")
+    dtn_host: str = Field(description="The DTN host it asked for.")
+    target_rate: str = Field(description="Its target rate.")
+
+
+class PoliciesStatus(ApiModel):
+    """The policies that reference the link, and what they were granted."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    attached: int = Field(default=0, description="Policies that name this link.")
+    admitted: int = Field(default=0, description="Of those, admitted.")
+    admitted_target: str = Field(default="0bps", description="The sum of admitted targets.")
+    items: list[AdmittedPolicy] = Field(
+        default_factory=list,
+        max_length=MAX_DTN_HOSTS,
+        description="The admitted policies (one per DTN host at most).",
+    )
+
+
+class HostPortAllocation(ApiModel):
+    """A port on a node's network that one of the link's host-network pods listens on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    workload: str = Field(description="controller, or dtn-shaper-<host>.")
+    node: str = Field(description="The node.")
+    port: int = Field(description="The first of the workload's ports (HTTP; gRPC is port+1).")
+
+
+class BorderLinkStatus(ApiModel):
+    """Observed state, written by the operator."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    observed_generation: int | None = Field(
+        default=None, description="The metadata.generation the workloads were last applied for."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Accepted, Ready, TelemetryReady, ControllerReady, Reconciled, Degraded.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["type"],
+        },
+    )
+    state: LinkStateStatus | None = Field(default=None, description="Latest y(t) and u(t).")
+    tracking: TrackingStatus | None = Field(default=None, description="Tracking quality.")
+    policies: PoliciesStatus | None = Field(
+        default=None, description="Attached and admitted policies."
+    )
+    host_ports: list[HostPortAllocation] = Field(
+        default_factory=list,
+        description="Ports the link's host-network pods use, per node; kept for the link's "
+        "life so that two links on one node never collide.",
+    )
+
+
+def parse_link_spec(raw: dict[str, Any]) -> BorderLinkSpec:
+    """Validate a spec dict from the API (camelCase) into the typed model."""
+    return BorderLinkSpec.model_validate(raw)

@@ -1,0 +1,792 @@
+"""Reconcile one BorderLink: admit its policies, run its loop, keep both statuses current.
+
+One pass, a function of what the operator's indexes hold (the link, the policies that name
+it, the namespaces' labels) and of the link's Deployments:
+
+1. decide every attached policy (``scidmz.api.admission``) and write the decisions into
+   the policies' status, with an Event for each decision that changed;
+2. render the loop for the admitted policies (config, certificates, workloads, Services,
+   NetworkPolicies) in the operator's namespace, and apply it all-or-nothing;
+3. write the link's status: its conditions, the admitted policies, its host ports, and an
+   Event when its rate plan changed.
+
+Side effects go through :class:`scidmz.k8s.client.KubeClient`; the objects come from the
+pure builders in :mod:`scidmz.k8s.manifests`, the conditions from :mod:`scidmz.k8s.status`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from scidmz.api import admission
+from scidmz.api.admission import Decision, PolicyView
+from scidmz.api.errors import describe_validation_error
+from scidmz.api.link import (
+    KIND as LINK_KIND,
+)
+from scidmz.api.link import (
+    AdmittedPolicy,
+    BorderLinkSpec,
+    HostPortAllocation,
+    PoliciesStatus,
+    parse_link_spec,
+    tls_secret_problem,
+)
+from scidmz.api.policy import KIND as POLICY_KIND
+from scidmz.api.policy import parse_spec
+from scidmz.api.runtime import Admitted, ChannelSecurity, RuntimeConfig, resolve_runtime_config
+from scidmz.api.units import format_rate, parse_rate
+from scidmz.auth import identity
+from scidmz.auth.pki import KeyPair
+from scidmz.k8s.certificates import CertificateCache, Wanted
+from scidmz.k8s.client import API, KubeApiError, KubeClient
+from scidmz.k8s.host_ports import NoFreeHostPort, allocate_host_ports
+from scidmz.k8s.manifests import (
+    COLLECTOR,
+    CONTROLLER,
+    DTN_SHAPER,
+    IDENTITY_MOUNT,
+    LIVE_CONFIG_ANNOTATION,
+    LinkRef,
+    LinkWorkloads,
+    WorkloadSettings,
+    build_children,
+    build_identity_secret,
+    child_name,
+    collector_address,
+    dtn_shaper_address,
+    dtn_shaper_workload,
+    host_port,
+    identity_secret_name,
+    selector_labels,
+    server_names,
+)
+from scidmz.k8s.status import (
+    Outcome,
+    compute_conditions,
+    conditions_equal,
+    deployment_state,
+    policy_conditions,
+    with_dtn_shaper,
+)
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class PolicySummary:
+    """What the operator keeps of a policy in its index (enough to decide and to skip
+    unchanged writes without reading it again)."""
+
+    namespace: str
+    name: str
+    uid: str
+    created: str
+    generation: int
+    link: str
+    spec: Mapping[str, Any]
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    live: Mapping[str, Any] = field(default_factory=dict)
+    """status.state and status.tracking as last written."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    def view(self) -> PolicyView:
+        try:
+            spec = parse_spec(dict(self.spec))
+        except ValidationError as error:
+            return PolicyView(
+                self.namespace, self.name, self.created, None,
+                describe_validation_error(error, "spec."),
+            )  # fmt: skip
+        return PolicyView(self.namespace, self.name, self.created, spec)
+
+    def body(self) -> dict[str, Any]:
+        """Enough of the object for an Event about it."""
+        return {
+            "apiVersion": API,
+            "kind": POLICY_KIND,
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
+
+
+def summarize_policy(body: Mapping[str, Any]) -> PolicySummary:
+    meta, spec = body["metadata"], body.get("spec") or {}
+    status = body.get("status") or {}
+    return PolicySummary(
+        namespace=meta["namespace"],
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        created=meta.get("creationTimestamp", ""),
+        generation=int(meta.get("generation", 1)),
+        link=str((spec.get("linkRef") or {}).get("name", "")),
+        spec=dict(spec),
+        conditions=tuple(dict(c) for c in status.get("conditions") or []),
+        live={k: status[k] for k in ("state", "tracking") if k in status},
+    )
+
+
+@dataclass(frozen=True)
+class LinkSummary:
+    """What the operator keeps of a link in its index."""
+
+    name: str
+    uid: str
+    generation: int
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    deleting: bool = False
+
+    @property
+    def host_ports(self) -> list[HostPortAllocation]:
+        return [HostPortAllocation.model_validate(a) for a in self.status.get("hostPorts") or []]
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API,
+            "kind": LINK_KIND,
+            "metadata": {"name": self.name, "uid": self.uid},
+        }
+
+    def ready(self) -> tuple[bool, str, str] | None:
+        for condition in self.status.get("conditions") or []:
+            if condition.get("type") == "Ready":
+                return (
+                    condition.get("status") == "True",
+                    str(condition.get("reason", "")),
+                    str(condition.get("message", "")),
+                )
+        return None
+
+
+def summarize_link(body: Mapping[str, Any]) -> LinkSummary:
+    meta = body["metadata"]
+    return LinkSummary(
+        name=meta["name"],
+        uid=meta.get("uid", ""),
+        generation=int(meta.get("generation", 1)),
+        spec=dict(body.get("spec") or {}),
+        status=dict(body.get("status") or {}),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+class LinkRefused(Exception):
+    """The link passed the API schema but its loop cannot run (yet): nothing is applied."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class ReconcilerState:
+    """What one operator process remembers between passes (never the truth: a restart
+    recomputes it all from the API)."""
+
+    applied: dict[str, str] = field(default_factory=dict)
+    """The hash of the objects last applied per link: an unchanged set is not re-sent."""
+    certificates: CertificateCache = field(default_factory=CertificateCache)
+    host_ports: dict[str, list[HostPortAllocation]] = field(default_factory=dict)
+    """Each link's host ports as this process allocated them: links reconcile in parallel,
+    and one's allocation must count for the next before it reaches its status."""
+    ports_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True)
+class Context:
+    client: KubeClient
+    settings: WorkloadSettings
+    ca: KeyPair
+    host_port_base: int = 9500
+    host_port_pairs: int = 250
+    now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+
+
+# ---- 1. admission ---------------------------------------------------------------------
+
+
+def decide(
+    link_name: str,
+    link: LinkSummary | None,
+    policies: Sequence[PolicySummary],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+) -> tuple[BorderLinkSpec | None, dict[tuple[str, str], Decision], str | None]:
+    """The parsed link (None: absent or unusable), every policy's decision, and why the
+    link is unusable (None: it is fine or absent)."""
+    views = [p.view() for p in policies]
+    if link is None or link.deleting:
+        return None, admission.admit(link_name, None, views, namespace_labels), None
+    try:
+        spec = parse_link_spec(dict(link.spec))
+    except ValidationError as error:
+        problem = describe_validation_error(error, "spec.")
+        refusal = Decision(
+            False,
+            "LinkInvalid",
+            f"spec.linkRef.name: BorderLink {link_name} cannot be used: {problem}",
+        )
+        return None, {v.key: refusal for v in views}, problem
+    return spec, admission.admit(link_name, spec, views, namespace_labels), None
+
+
+def write_policy_statuses(
+    client: KubeClient,
+    policies: Sequence[PolicySummary],
+    decisions: Mapping[tuple[str, str], Decision],
+    link_ready: tuple[bool, str, str] | None,
+    now: str,
+) -> int:
+    """Each policy's conditions, written only where they changed, with an Event when its
+    admission decision (Accepted's status or reason) changed. Returns the writes made."""
+    written = 0
+    for policy in policies:
+        decision = decisions[policy.key]
+        previous = [dict(c) for c in policy.conditions]
+        conditions = policy_conditions(
+            previous,
+            policy.generation,
+            decision.accepted,
+            decision.reason,
+            decision.message,
+            decision.refs_resolved,
+            link_ready if decision.accepted else None,
+            now,
+        )
+        if conditions_equal(previous, conditions):
+            continue
+        try:
+            client.patch_policy_status(
+                policy.namespace,
+                policy.name,
+                None,
+                {"conditions": conditions, "observedGeneration": policy.generation},
+            )
+        except KubeApiError as error:
+            if error.is_not_found:
+                continue  # deleted meanwhile
+            raise
+        written += 1
+        before = next((c for c in previous if c.get("type") == "Accepted"), None)
+        if before is None or (before.get("status"), before.get("reason")) != (
+            "True" if decision.accepted else "False",
+            decision.reason,
+        ):
+            _event(
+                client,
+                policy.body(),
+                "Normal" if decision.accepted else "Warning",
+                decision.reason,
+                decision.message,
+            )
+    return written
+
+
+def _event(
+    client: KubeClient, involved: dict[str, Any], kind: str, reason: str, message: str
+) -> None:
+    """An Event, best effort: the audit trail must not stop the loop."""
+    try:
+        client.emit_event(involved, kind, reason, message)
+    except KubeApiError as error:
+        log.warning("event %s on %s: %s", reason, involved["metadata"]["name"], error)
+
+
+# ---- 2. the loop's objects -------------------------------------------------------------
+
+
+def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -> None:
+    """The switch's TLS Secret and pipeline ConfigMap, in the operator's namespace, must
+    exist with the keys they need. Raises ``LinkRefused``."""
+    pipeline = spec.switch.pipeline
+    if pipeline is not None:
+        ref = pipeline.config_map_ref
+        config_map = client.get("v1", "ConfigMap", namespace, ref.name)
+        if config_map is None:
+            raise LinkRefused(
+                "PipelineConfigMapNotFound",
+                f"spec.switch.pipeline.configMapRef: ConfigMap {namespace}/{ref.name} "
+                "does not exist",
+            )
+        keys = set(config_map.get("data") or {}) | set(config_map.get("binaryData") or {})
+        missing = [k for k in (ref.p4info_key, ref.device_config_key) if k not in keys]
+        if missing:
+            raise LinkRefused(
+                "PipelineConfigMapKeyMissing",
+                f"ConfigMap {namespace}/{ref.name} has no key(s) {', '.join(missing)}",
+            )
+    tls = spec.switch.tls
+    if tls is None:
+        return
+    secret = client.get("v1", "Secret", namespace, tls.secret_name)
+    if secret is None:
+        raise LinkRefused(
+            "TlsSecretNotFound",
+            f"spec.switch.tls.secretName: Secret {namespace}/{tls.secret_name} does not exist",
+        )
+    problem = tls_secret_problem(set(secret.get("data") or {}))
+    if problem:
+        raise LinkRefused("TlsSecretKeyMissing", f"Secret {namespace}/{tls.secret_name}: {problem}")
+
+
+def admitted_of(
+    policies: Sequence[PolicySummary], decisions: Mapping[tuple[str, str], Decision]
+) -> list[Admitted]:
+    out = []
+    for view in admission.admitted([p.view() for p in policies], decisions):
+        assert view.spec is not None
+        out.append(Admitted(view.namespace, view.name, view.spec))
+    return out
+
+
+def tc_workloads(spec: BorderLinkSpec, admitted: Sequence[Admitted]) -> list[tuple[str, str]]:
+    """The link's host-network workloads and their nodes: a tc controller, and the DTN
+    shaper of an admitted host with a tc shaper."""
+    wanted = []
+    if spec.actuator.type == "tc" and spec.actuator.tc is not None:
+        wanted.append((CONTROLLER, spec.actuator.tc.node_name))
+    for policy in admitted:
+        host = spec.dtn_host(policy.spec.dtn_host)
+        if host is not None and host.shaper is not None and host.shaper.type == "tc":
+            assert host.shaper.tc is not None
+            wanted.append((dtn_shaper_workload(host.name), host.shaper.tc.node_name))
+    return wanted
+
+
+def wanted_certificates(
+    link: str, config: RuntimeConfig, settings: WorkloadSettings
+) -> dict[str, Wanted]:
+    """The certificate each of the loop's workloads needs, by component."""
+    wanted = {
+        COLLECTOR: Wanted(
+            identity_secret_name(link, COLLECTOR),
+            identity.link_identity(link, identity.COLLECTOR),
+            tuple(server_names(link, COLLECTOR, settings)),
+        ),
+        CONTROLLER: Wanted(
+            identity_secret_name(link, CONTROLLER),
+            identity.link_identity(link, identity.CONTROLLER),
+            tuple(server_names(link, CONTROLLER, settings)),
+        ),
+    }
+    dtn = config.actuator.dtn
+    if dtn is not None and dtn.type == "tc":
+        wanted[DTN_SHAPER] = Wanted(
+            identity_secret_name(link, DTN_SHAPER),
+            identity.link_identity(link, identity.DTN_SHAPER, dtn.host),
+            tuple(server_names(link, DTN_SHAPER, settings)),
+        )
+    return wanted
+
+
+@dataclass(frozen=True)
+class Rendered:
+    config: RuntimeConfig
+    objects: list[dict[str, Any]]
+    host_ports: list[HostPortAllocation]
+    reissued: list[str]
+
+
+def render(
+    ctx: Context,
+    state: ReconcilerState,
+    link: LinkSummary,
+    spec: BorderLinkSpec,
+    admitted: Sequence[Admitted],
+    others_ports: Sequence[HostPortAllocation],
+) -> Rendered:
+    """Every object of the link's loop, certificates included. Raises ``LinkRefused``."""
+    settings = ctx.settings
+    with state.ports_lock:
+        taken = [
+            *others_ports,
+            *(a for other, held in state.host_ports.items() if other != link.name for a in held),
+        ]
+        try:
+            ports = allocate_host_ports(
+                tc_workloads(spec, admitted),
+                state.host_ports.get(link.name) or link.host_ports,
+                taken,
+                ctx.host_port_base,
+                ctx.host_port_pairs,
+            )
+        except NoFreeHostPort as error:
+            raise LinkRefused("NoFreeHostPort", str(error)) from None
+        state.host_ports[link.name] = ports
+    work = LinkWorkloads(
+        paused=spec.paused,
+        tolerations=tuple(spec.actuator.tc.tolerations) if spec.actuator.tc else (),
+        host_ports=tuple(ports),
+    )
+    shaper_grpc: int | None = None
+    for policy in admitted:
+        host = spec.dtn_host(policy.spec.dtn_host)
+        if host is not None and host.shaper is not None and host.shaper.tc is not None:
+            work = replace(work, dtn_tolerations=tuple(host.shaper.tc.tolerations))
+            http = host_port(work, dtn_shaper_workload(host.name))
+            shaper_grpc = http + 1 if http is not None else None
+    security = ChannelSecurity(
+        identity_dir=IDENTITY_MOUNT,
+        collector_server_name=server_names(link.name, COLLECTOR, settings)[1],
+        dtn_shaper_server_name=server_names(link.name, DTN_SHAPER, settings)[1],
+    )
+    config = resolve_runtime_config(
+        link.name,
+        link.generation,
+        spec,
+        admitted,
+        collector_address(link.name, settings),
+        dtn_shaper_address(link.name, settings, shaper_grpc) if shaper_grpc else None,
+        security,
+    )
+    ref = LinkRef(link.name, link.uid)
+    wanted = wanted_certificates(link.name, config, settings)
+    pairs, reissued = state.certificates.certificates(
+        ctx.client, settings.namespace, ctx.ca, list(wanted.values()), ctx.now()
+    )
+    secrets = [
+        build_identity_secret(
+            ref,
+            component,
+            settings,
+            ctx.ca.cert_pem,
+            pairs[want.secret].cert_pem,
+            pairs[want.secret].key_pem,
+        )
+        for component, want in wanted.items()
+    ]
+    work = replace(work, certificates={c: pairs[w.secret].cert_pem for c, w in wanted.items()})
+    objects = [*secrets, *build_children(ref, config, settings, work)]
+    return Rendered(config, objects, ports, reissued)
+
+
+def objects_hash(objects: Sequence[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()
+
+
+def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Dry-run every object first, so a rejected object leaves no partial set behind.
+    Returns the objects as the server stored them, in order."""
+    for obj in objects:
+        client.apply(obj, dry_run=True)
+    return [client.apply(obj) for obj in objects]
+
+
+OPTIONAL = (
+    ("apps/v1", "Deployment", DTN_SHAPER),
+    ("v1", "Service", DTN_SHAPER),
+    ("v1", "Secret", f"{DTN_SHAPER}-tls"),
+)
+"""Children that exist only while an admitted host has a tc shaper."""
+
+
+def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
+          objects: Sequence[dict[str, Any]]) -> None:  # fmt: skip
+    """Delete the optional children this pass no longer renders."""
+    wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
+    for api_version, kind, component in OPTIONAL:
+        name = child_name(link, component)
+        if (kind, name) in wanted:
+            continue
+        if client.delete_if_present(api_version, kind, namespace, name) and kind == "Secret":
+            state.certificates.forget(namespace, name)
+
+
+LIVE_COMPONENTS = (CONTROLLER, DTN_SHAPER)
+"""Workloads that follow their mounted ConfigMap live: the controller (R*, gains, limits,
+fail-safe settings) and the DTN shaper agent (its fail-safe cap and bounds)."""
+
+
+def nudge_live_pods(client: KubeClient, link: str, namespace: str, live_hash: str) -> list[str]:
+    """Annotate the link's running controller and DTN-shaper pods with the new config's
+    hash. They take a new target rate (and the other live settings) from their mounted
+    ConfigMap without a restart, but the kubelet refreshes that file only when it syncs the
+    pod: at its periodic sync (1 min by default) or at once when the pod's metadata
+    changes, which this write does. Returns the pods annotated; a pod gone in between is
+    skipped. The nudge only hastens what the kubelet does anyway, so it never fails the
+    reconcile: an error is logged and the pods get the new file at the kubelet's next
+    sync."""
+    annotation = {LIVE_CONFIG_ANNOTATION: live_hash}
+    nudged = []
+    try:
+        for component in LIVE_COMPONENTS:
+            for pod in client.list_names("v1", "Pod", namespace, selector_labels(link, component)):
+                try:
+                    client.annotate("v1", "Pod", namespace, pod, annotation)
+                except KubeApiError as error:
+                    if not error.is_not_found:
+                        raise
+                    continue
+                nudged.append(pod)
+    except KubeApiError as error:
+        log.warning(
+            "%s: pods not nudged (%s); they take the new config at the kubelet's next sync "
+            "(up to a minute)", link, error,
+        )  # fmt: skip
+    return nudged
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("resourceVersion", ""))
+
+
+def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Rendered) -> bool:
+    """Apply the rendered objects unless the same set was applied last; prune what is no
+    longer rendered; nudge the live pods when the config changed. True when applied."""
+    digest = objects_hash(rendered.objects)
+    if state.applied.get(link) == digest:
+        return False
+    namespace = ctx.settings.namespace
+    config_map = next(o for o in rendered.objects if o["kind"] == "ConfigMap")
+    stored = ctx.client.get("v1", "ConfigMap", namespace, config_map["metadata"]["name"])
+    applied = apply_all_or_nothing(ctx.client, rendered.objects)
+    prune(ctx.client, state, link, namespace, rendered.objects)
+    stored_after = applied[rendered.objects.index(config_map)]
+    if stored is not None and _version(stored) != _version(stored_after):
+        live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
+        nudged = nudge_live_pods(ctx.client, link, namespace, live_hash)
+        log.info("%s: new config %s, pods nudged: %s", link, live_hash, ", ".join(nudged) or "none")
+    state.applied[link] = digest
+    return True
+
+
+# ---- 3. the link's status --------------------------------------------------------------
+
+
+def workload_states(client: KubeClient, link: str, namespace: str, paused: bool) -> tuple[Any, Any]:
+    """The collector's and the controller's (with its DTN shaper's) readiness."""
+    collector = client.get("apps/v1", "Deployment", namespace, child_name(link, COLLECTOR))
+    controller = client.get("apps/v1", "Deployment", namespace, child_name(link, CONTROLLER))
+    shaper = client.get("apps/v1", "Deployment", namespace, child_name(link, DTN_SHAPER))
+    return (
+        deployment_state(collector, paused),
+        with_dtn_shaper(
+            deployment_state(controller, paused),
+            deployment_state(shaper, paused) if shaper is not None else None,
+        ),
+    )
+
+
+def policies_status(
+    policies: Sequence[PolicySummary],
+    decisions: Mapping[tuple[str, str], Decision],
+) -> PoliciesStatus:
+    admitted = [p for p in policies if decisions[p.key].accepted]
+    admitted.sort(key=lambda p: (p.created, p.namespace, p.name))
+    total = sum(parse_rate(str(p.spec.get("targetRate", "0bps"))) for p in admitted)
+    return PoliciesStatus(
+        attached=len(policies),
+        admitted=len(admitted),
+        admitted_target=format_rate(total),
+        items=[
+            AdmittedPolicy(
+                namespace=p.namespace,
+                name=p.name,
+                dtn_host=str(p.spec.get("dtnHost", "")),
+                target_rate=str(p.spec.get("targetRate", "")),
+            )
+            for p in admitted
+        ],
+    )
+
+
+def plan_text(status: PoliciesStatus) -> str:
+    items = ", ".join(
+        f"{p.namespace}/{p.name} {p.target_rate} on {p.dtn_host}" for p in status.items
+    )
+    return f"{status.admitted_target} admitted ({items or 'none'})"
+
+
+def write_link_status(
+    client: KubeClient,
+    link: LinkSummary,
+    outcome: Outcome,
+    states: tuple[Any, Any],
+    paused: bool,
+    policies: PoliciesStatus,
+    host_ports: Sequence[HostPortAllocation],
+    warning: tuple[str, str] | None,
+    now: str,
+) -> bool:
+    """The link's conditions, policies and host ports, written only when they changed;
+    an Event when the rate plan (the admitted policies) changed. True when written."""
+    status = link.status
+    previous = [dict(c) for c in status.get("conditions") or []]
+    conditions = compute_conditions(
+        previous, link.generation, outcome, states[0], states[1], paused, now, warning
+    )
+    patch: dict[str, Any] = {}
+    if not conditions_equal(previous, conditions):
+        patch["conditions"] = conditions
+    policies_json = policies.model_dump(by_alias=True)
+    if status.get("policies") != policies_json:
+        patch["policies"] = policies_json
+    ports_json = [a.model_dump(by_alias=True) for a in host_ports]
+    if (status.get("hostPorts") or []) != ports_json:
+        patch["hostPorts"] = ports_json
+    if outcome.ok and status.get("observedGeneration") != outcome.generation:
+        patch["observedGeneration"] = outcome.generation
+    if not patch:
+        return False
+    try:
+        client.patch_link_status(link.name, patch)
+    except KubeApiError as error:
+        if error.is_not_found:
+            return False
+        raise
+    before = status.get("policies")
+    if "policies" in patch and (before or {}).get("items") != policies_json["items"]:
+        old = PoliciesStatus.model_validate(before) if before else PoliciesStatus()
+        _event(
+            client, link.body(), "Normal", "RatePlanChanged",
+            f"{plan_text(policies)}; was {plan_text(old)}",
+        )  # fmt: skip
+    return True
+
+
+# ---- the pass --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did (for logs, tests and the daemon's next wait)."""
+
+    ready: bool
+    applied: bool
+    policy_writes: int
+    link_written: bool
+
+
+def reconcile_link(
+    ctx: Context,
+    state: ReconcilerState,
+    link: LinkSummary,
+    policies: Sequence[PolicySummary],
+    namespace_labels: Mapping[str, Mapping[str, str]],
+    others_ports: Sequence[HostPortAllocation],
+) -> PassResult:
+    """One pass over a link (see the module's docstring). Raises ``KubeApiError`` for the
+    caller to retry; a link its loop cannot run for is reported in status, not raised."""
+    now = utc_now()
+    spec, decisions, problem = decide(link.name, link, policies, namespace_labels)
+    admitted = admitted_of(policies, decisions) if spec is not None else []
+    namespace = ctx.settings.namespace
+    applied = False
+    host_ports = link.host_ports
+    warning = None
+    if spec is None:
+        outcome = Outcome(
+            False, "InvalidSpec", problem or "the spec does not parse", link.generation
+        )
+    else:
+        if spec.switch.plaintext:
+            warning = (
+                "PlaintextSwitch",
+                "spec.switch.plaintext is true: P4Runtime runs without TLS (lab use only)",
+            )
+        try:
+            check_references(ctx.client, namespace, spec)
+            rendered = render(ctx, state, link, spec, admitted, others_ports)
+            applied = apply_loop(ctx, state, link.name, rendered)
+            host_ports = rendered.host_ports
+            for line in rendered.reissued:
+                log.info("%s: certificate issued (%s)", link.name, line)
+            outcome = Outcome(
+                True, "Applied", f"{len(rendered.objects)} objects applied", link.generation
+            )
+        except LinkRefused as refusal:
+            outcome = Outcome(False, refusal.reason, refusal.message, link.generation)
+            state.applied.pop(link.name, None)
+            if link.status.get("conditions") is None or not any(
+                c.get("reason") == refusal.reason for c in link.status.get("conditions") or []
+            ):
+                _event(ctx.client, link.body(), "Warning", refusal.reason, refusal.message)
+        except KubeApiError as error:
+            if error.is_transient or error.is_conflict or error.is_not_found:
+                raise
+            # rejected by the API server (admission, a quota): visible, retried later
+            state.applied.pop(link.name, None)
+            outcome = Outcome(False, "ApplyRejected", str(error), link.generation)
+    paused = bool(spec.paused) if spec is not None else False
+    states = workload_states(ctx.client, link.name, namespace, paused)
+    link_written = write_link_status(
+        ctx.client, link, outcome, states, paused,
+        policies_status(policies, decisions), host_ports, warning, now,
+    )  # fmt: skip
+    ready = outcome.ok and states[0].ready and states[1].ready and not paused
+    if paused:
+        link_ready: tuple[bool, str, str] = (False, "Paused", "the link's spec.paused is true")
+    elif not outcome.ok:
+        link_ready = (False, outcome.reason, outcome.message)
+    elif not ready:
+        link_ready = (False, "LoopNotReady", "; ".join(
+            s.message for s in states if not s.ready
+        ))  # fmt: skip
+    else:
+        link_ready = (True, "Ready", "")
+    writes = write_policy_statuses(ctx.client, policies, decisions, link_ready, now)
+    return PassResult(ready, applied, writes, link_written)
+
+
+def refuse_orphans(
+    client: KubeClient,
+    link_name: str,
+    policies: Sequence[PolicySummary],
+) -> int:
+    """Policies naming a link that does not exist: LinkNotFound (the link's deletion, or
+    a policy written before its link)."""
+    _, decisions, _ = decide(link_name, None, policies, {})
+    return write_policy_statuses(client, policies, decisions, None, utc_now())
+
+
+def teardown_order(link: str) -> list[tuple[str, str, str]]:
+    """What deleting a link removes, in order, once its controller has stopped (its
+    fail-safe first, through the shapers that must still be there): the DTN shaper, then
+    the rest."""
+    return [
+        ("apps/v1", "Deployment", child_name(link, DTN_SHAPER)),
+        ("apps/v1", "Deployment", child_name(link, COLLECTOR)),
+        ("v1", "Service", child_name(link, COLLECTOR)),
+        ("v1", "Service", child_name(link, CONTROLLER)),
+        ("v1", "Service", child_name(link, DTN_SHAPER)),
+        ("networking.k8s.io/v1", "NetworkPolicy", child_name(link, COLLECTOR)),
+        ("networking.k8s.io/v1", "NetworkPolicy", child_name(link, CONTROLLER)),
+        ("v1", "ConfigMap", child_name(link, "config")),
+        ("v1", "Secret", identity_secret_name(link, COLLECTOR)),
+        ("v1", "Secret", identity_secret_name(link, CONTROLLER)),
+        ("v1", "Secret", identity_secret_name(link, DTN_SHAPER)),
+        ("v1", "ServiceAccount", child_name(link, "scidmz")),
+    ]
+
+
+def controller_stopped(client: KubeClient, link: str, namespace: str) -> bool:
+    """Delete the link's controller (its pod restores the fail-safe rates as it stops)
+    and say whether its pods are all gone."""
+    client.delete_if_present("apps/v1", "Deployment", namespace, child_name(link, CONTROLLER))
+    return not client.list_names("v1", "Pod", namespace, selector_labels(link, CONTROLLER))
+
+
+def remove_loop(client: KubeClient, state: ReconcilerState, link: str, namespace: str) -> None:
+    for api_version, kind, name in teardown_order(link):
+        client.delete_if_present(api_version, kind, namespace, name)
+        if kind == "Secret":
+            state.certificates.forget(namespace, name)
+    state.applied.pop(link, None)
+    with state.ports_lock:
+        state.host_ports.pop(link, None)

@@ -1,0 +1,283 @@
+"""A tenant with only their namespace tries what they may not, on the real API server with
+the chart's ValidatingAdmissionPolicy: each attempt is refused with the field and the
+reason (by the API server, or in the policy's status), and nothing privileged appears.
+
+The tenant is a ServiceAccount with the Role examples/tenants.yaml gives research groups
+(DTNTransferPolicies in their namespace, nothing else), impersonated with kubectl --as."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scidmz.testenv.identities import OPERATOR_NAMESPACE
+from tests.k8s.conftest import REPO, wait_for
+from tests.loops import link_object, policy_object
+
+CHART = REPO / "charts" / "scidmz"
+
+
+@pytest.fixture(scope="module")
+def admission_policy(plane):
+    """The chart's ValidatingAdmissionPolicy and binding, as `helm install` applies them."""
+    helm = Path(plane.toolchain.path("helm"))
+    rendered = subprocess.run(
+        [str(helm), "template", "tenancy", str(CHART), "--show-only",
+         "templates/admission-policy.yaml", "--kube-version", "1.37.1"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    plane.kubectl("apply", "-f", "-", input_text=rendered)
+    yield
+    plane.kubectl("delete", "-f", "-", input_text=rendered, check=False)
+
+
+class Tenant:
+    """kubectl as a tenant's ServiceAccount (its namespace's Role only)."""
+
+    def __init__(self, plane, namespace: str) -> None:
+        self.plane, self.namespace = plane, namespace
+        role = next(
+            d for d in yaml.safe_load_all((REPO / "examples" / "tenants.yaml").read_text())
+            if d["kind"] == "Role"
+        )  # fmt: skip
+        role["metadata"]["namespace"] = namespace
+        plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(role))
+        plane.kubectl("create", "serviceaccount", "alice", "-n", namespace)
+        plane.kubectl(
+            "create", "rolebinding", "alice", "--role=scidmz-tenant",
+            f"--serviceaccount={namespace}:alice", "-n", namespace,
+        )  # fmt: skip
+        self.user = f"system:serviceaccount:{namespace}:alice"
+
+    def kubectl(self, *args: str, input_text: str | None = None):
+        return self.plane.kubectl(
+            *args, "--as", self.user, "--as-group", "system:serviceaccounts",
+            input_text=input_text, check=False,
+        )  # fmt: skip
+
+    def apply(self, obj):
+        obj = {**obj, "metadata": {**obj["metadata"], "namespace": self.namespace}}
+        return self.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj))
+
+    def can(self, verb: str, resource: str, namespace: str | None = None) -> bool:
+        where = namespace or self.namespace
+        resource, _, sub = resource.partition("/")
+        subresource = [f"--subresource={sub}"] if sub else []
+        answer = self.kubectl("auth", "can-i", verb, resource, *subresource, "-n", where)
+        return answer.stdout.strip() == "yes"
+
+
+@pytest.fixture
+def tenant(plane, namespace) -> Tenant:
+    return Tenant(plane, namespace)
+
+
+def _policy(link: str, name: str = "p", **changes):
+    return policy_object(name, linkRef={"name": link}, **changes)
+
+
+def _accepted(kube, name):
+    return kube.condition(name, "Accepted") or {}
+
+
+def _refused_by_the_api_server(result, *fragments):
+    assert result.returncode != 0, result.stdout
+    for fragment in fragments:
+        assert fragment in result.stderr, result.stderr
+
+
+def test_a_tenant_may_ask_for_a_rate_and_nothing_else(
+    plane, operator, admission_policy, tenant, kube, links
+):
+    name = links.name("t")
+    hosts = [
+        {"name": "dtn-1", "receiverPrefix": "203.0.113.10/32"},
+        {"name": "dtn-2", "receiverPrefix": "203.0.113.20/32",
+         "allowedNamespaces": {"from": "Selector",
+                               "selector": {"matchLabels": {"team": "climate"}}}},
+    ]  # fmt: skip
+    links.apply(link_object(name, dtnHosts=hosts))
+    wait_for(lambda: links.get(name), 10, "the link")
+    # what the tenant may do: ask for a rate on the link, and read its status
+    assert tenant.apply(_policy(name)).returncode == 0
+    wait_for(lambda: _accepted(kube, "p").get("status") == "True", 15, "admitted")
+    assert tenant.kubectl("get", "dtp", "p", "-n", tenant.namespace).returncode == 0
+
+    # privileged fields do not exist for it: the API server says so (kubectl is strict)
+    for field, value in (
+        ("nodeName", "edge-1"), ("interface", "eth0"),
+        ("switch", {"address": "someone-elses-switch:9559", "electionId": 99}),
+        ("tls", {"secretName": "secret-of-another-namespace"}),
+    ):  # fmt: skip
+        result = tenant.apply(_policy(name, "sneaky", **{field: value}))
+        _refused_by_the_api_server(result, f'unknown field "spec.{field}"')
+    # the admission policy refuses what the link does not allow, before it is stored
+    _refused_by_the_api_server(
+        tenant.apply(_policy(name, "elsewhere", dtnHost="dtn-9")),
+        "ValidatingAdmissionPolicy", f"BorderLink {name} has no DTN host dtn-9",
+    )  # fmt: skip
+    _refused_by_the_api_server(
+        tenant.apply(_policy(name, "theirs", dtnHost="dtn-2")),
+        f"namespace {tenant.namespace} may not ask for DTN host dtn-2",
+    )
+    _refused_by_the_api_server(
+        tenant.apply(_policy(name, "huge", targetRate="2Gbps")),
+        "spec.targetRate: 2Gbps is not below the capacity",
+    )
+    for refused in ("sneaky", "elsewhere", "theirs", "huge"):
+        assert kube.get("dtp", refused) is None
+    # its RBAC: policies in its namespace, nothing else
+    assert tenant.can("create", "dtntransferpolicies.scidmz.io")
+    for verb, resource, where in (
+        ("create", "borderlinks.scidmz.io", None), ("patch", "borderlinks.scidmz.io", None),
+        ("get", "secrets", OPERATOR_NAMESPACE), ("get", "secrets", None),
+        ("create", "pods", None), ("create", "deployments.apps", None),
+        ("patch", "dtntransferpolicies.scidmz.io/status", None),
+        ("create", "dtntransferpolicies.scidmz.io", "default"),
+    ):  # fmt: skip
+        assert not tenant.can(verb, resource, where), (verb, resource, where)
+    assert tenant.kubectl("get", "borderlinks").returncode != 0
+    # and no workload of any kind ever appears where it lives
+    for kind in ("pods", "deployments", "services", "configmaps", "secrets"):
+        listed = plane.kubectl("get", kind, "-n", tenant.namespace, "-o", "json").stdout
+        items = [i["metadata"]["name"] for i in json.loads(listed)["items"]]
+        assert [i for i in items if not i.startswith(("alice", "kube-root-ca"))] == [], kind
+
+
+def test_a_link_that_does_not_allow_the_namespace_refuses_it(
+    plane, operator, admission_policy, tenant, kube, links
+):
+    name = links.name("closed")
+    closed = {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "x"}}}}
+    links.apply(link_object(name, tenants=closed))
+    wait_for(lambda: links.get(name), 10, "the link")
+    _refused_by_the_api_server(
+        tenant.apply(_policy(name)),
+        f"spec.linkRef.name: BorderLink {name} does not allow policies from namespace "
+        f"{tenant.namespace}",
+    )
+    # a link that admits nobody (the default) refuses everyone too
+    default = links.name("default")
+    link = link_object(default)
+    link["spec"].pop("tenants")
+    links.apply(link)
+    wait_for(lambda: links.get(default), 10, "the link")
+    _refused_by_the_api_server(tenant.apply(_policy(default)), "does not allow policies")
+
+
+def test_the_share_the_link_leaves_tenants_is_decided_in_status(
+    plane, operator, admission_policy, tenant, kube, links
+):
+    name = links.name("quota")
+    links.apply(link_object(name))
+    # 950 Mb/s of 1 Gb/s: below the capacity (the API server takes it), above the 90 %
+    assert tenant.apply(_policy(name, targetRate="950Mbps")).returncode == 0
+    refusal = wait_for(
+        lambda: (c := _accepted(kube, "p")) and c.get("reason") == "QuotaExceeded" and c,
+        15,
+        "QuotaExceeded",
+    )
+    assert refusal["status"] == "False"
+    assert "spec.targetRate: 950Mbps does not fit" in refusal["message"]
+    assert "900Mbps (90% of 1Gbps) in all, 900Mbps left" in refusal["message"]
+    events = plane.kubectl(
+        "get", "events", "-n", tenant.namespace, "--field-selector", "involvedObject.name=p",
+        "-o", "jsonpath={.items[*].reason}",
+    ).stdout.split()  # fmt: skip
+    assert "QuotaExceeded" in events
+    # the loop holds nothing for it
+    wait_for(
+        lambda: (
+            ((links.get(name) or {}).get("status") or {}).get("policies", {}).get("admitted") == 0
+        ),
+        10,
+        "nothing admitted",
+    )
+    # within the share: admitted
+    assert tenant.apply(_policy(name, targetRate="800Mbps")).returncode == 0
+    wait_for(lambda: _accepted(kube, "p").get("status") == "True", 15, "admitted at 800 Mb/s")
+
+
+def test_first_come_first_served_and_the_next_one_when_the_first_goes(
+    plane, operator, admission_policy, tenant, kube, links
+):
+    name = links.name("fcfs")
+    hosts = [{"name": "dtn-1", "receiverPrefix": "203.0.113.10/32"},
+             {"name": "dtn-2", "receiverPrefix": "203.0.113.20/32"}]  # fmt: skip
+    links.apply(link_object(name, dtnHosts=hosts))
+    assert tenant.apply(_policy(name, "first")).returncode == 0
+    wait_for(lambda: _accepted(kube, "first").get("status") == "True", 15, "first admitted")
+    # creation times have a resolution of a second (equal ones are ordered by name)
+    time.sleep(1.1)
+    assert tenant.apply(_policy(name, "same-host")).returncode == 0
+    time.sleep(1.1)
+    assert tenant.apply(_policy(name, "other-host", dtnHost="dtn-2")).returncode == 0
+    wait_for(lambda: _accepted(kube, "same-host").get("reason") == "DtnHostInUse", 15, "in use")
+    wait_for(lambda: _accepted(kube, "other-host").get("reason") == "DtnClassShared", 15, "shared")
+    assert f"{tenant.namespace}/first holds it" in _accepted(kube, "other-host")["message"]
+    assert _accepted(kube, "first")["status"] == "True"  # a later one never displaces it
+    kube.delete("dtp", "first")
+    wait_for(lambda: _accepted(kube, "same-host").get("status") == "True", 15, "the next admitted")
+    assert _accepted(kube, "other-host")["reason"] == "DtnClassShared"
+    config = wait_for(
+        lambda: (c := links.child("configmap", f"{name}-config"))
+        and "same-host" in c["data"]["config.yaml"] and c,
+        15,
+        "the loop now holds same-host",
+    )  # fmt: skip
+    assert "name: first" not in config["data"]["config.yaml"]
+
+
+def test_a_policy_before_its_link_waits_and_a_namespace_that_loses_its_label_loses_it(
+    plane, operator, admission_policy, tenant, kube, links
+):
+    name = links.name(f"later-{uuid.uuid4().hex[:4]}")
+    # GitOps in any order: the API server cannot judge a link that does not exist yet
+    assert tenant.apply(_policy(name)).returncode == 0
+    refusal = wait_for(
+        lambda: (c := _accepted(kube, "p")) and c.get("reason") == "LinkNotFound" and c,
+        15,
+        "LinkNotFound",
+    )
+    assert f"BorderLink {name} does not exist" in refusal["message"]
+    assert kube.condition("p", "ResolvedRefs")["status"] == "False"
+    links.apply(link_object(name))
+    wait_for(lambda: _accepted(kube, "p").get("status") == "True", 15, "admitted once it exists")
+    # the administrators take the namespace off the tenants' list: the stored policy loses
+    # its admission (the API server only sees new writes; the operator sees them all)
+    plane.kubectl("label", "namespace", tenant.namespace, "scidmz.io/tenant-")
+    wait_for(lambda: _accepted(kube, "p").get("reason") == "NamespaceNotAllowed", 15, "dropped")
+    wait_for(
+        lambda: links.get(name)["status"]["policies"]["admitted"] == 0, 10, "the loop let it go"
+    )
+
+
+def test_a_flood_of_policies_stops_at_the_administrators_quota(
+    plane, operator, admission_policy, tenant, links
+):
+    """Policy objects are the tenant's to create, so their number is bounded the way
+    Kubernetes bounds any object count: a ResourceQuota in the tenant's namespace."""
+    name = links.name("flood")
+    links.apply(link_object(name))
+    quota = {
+        "apiVersion": "v1", "kind": "ResourceQuota",
+        "metadata": {"name": "scidmz", "namespace": tenant.namespace},
+        "spec": {"hard": {"count/dtntransferpolicies.scidmz.io": "5"}},
+    }  # fmt: skip
+    plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(quota))
+    wait_for(
+        lambda: "count/dtntransferpolicies.scidmz.io"
+        in plane.kubectl("get", "resourcequota", "scidmz", "-n", tenant.namespace,
+                         "-o", "jsonpath={.status.hard}").stdout,
+        10,
+        "the quota in force",
+    )  # fmt: skip
+    results = [tenant.apply(_policy(name, f"p{k}")) for k in range(8)]
+    assert [r.returncode == 0 for r in results] == [True] * 5 + [False] * 3
+    assert "exceeded quota" in results[5].stderr

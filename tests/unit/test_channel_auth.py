@@ -1,0 +1,311 @@
+"""Every port a link's workloads open is authenticated: tried as an attacker on the pod
+network would, against the real processes (``scidmz collector``, ``scidmz controller``,
+``scidmz target``), not a mock. The DTN shaper's own test is in test_dtn_shaper.py.
+
+- the sample stream: no certificate, no handshake; a certificate of the operator's CA for
+  another workload or another link, PERMISSION_DENIED; the link's controller, samples;
+- /metrics and /state: 403 without a certificate or with a workload's, 200 for the
+  operator and Prometheus's reader; /healthz and /readyz stay open to the kubelet;
+- P4Runtime on a switch that requires mutual TLS: an anonymous client (a higher election
+  id included) gets no handshake, nor does one with a certificate of another CA.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from scidmz.api.runtime import ChannelSecurity, dump_runtime_config
+from scidmz.auth import identity
+from scidmz.auth.mtls import (
+    ClientTls,
+    MutualTls,
+    http_client_context,
+    load_mutual_tls,
+    open_channel,
+)
+from scidmz.auth.pki import (
+    PkiError,
+    issue_certificate,
+    load_certificate_authority,
+    renewal_due,
+    uri_identities,
+)
+from scidmz.metrics.http import fetch_state
+from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+from scidmz.testenv.cluster import free_port
+from tests.identities import NOW, SERVER_NAME, authority, issue, link_identities, write
+from tests.loops import plaintext_link_spec, render
+
+LINK = "campus-border"
+
+# ---- the certificate authority ---------------------------------------------------------
+
+
+def test_certificates_carry_one_identity_and_are_reissued_for_the_right_reasons():
+    ca = authority()
+    who = identity.link_identity(LINK, "collector")
+    pair = issue_certificate(ca, who, NOW, ["a.svc"], server=True)
+    assert uri_identities(pair.cert_pem) == (who,)
+    assert renewal_due(pair.cert_pem, ca.cert_pem, who, ["a.svc"], NOW) is None
+    assert renewal_due(pair.cert_pem, ca.cert_pem, who, ["b.svc"], NOW) == (
+        "issued for other host names"
+    )
+    other = identity.link_identity(LINK, "controller")
+    assert renewal_due(pair.cert_pem, ca.cert_pem, other, ["a.svc"], NOW) == (
+        "issued for another identity"
+    )
+    assert renewal_due(pair.cert_pem, authority("another CA").cert_pem, who, ["a.svc"], NOW) == (
+        "issued by another CA"
+    )
+    later = NOW + dt.timedelta(days=340)  # within the last 30 days of a year's validity
+    assert (renewal_due(pair.cert_pem, ca.cert_pem, who, ["a.svc"], later) or "").startswith(
+        "expires"
+    )
+    assert renewal_due(b"junk", ca.cert_pem, who, [], NOW) is not None
+
+
+def test_a_ca_secret_that_is_not_a_usable_ca_is_an_error():
+    ca = authority()
+    leaf = issue_certificate(ca, identity.OPERATOR, NOW)
+    with pytest.raises(PkiError, match="not a CA"):
+        load_certificate_authority(leaf)
+    mixed = type(ca)(ca.cert_pem, authority().key_pem)
+    with pytest.raises(PkiError, match="does not match"):
+        load_certificate_authority(mixed)
+
+
+def test_the_peer_policies_are_the_table_in_the_docs():
+    stream = identity.controller_only(LINK)
+    assert stream.admits([identity.link_identity(LINK, "controller")])
+    assert not stream.admits([identity.link_identity("other", "controller")])
+    assert not stream.admits([identity.link_identity(LINK, "collector")])
+    assert not stream.admits([])  # anonymous
+    assert not stream.admits([identity.link_identity(LINK, "controller")] * 2)
+    assert identity.OBSERVER_POLICY.admits([identity.METRICS_READER])
+    assert not identity.OBSERVER_POLICY.admits([identity.link_identity(LINK, "controller")])
+
+
+# ---- real processes --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ids")
+    ca = authority()
+    dirs = link_identities(ca, LINK, root)
+    dirs["other-link"] = write(
+        issue(ca, identity.link_identity("other-link", "controller")), root / "other-link"
+    )
+    dirs["stranger"] = write(issue(authority("a stranger's CA"), identity.OPERATOR), root / "s")
+    return dirs
+
+
+def _config(tmp_path: Path, component: str, dirs, grpc_port: int) -> Path:
+    security = ChannelSecurity(
+        identity_dir=str(dirs[component]),
+        collector_server_name=SERVER_NAME,
+        dtn_shaper_server_name=SERVER_NAME,
+    )
+    spec = plaintext_link_spec(actuator={"type": "dryRun"})
+    spec["switch"]["address"] = f"127.0.0.1:{free_port()}"  # no switch: the ports still open
+    config = render(spec, collector=f"127.0.0.1:{grpc_port}", security=security)
+    path = tmp_path / f"{component}.yaml"
+    path.write_text(dump_runtime_config(config))
+    return path
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "scidmz.cli", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _unverified() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return context
+
+
+def _get(port: int, path: str, client: MutualTls | None = None) -> tuple[int, bytes]:
+    context = http_client_context(client) if client is not None else _unverified()
+    if client is not None:
+        context.check_hostname = False  # the server's name is checked by fetch_state's test
+    try:
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{port}{path}", context=context, timeout=3
+        ) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def _wait_https(port: int, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
+        try:
+            _get(port, "/healthz")
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("no HTTPS endpoint")
+
+
+def _stop(*procs: subprocess.Popen[str]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        proc.communicate(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def collector(pki, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("collector")
+    grpc_port, http_port = free_port(), free_port()
+    config = _config(tmp, "collector", pki, grpc_port)
+    proc = _start(["collector", "--config", str(config), "--http-port", str(http_port),
+                   "--listen", f"127.0.0.1:{grpc_port}"])  # fmt: skip
+    _wait_https(http_port, proc)
+    yield grpc_port, http_port
+    _stop(proc)
+
+
+async def _latest(address: str, tls: ClientTls | None) -> str:
+    channel = open_channel(address, tls)
+    try:
+        stub = telemetry_pb2_grpc.TelemetryStub(channel)
+        await stub.Latest(telemetry_pb2.LatestRequest(), timeout=3)
+        return "OK"
+    except grpc.aio.AioRpcError as error:
+        return error.code().name
+    finally:
+        await channel.close(None)
+
+
+def test_the_sample_stream_answers_its_links_controller_alone(pki, collector):
+    grpc_port, _ = collector
+    address = f"127.0.0.1:{grpc_port}"
+
+    def as_(name: str) -> ClientTls:
+        return ClientTls(load_mutual_tls(pki[name]), SERVER_NAME)
+
+    assert asyncio.run(_latest(address, None)) == "UNAVAILABLE"  # plaintext: no handshake
+    assert asyncio.run(_latest(address, as_("stranger"))) == "UNAVAILABLE"  # another CA
+    assert asyncio.run(_latest(address, as_("collector"))) == "PERMISSION_DENIED"
+    assert asyncio.run(_latest(address, as_("other-link"))) == "PERMISSION_DENIED"
+    assert asyncio.run(_latest(address, as_("reader"))) == "PERMISSION_DENIED"
+    # the link's controller gets through (no sample yet: the switch is not there)
+    assert asyncio.run(_latest(address, as_("controller"))) == "NOT_FOUND"
+
+
+def test_metrics_and_state_answer_observers_only_probes_anyone(pki, collector):
+    _, http_port = collector
+    assert _get(http_port, "/healthz")[0] == 200
+    assert _get(http_port, "/readyz")[0] in (200, 503)  # not ready: no switch; but answered
+    status, body = _get(http_port, "/metrics")
+    assert status == 403 and b"no client certificate" in body
+    assert _get(http_port, "/state")[0] == 403
+    controller = load_mutual_tls(pki["controller"])
+    status, body = _get(http_port, "/metrics", controller)
+    assert status == 403 and b"link/campus-border/controller" in body
+    status, body = _get(http_port, "/metrics", load_mutual_tls(pki["reader"]))
+    assert status == 200 and b"scidmz_build_info" in body
+    status, body = _get(http_port, "/state", load_mutual_tls(pki["operator"]))
+    assert status == 200 and json.loads(body)["link"] == LINK
+    with pytest.raises(OSError):  # plaintext HTTP to a TLS port: dropped, not answered
+        urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=3).read()
+
+
+def test_the_operator_reads_a_controllers_state_and_checks_whose_server_it_is(pki, tmp_path):
+    grpc_port, http_port = free_port(), free_port()
+    config = _config(tmp_path, "controller", pki, grpc_port)
+    proc = _start(["controller", "--config", str(config), "--http-port", str(http_port)])
+    try:
+        _wait_https(http_port, proc)
+        url = f"https://127.0.0.1:{http_port}/state"
+        operator = http_client_context(load_mutual_tls(pki["operator"]))
+        state = fetch_state(url, tls=operator, server_name=SERVER_NAME)
+        assert state is not None and state["link"] == LINK
+        # the name the certificate carries is checked: a server pretending to be another
+        assert fetch_state(url, tls=operator, server_name="elsewhere.svc") is None
+        # a client of another CA is refused at the handshake
+        stranger = http_client_context(load_mutual_tls(pki["stranger"]))
+        assert fetch_state(url, tls=stranger, server_name=SERVER_NAME) is None
+        # and plain http:// to it is no /state either
+        assert fetch_state(f"http://127.0.0.1:{http_port}/state") is None
+    finally:
+        _stop(proc)
+
+
+def test_p4runtime_on_a_mutual_tls_switch_refuses_anonymous_and_foreign_clients(tmp_path):
+    """A tenant once named another tenant's switch with a higher election id and took
+    mastership; the switch's address is now the administrators', and a switch that requires
+    client certificates lets nobody else in, whatever election id they claim."""
+    from finsy.proto import p4r, p4r_grpc
+
+    from scidmz.testenv.certs import generate_switch_tls
+
+    pki = generate_switch_tls(tmp_path / "switch", "tofino-1.campus.example")
+    port = free_port()
+    target = _start([
+        "target", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(pki.switch_cert),
+        "--tls-key", str(pki.switch_key), "--tls-client-ca", str(pki.ca_cert),
+    ])  # fmt: skip
+    options = [("grpc.ssl_target_name_override", "tofino-1.campus.example")]
+
+    async def arbitrate(credentials: grpc.ChannelCredentials | None) -> str:
+        channel = (
+            grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials, options=options)
+            if credentials is not None
+            else grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        )
+        try:
+            stub = p4r_grpc.P4RuntimeStub(channel)
+            request = p4r.StreamMessageRequest()
+            request.arbitration.device_id = 1
+            request.arbitration.election_id.low = 1_000_000  # above any collector's
+            call = stub.StreamChannel(iter([request]), timeout=3)
+            async for answer in call:
+                return "MASTER" if answer.arbitration.status.code == 0 else "BACKUP"
+            return "CLOSED"
+        except grpc.aio.AioRpcError as error:
+            return error.code().name
+        finally:
+            await channel.close(None)
+
+    try:
+        time.sleep(1.0)
+        ca = pki.ca_cert.read_bytes()
+        foreign = generate_switch_tls(tmp_path / "foreign", "tofino-1.campus.example")
+        foreign_client = grpc.ssl_channel_credentials(
+            ca,
+            (foreign.collector_dir / "tls.key").read_bytes(),
+            (foreign.collector_dir / "tls.crt").read_bytes(),
+        )
+        assert asyncio.run(arbitrate(None)) == "UNAVAILABLE"
+        assert asyncio.run(arbitrate(grpc.ssl_channel_credentials(ca))) == "UNAVAILABLE"
+        assert asyncio.run(arbitrate(foreign_client)) == "UNAVAILABLE"
+        # the administrators' collector certificate is let in (and becomes primary)
+        own = grpc.ssl_channel_credentials(
+            ca,
+            (pki.collector_dir / "tls.key").read_bytes(),
+            (pki.collector_dir / "tls.crt").read_bytes(),
+        )
+        assert asyncio.run(arbitrate(own)) == "MASTER"
+    finally:
+        _stop(target)

@@ -8,15 +8,19 @@ set -euo pipefail
 declare -A PACKAGES=(
   [prometheus]=prometheus [promtool]=prometheus  # the scrape tests, make demo
   [ip]=iproute2 [tc]=iproute2 [ss]=iproute2      # the tc actuator, the lab
+  [/usr/lib/cni/bridge]=containernetworking-plugins  # the real node's pod network
   [iperf3]=iperf3 [ethtool]=ethtool [ping]=iputils-ping [pgrep]=procps [gcc]=gcc  # the lab
   [tcpdump]=tcpdump                               # bench/lab_packets.py
   [npm]=npm                                       # the dashboards against @grafana/schema
   [buildah]=buildah [debootstrap]=debootstrap     # the image build and its structure test
   [chromium-headless-shell]=chromium-headless-shell  # the docs site rendered (tests/docs)
+  [containerd]=containerd [ctr]=containerd [runc]=runc  # the real node (testenv, make demo)
+  [iptables]=iptables [conntrack]=conntrack          # kube-proxy on the real node
 )
 missing=()
 for tool in "${!PACKAGES[@]}"; do
-  command -v "$tool" >/dev/null 2>&1 || missing+=("${PACKAGES[$tool]}")
+  if [[ $tool == /* ]]; then [[ -x $tool ]] && continue; else command -v "$tool" >/dev/null 2>&1 && continue; fi
+  missing+=("${PACKAGES[$tool]}")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 mapfile -t packages < <(printf '%s\n' "${missing[@]}" | sort -u)

@@ -15,6 +15,13 @@ HELM_VERSION=v3.22.0
 # Only its CRDs (ServiceMonitor, PodMonitor, PrometheusRule), so that the chart's monitoring
 # objects are validated by the API server against the real schemas.
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+# The real node (scidmz.testenv.node): kubelet and kube-proxy from the same module as the
+# control plane, CoreDNS for cluster DNS, and the pod sandbox's pause program.
+COREDNS_VERSION=v1.12.4
+# Debian's Prometheus is built without Kubernetes service discovery; the in-cluster tests
+# discover pods through the API server as a user's Prometheus would (module v0.307.3 is
+# Prometheus 3.7.3; `go install` refuses it for its exclude directives, so a tool module).
+PROMETHEUS_MODULE_VERSION=v0.307.3
 
 here=$(cd "$(dirname "$0")" && pwd)
 cache_root=${SCIDMZ_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/scidmz}
@@ -41,6 +48,27 @@ if [[ ! -d "$monitoring" ]]; then
   mv "$monitoring.partial" "$monitoring"
   ln -sfn "$(basename "$monitoring")" "$out/monitoring-crds"
 fi
+
+node="$out/node-coredns-${COREDNS_VERSION}_prometheus-${PROMETHEUS_MODULE_VERSION}"
+if [[ ! -x "$node/kubelet" || ! -x "$node/kube-proxy" || ! -x "$node/coredns" || ! -x "$node/pause" ||
+      ! -x "$node/prometheus" ]]; then
+  echo ">> building the real node's kubelet, kube-proxy, CoreDNS ${COREDNS_VERSION}, pause and" \
+       "Prometheus (cold: ~5 min)" >&2
+  rm -rf "$node.partial"; mkdir -p "$node.partial"
+  node_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+  (
+    cd "$here"
+    export CGO_ENABLED=0 GOFLAGS=-mod=mod
+    $go build -trimpath -ldflags "$node_ldflags" -o "$node.partial/" \
+      k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+    cd "$here/pause" && $go build -trimpath -ldflags "-s -w" -o "$node.partial/pause" .
+    cd "$here/prometheus" && $go build -trimpath -ldflags "-s -w" -o "$node.partial/prometheus" \
+      github.com/prometheus/prometheus/cmd/prometheus
+  )
+  CGO_ENABLED=0 GOBIN="$node.partial" $go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@${COREDNS_VERSION}"
+  rm -rf "$node"; mv "$node.partial" "$node"
+fi
+ln -sfn "$(basename "$node")" "$out/node"
 
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 complete=1

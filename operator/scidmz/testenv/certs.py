@@ -133,9 +133,13 @@ def generate_pki(directory: Path) -> PkiPaths:
     serving_key = _key()
     sans: list[x509.GeneralName] = [
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
+        x509.IPAddress(ipaddress.ip_address("198.19.0.1")),  # the kubernetes Service
+        x509.IPAddress(ipaddress.ip_address("198.19.255.1")),  # the host, from a real node
         x509.DNSName("localhost"),
+        x509.DNSName("kubernetes"),
+        x509.DNSName("kubernetes.default"),
         x509.DNSName("kubernetes.default.svc"),
+        x509.DNSName("kubernetes.default.svc.cluster.local"),
     ]
     serving = _issue(
         _name("kube-apiserver"),

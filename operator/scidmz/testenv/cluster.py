@@ -29,6 +29,10 @@ import yaml
 from scidmz.testenv.certs import PkiPaths, generate_pki
 
 FAKE_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+# 198.18.0.0/15, the benchmarking range, never the private ranges (testenv.node has the map)
+SERVICE_RANGE = "198.19.0.0/17"
+FAKE_POD_RANGE = "198.18.128.0/17"
+NODE_HOST_IP = "198.19.255.1"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "testenv" / "build.sh"
 _BINARIES = (
@@ -56,6 +60,11 @@ class Toolchain:
 
     def path(self, name: str) -> str:
         return str(self.bin_dir / name)
+
+    @property
+    def node_dir(self) -> Path:
+        """The real node's kubelet, kube-proxy, CoreDNS and pause (``testenv.node``)."""
+        return self.bin_dir.parent / "node"
 
 
 def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
@@ -251,8 +260,13 @@ def start_control_plane(
     toolchain: Toolchain | None = None,
     timeout_s: float = 60.0,
     crds: tuple[Path, ...] = (),
+    node_reachable: bool = False,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+
+    ``node_reachable``: the API server also answers a real node's network
+    (``testenv.node``: it listens on every address and advertises the host's end of the
+    node's link, which the ``kubernetes`` Service then points at).
 
     ``crds`` (files or directories) are installed and established before the controllers
     start, so the garbage collector knows their kinds from its first discovery (it
@@ -314,9 +328,9 @@ def start_control_plane(
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={'0.0.0.0' if node_reachable else '127.0.0.1'}",  # noqa: S104
                 f"--secure-port={api_port}",
-                "--advertise-address=127.0.0.1",
+                f"--advertise-address={NODE_HOST_IP if node_reachable else '127.0.0.1'}",
                 f"--cert-dir={root / 'apiserver-certs'}",
                 f"--tls-cert-file={pki.serving_cert}",
                 f"--tls-private-key-file={pki.serving_key}",
@@ -325,8 +339,12 @@ def start_control_plane(
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
                 "--authorization-mode=RBAC",
-                "--endpoint-reconciler-type=none",
-                "--service-cluster-ip-range=10.96.0.0/16",
+                f"--endpoint-reconciler-type={'lease' if node_reachable else 'none'}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                # kubectl logs/exec on a real node: the admin identity, by its InternalIP
+                f"--kubelet-client-certificate={pki.admin_cert}",
+                f"--kubelet-client-key={pki.admin_key}",
+                "--kubelet-preferred-address-types=InternalIP",
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
                 "--profiling=false",
@@ -369,7 +387,7 @@ def start_control_plane(
                 f"--kubeconfig={kubeconfig}",
                 f"--config={tools.kwok_stages}",
                 f"--manage-nodes-with-annotation-selector={FAKE_NODE_ANNOTATION}=fake",
-                "--cidr=10.244.0.0/16",
+                f"--cidr={FAKE_POD_RANGE}",
                 "--node-ip=127.0.0.1",
             ],
         )

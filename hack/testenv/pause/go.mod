@@ -1,0 +1,3 @@
+module github.com/scidmz/scidmz/hack/testenv/pause
+
+go 1.24

@@ -1,0 +1,112 @@
+"""A real node (kubelet + containerd + runc) joined to the local control plane: pods from
+an image built here run with addresses of the node's bridge, and stopping the node leaves
+nothing behind on the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scidmz.testenv import node as real_node
+from scidmz.testenv.cluster import ControlPlane, start_control_plane
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or bool(real_node.missing_tools()),
+    reason=f"the real node needs root and {', '.join(real_node.missing_tools()) or 'nothing'}",
+)
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    plane = start_control_plane(node_reachable=True, log=lambda _: None)
+    yield plane
+    plane.stop()
+
+
+def _wait(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def _leftovers(root: Path) -> list[str]:
+    left = []
+    netns = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=False
+    ).stdout
+    if real_node.NODE_NETNS in netns:
+        left.append("network namespace")
+    link = subprocess.run(
+        ["ip", "link", "show", real_node.HOST_VETH], capture_output=True, check=False
+    )
+    if link.returncode == 0:
+        left.append("veth")
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")]
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if str(root).encode() in cmdline:
+            left.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return left
+
+
+def test_a_pod_runs_on_the_real_node_and_nothing_is_left_after_it(plane: ControlPlane) -> None:
+    node = real_node.start_real_node(plane, "node-0", log=lambda _: None)
+    try:
+        addresses = json.loads(
+            plane.kubectl("get", "node", "node-0", "-o", "jsonpath={.status.addresses}").stdout
+        )
+        assert {"type": "InternalIP", "address": real_node.NODE_IP} in addresses
+        pod = {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "sandbox-only", "namespace": "default"},
+            "spec": {
+                "nodeName": "node-0",
+                "containers": [{"name": "pause", "image": real_node.PAUSE_IMAGE,
+                                "imagePullPolicy": "Never"}],
+            },
+        }  # fmt: skip
+        plane.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
+        phase = _wait(
+            lambda: (out := plane.kubectl(
+                "get", "pod", "sandbox-only", "-o", "jsonpath={.status.phase} {.status.podIP}",
+                check=False,
+            ).stdout).startswith("Running") and out,
+            60, "the pod Running",
+        )  # fmt: skip
+        assert real_node.pod_ip_in_range(phase.split()[1]), phase
+        # the pod's network is the node's bridge: reachable from the node, not the host's
+        ping = subprocess.run(
+            node.in_node("ping", "-c", "1", "-W", "2", phase.split()[1]),
+            capture_output=True,
+            check=False,
+        )
+        assert ping.returncode == 0, ping.stderr
+        plane.kubectl("delete", "pod", "sandbox-only", "--wait=true", "--timeout=60s")
+        # Services: the kubernetes Service's cluster IP reaches the API server through
+        # kube-proxy's rules, and its name resolves through the cluster's DNS
+        for url in (
+            "https://198.19.0.1/livez",
+            "https://kubernetes.default.svc.cluster.local/livez",
+        ):
+            answer = _wait(lambda url=url: (r := subprocess.run(
+                node.in_node("curl", "-s", "--max-time", "2", "--cacert",
+                             str(plane.pki.ca_cert), url),
+                capture_output=True, text=True, check=False,
+            )).returncode == 0 and r, 30, f"{url} from the node")  # fmt: skip
+            assert answer.stdout.strip() == "ok", (url, answer.stdout, answer.stderr)
+    finally:
+        node.stop()
+    assert _leftovers(node.root) == []

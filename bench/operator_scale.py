@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 import yaml
 
+from scidmz.k8s.status import condition_true, find_condition
 from scidmz.testenv.cluster import ControlPlane, start_control_plane
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from scidmz.testenv.operator_process import start_operator
@@ -76,13 +77,6 @@ class Row:
     reasons: dict[str, int]
 
 
-def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    for condition in (obj.get("status") or {}).get("conditions", []):
-        if condition["type"] == kind:
-            return dict(condition)
-    return None
-
-
 def _items(plane: ControlPlane, resource: str) -> list[dict[str, Any]]:
     out = plane.kubectl("get", resource, "-A", "-o", "json").stdout
     return list(json.loads(out)["items"])
@@ -92,7 +86,7 @@ def _count(plane: ControlPlane) -> dict[str, Any]:
     policies, links = _items(plane, "dtp"), _items(plane, "borderlinks")
     decided, admitted, ready, reasons = 0, 0, 0, {}
     for policy in policies:
-        accepted = _condition(policy, "Accepted")
+        accepted = find_condition(policy, "Accepted")
         if accepted is None:
             continue
         if accepted.get("observedGeneration") != policy["metadata"]["generation"]:
@@ -101,11 +95,8 @@ def _count(plane: ControlPlane) -> dict[str, Any]:
         reasons[accepted["reason"]] = reasons.get(accepted["reason"], 0) + 1
         if accepted["status"] == "True":
             admitted += 1
-            ready_condition = _condition(policy, "Ready")
-            ready += bool(ready_condition and ready_condition["status"] == "True")
-    links_ready = sum(
-        bool((c := _condition(link, "Ready")) and c["status"] == "True") for link in links
-    )
+            ready += condition_true(policy, "Ready")
+    links_ready = sum(condition_true(link, "Ready") for link in links)
     return {
         "decided": decided, "admitted": admitted, "admitted_ready": ready,
         "links_ready": links_ready, "reasons": reasons,

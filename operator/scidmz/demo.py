@@ -30,6 +30,7 @@ from scidmz.demo_loop import (
     watch,
     write_report,
 )
+from scidmz.k8s.status import condition_true, find_condition
 from scidmz.testenv.cluster import (
     REPO_ROOT,
     ControlPlane,
@@ -59,10 +60,9 @@ class DemoError(RuntimeError):
 
 
 def _condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for condition in (obj.get("status") or {}).get("conditions", []):
-        if condition["type"] == kind:
-            return dict(condition)
-    return {"status": "Unknown", "reason": "Pending", "message": "not reconciled yet"}
+    return find_condition(obj, kind) or {
+        "status": "Unknown", "reason": "Pending", "message": "not reconciled yet",
+    }  # fmt: skip
 
 
 def _coloured(condition: dict[str, Any]) -> str:
@@ -195,8 +195,8 @@ def run_demo(
                 live.update(_status_tables(links, policies, elapsed))
                 if (
                     policies
-                    and all(_condition(p, "Ready")["status"] == "True" for p in policies)
-                    and all(_condition(x, "Ready")["status"] == "True" for x in links)
+                    and all(condition_true(p, "Ready") for p in policies)
+                    and all(condition_true(x, "Ready") for x in links)
                 ):
                     break
                 if elapsed > timeout_s:

@@ -73,8 +73,8 @@ def test_every_local_link_of_the_readme_exists():
     ids=["stop N", "issue N"],
 )
 def test_no_text_in_the_repository_numbers_the_team_s_work(pattern):
-    """What changed goes to CHANGELOG.md and what was learned to docs/; never "stop 31" or
-    "(issue 13)", labels that mean nothing to a reader."""
+    """What changed goes to CHANGELOG.md and what was learned to docs/; never a work
+    session's or an issue's number, labels that mean nothing to a reader."""
     found = subprocess.run(
         ["git", "grep", "--untracked", "-niE", pattern, "--", ".", ":!tests/docs/test_readme.py"],
         cwd=REPO_ROOT, capture_output=True, text=True, check=False,

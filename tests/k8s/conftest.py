@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from scidmz.k8s.status import find_condition
 from scidmz.testenv.cluster import ControlPlane, free_port, start_control_plane
 from scidmz.testenv.identities import OPERATOR_NAMESPACE, create_switch_secret, ensure_namespace
 from scidmz.testenv.operator_process import OperatorProcess, start_operator
@@ -145,7 +146,7 @@ class Kube:
         return sorted(r.stdout.split())
 
     def condition(self, policy: str, type_: str) -> dict[str, Any] | None:
-        return _condition(self.get("dtp", policy) or {}, type_)
+        return find_condition(self.get("dtp", policy) or {}, type_)
 
     def delete(self, kind: str, name: str) -> None:
         self.plane.kubectl("delete", kind, name, "-n", self.namespace, "--wait=false")
@@ -154,13 +155,6 @@ class Kube:
 @pytest.fixture
 def kube(plane, namespace) -> Kube:
     return Kube(plane, namespace)
-
-
-def _condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions", []):
-        if c["type"] == type_:
-            return dict(c)
-    return None
 
 
 class Links:
@@ -186,7 +180,7 @@ class Links:
         return json.loads(r.stdout) if r.returncode == 0 else None
 
     def condition(self, name: str, type_: str) -> dict[str, Any] | None:
-        return _condition(self.get(name) or {}, type_)
+        return find_condition(self.get(name) or {}, type_)
 
     def ready(self, name: str) -> bool:
         return (self.condition(name, "Ready") or {}).get("status") == "True"

@@ -88,3 +88,14 @@ def test_deployment_state():
     assert deployment_state(_dep(generation=2, observed=1), False).reason == "Progressing"
     assert deployment_state(_dep(updated=0), False).reason == "Progressing"
     assert deployment_state(_dep(available=0), False).reason == "Unavailable"
+
+
+def test_a_condition_is_found_by_type_and_absent_ones_are_none():
+    from scidmz.k8s.status import condition_true, find_condition
+
+    obj = {"status": {"conditions": [{"type": "Accepted", "status": "False", "reason": "X"},
+                                     {"type": "Ready", "status": "True"}]}}  # fmt: skip
+    assert find_condition(obj, "Accepted") == {"type": "Accepted", "status": "False", "reason": "X"}
+    assert find_condition(obj, "Degraded") is None and find_condition({}, "Ready") is None
+    assert condition_true(obj, "Ready") and not condition_true(obj, "Accepted")
+    assert not condition_true({"status": None}, "Ready")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from scidmz.k8s.status import condition_true
 from scidmz.testenv.cluster import REPO_ROOT, ControlPlane, start_control_plane
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from scidmz.testenv.operator_process import start_operator
@@ -30,13 +31,7 @@ class FailoverResult:
 
 def _ready_count(plane: ControlPlane) -> int:
     items = json.loads(plane.kubectl("get", "dtp", "-A", "-o", "json").stdout)["items"]
-    return sum(
-        any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (p.get("status") or {}).get("conditions", [])
-        )
-        for p in items
-    )
+    return sum(condition_true(p, "Ready") for p in items)
 
 
 def run_operator_failover(

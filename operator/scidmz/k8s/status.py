@@ -9,6 +9,7 @@ identical status and nothing is written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -203,6 +204,19 @@ def policy_conditions(
         ),
         _condition("Ready", *ready, generation, by_type, now),
     ]
+
+
+def find_condition(obj: Mapping[str, Any], kind: str) -> dict[str, Any] | None:
+    """The condition of type ``kind`` in an object's ``status.conditions`` (None: absent)."""
+    for condition in (obj.get("status") or {}).get("conditions", []):
+        if condition.get("type") == kind:
+            return dict(condition)
+    return None
+
+
+def condition_true(obj: Mapping[str, Any], kind: str) -> bool:
+    condition = find_condition(obj, kind)
+    return condition is not None and condition.get("status") == "True"
 
 
 def conditions_equal(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> bool:

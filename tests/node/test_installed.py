@@ -25,6 +25,7 @@ from scidmz.testenv import image
 from scidmz.testenv import node as real_node
 from scidmz.testenv.cluster import REPO_ROOT, ControlPlane, start_control_plane
 from scidmz.testenv.identities import create_switch_secret
+from tests.k8s.conftest import wait_for
 
 pytestmark = [
     pytest.mark.skipif(
@@ -56,14 +57,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
 
 
 def _wait(predicate, timeout_s: float, what: str, plane: ControlPlane):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    pods = plane.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
-    raise AssertionError(f"not within {timeout_s} s: {what}\n{pods}")
+    """``wait_for`` every 0.5 s, with every pod's state when it times out."""
+    try:
+        return wait_for(predicate, timeout_s, what, interval=0.5)
+    except AssertionError as error:
+        pods = plane.kubectl("get", "pods", "-A", "-o", "wide", check=False).stdout
+        raise AssertionError(f"{error}\n{pods}") from None
 
 
 def _switch(plane: ControlPlane, directory: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from scidmz.testenv import node as real_node
 from scidmz.testenv.cluster import ControlPlane, start_control_plane
+from tests.k8s.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or bool(real_node.missing_tools()),
@@ -27,16 +27,6 @@ def plane() -> Iterator[ControlPlane]:
     plane = start_control_plane(node_reachable=True, log=lambda _: None)
     yield plane
     plane.stop()
-
-
-def _wait(predicate, timeout_s: float, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def _leftovers(root: Path) -> list[str]:
@@ -79,7 +69,7 @@ def test_a_pod_runs_on_the_real_node_and_nothing_is_left_after_it(plane: Control
             },
         }  # fmt: skip
         plane.kubectl("apply", "-f", "-", input_text=json.dumps(pod))
-        phase = _wait(
+        phase = wait_for(
             lambda: (out := plane.kubectl(
                 "get", "pod", "sandbox-only", "-o", "jsonpath={.status.phase} {.status.podIP}",
                 check=False,
@@ -101,7 +91,7 @@ def test_a_pod_runs_on_the_real_node_and_nothing_is_left_after_it(plane: Control
             "https://198.19.0.1/livez",
             "https://kubernetes.default.svc.cluster.local/livez",
         ):
-            answer = _wait(lambda url=url: (r := subprocess.run(
+            answer = wait_for(lambda url=url: (r := subprocess.run(
                 node.in_node("curl", "-s", "--max-time", "2", "--cacert",
                              str(plane.pki.ca_cert), url),
                 capture_output=True, text=True, check=False,

@@ -11,6 +11,7 @@ the base image and the build's layers in its own storage between runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -120,6 +121,19 @@ def base_image(rootfs: Path, tag: str = BASE_TAG) -> str:
             60, "buildah config",
         )  # fmt: skip
         _run([*BUILDAH, "commit", "--quiet", container, tag], 600, "buildah commit")
+    finally:
+        subprocess.run([*BUILDAH, "rm", container], capture_output=True, check=False)
+    return tag
+
+
+def binary_image(tag: str, binary: Path, path: str, user: str) -> str:
+    """A static ``binary`` alone on scratch at ``path``, its entrypoint, run as ``user``."""
+    container = _run([*BUILDAH, "from", "scratch"], 60, "buildah from scratch").strip()
+    try:
+        _run([*BUILDAH, "copy", container, str(binary), path], 60, "buildah copy")
+        _run([*BUILDAH, "config", "--entrypoint", json.dumps([path]), "--user", user,
+              container], 60, "buildah config")  # fmt: skip
+        _run([*BUILDAH, "commit", "--quiet", container, tag], 120, "buildah commit")
     finally:
         subprocess.run([*BUILDAH, "rm", container], capture_output=True, check=False)
     return tag

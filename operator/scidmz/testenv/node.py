@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from scidmz.testenv import image
 from scidmz.testenv.cluster import NODE_HOST_IP, ControlPlane
 
 NODE_NETNS = "scidmz-node"
@@ -446,28 +447,15 @@ def pod_ip_in_range(ip: str) -> bool:
     return ipaddress.ip_address(ip) in ipaddress.ip_network(POD_SUBNET)
 
 
-BUILDAH = ("buildah", "--storage-driver", "vfs")
-
-
 def pause_image_archive(pause_binary: Path) -> Path:
     """The sandbox image (``pause_binary`` on scratch, user 65535) as a docker-archive
     beside the binary, built with buildah once and reused."""
     archive = pause_binary.with_name("pause-image.tar")
     if archive.exists():
         return archive
-    container = _run([*BUILDAH, "from", "scratch"], "buildah from").stdout.strip()
-    try:
-        _run([*BUILDAH, "copy", container, str(pause_binary), "/pause"], "buildah copy")
-        _run([*BUILDAH, "config", "--entrypoint", '["/pause"]', "--user", "65535:65535",
-              container], "buildah config")  # fmt: skip
-        _run([*BUILDAH, "commit", "--quiet", container, PAUSE_IMAGE], "buildah commit")
-    finally:
-        _run([*BUILDAH, "rm", container], "buildah rm", check=False)
-    partial = archive.with_suffix(".partial")
-    partial.unlink(missing_ok=True)
-    _run([*BUILDAH, "push", "--quiet", PAUSE_IMAGE, f"docker-archive:{partial}:{PAUSE_IMAGE}"],
-         "buildah push")  # fmt: skip
-    partial.rename(archive)
+    image.binary_image(PAUSE_IMAGE, pause_binary, "/pause", "65535:65535")
+    partial = image.archive(PAUSE_IMAGE, archive.with_suffix(".partial"))
+    partial.rename(archive)  # only a whole archive is ever found
     return archive
 
 

@@ -39,7 +39,9 @@ EXAMPLES = REPO_ROOT / "examples"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Path]]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ControlPlane, real_node.Node, Path]]:
     base = image.base_image(image.base_rootfs(Path.home() / ".cache" / "scidmz" /
                                               f"image-base-{image.SUITE}"))  # fmt: skip
     built = image.build(REPO_ROOT, base)
@@ -50,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlP
     node = real_node.start_real_node(plane, "node-0", log=lambda _: None)
     try:
         node.import_image(archive)
-        yield plane, tmp_path_factory.mktemp("switch")
+        yield plane, node, tmp_path_factory.mktemp("switch")
     finally:
         node.stop()
         plane.stop()
@@ -120,9 +122,9 @@ def _helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_helm_install_runs_the_loop_in_pods_on_the_real_node(
-    cluster: tuple[ControlPlane, Path],
+    cluster: tuple[ControlPlane, real_node.Node, Path],
 ) -> None:
-    plane, directory = cluster
+    plane, node, directory = cluster
     _helm(plane, "install", "scidmz", str(REPO_ROOT / "charts" / "scidmz"), "--namespace", NS,
           "--create-namespace", "--set", "image.repository=localhost/scidmz",
           "--set", "image.tag=test", "--wait", "--timeout", "180s")  # fmt: skip
@@ -147,7 +149,7 @@ def test_helm_install_runs_the_loop_in_pods_on_the_real_node(
     assert rate.endswith("bps"), rate
     nodes = plane.kubectl("get", "pods", "-n", NS, "-o", "jsonpath={.items[*].spec.nodeName}")
     assert set(nodes.stdout.split()) == {"node-0"}
-    _prometheus_scrapes_every_loop_pod(plane, directory)
+    _prometheus_scrapes_every_loop_pod(plane, node, directory)
 
     # u(t) is decided and moves with the samples
     limits = set()
@@ -174,7 +176,9 @@ def test_helm_install_runs_the_loop_in_pods_on_the_real_node(
     assert left.strip() == ""
 
 
-def _prometheus_scrapes_every_loop_pod(plane: ControlPlane, directory: Path) -> None:
+def _prometheus_scrapes_every_loop_pod(
+    plane: ControlPlane, node: real_node.Node, directory: Path
+) -> None:
     """The real Prometheus, on the node's network, discovering the loop's pods through the
     API server (``kubernetes_sd_configs``) and scraping them over mutual TLS with the
     metrics-reader certificate; the overview dashboard's queries then return data."""
@@ -215,7 +219,6 @@ def _prometheus_scrapes_every_loop_pod(plane: ControlPlane, directory: Path) -> 
         }],
     }  # fmt: skip
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
-    node = real_node.running_node()
     listen = f"{real_node.NODE_IP}:9090"
     node.spawn("prometheus", [prometheus, f"--config.file={directory / 'prometheus.yml'}",
                               f"--storage.tsdb.path={directory / 'tsdb'}",

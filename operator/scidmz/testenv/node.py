@@ -53,6 +53,9 @@ KERNEL_DEFAULTS = {
     "kernel/keys/root_maxbytes": "25000000",
 }
 CNI_BIN_DIR = Path("/usr/lib/cni")
+# stopped last, in this order (the kubelet would restart what containerd stops), after
+# anything else started on the node
+_BASE = ("coredns", "kube-proxy", "kubelet", "containerd")
 NEEDED = ("containerd", "ctr", "runc", "ip", "unshare", "nsenter", "iptables")
 
 
@@ -211,10 +214,8 @@ class Node:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        # the kubelet first (it would restart what containerd stops), then containerd,
-        # which takes its shims down with it; then every container left, by cgroup
-        if self in _RUNNING:
-            _RUNNING.remove(self)
+        # what else runs on the node, then _BASE in its order; then the shims containerd
+        # leaves behind and every container left, by cgroup
         for name in [*(n for n in self.processes if n not in _BASE), *_BASE]:
             proc = self.processes.pop(name, None)
             if proc is not None and proc.poll() is None:
@@ -459,17 +460,6 @@ def pause_image_archive(pause_binary: Path) -> Path:
     return archive
 
 
-_RUNNING: list[Node] = []
-_BASE = ("coredns", "kube-proxy", "kubelet", "containerd")
-
-
-def running_node() -> Node:
-    """The node :func:`start_real_node` started last and has not stopped."""
-    if not _RUNNING:
-        raise NodeError("no real node is running")
-    return _RUNNING[-1]
-
-
 def start_real_node(
     plane: ControlPlane, name: str = "node-0", log: Callable[[str], None] = print
 ) -> Node:
@@ -489,7 +479,6 @@ def start_real_node(
         if ready == "True":
             log(f"testenv: node {name} Ready after {time.monotonic() - started:.1f}s")
             start_services(node, str(node_dir / "kube-proxy"), str(node_dir / "coredns"))
-            _RUNNING.append(node)
             return node
         if node.processes["kubelet"].poll() is not None:
             break

@@ -21,9 +21,12 @@ testenv:
 sysdeps:
 	hack/system-deps.sh
 
-## The main job: local control plane + operator + examples/*.yaml, showing their status.
+## The main job: the image on a real local node, the chart installed with helm,
+## examples/*.yaml, the loop in pods, live, and a report. DEMO_MODE=host runs the loop as
+## local processes instead (machines without containerd or root).
+DEMO_MODE ?= cluster
 demo: $(STAMP) testenv sysdeps
-	$(BIN)/scidmz demo
+	$(BIN)/scidmz demo --mode $(DEMO_MODE)
 
 ## Every test: static gates, the docs site (strict), then unit and control-plane tests.
 test: $(STAMP) testenv sysdeps lint docs

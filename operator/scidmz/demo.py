@@ -70,7 +70,7 @@ def _coloured(condition: dict[str, Any]) -> str:
     return f"[{colour}]{condition['status']}[/]"
 
 
-def _status_tables(
+def status_tables(
     links: list[dict[str, Any]], policies: list[dict[str, Any]], elapsed_s: float
 ) -> Table:
     table = Table(title=f"BorderLinks and DTNTransferPolicies ({elapsed_s:.1f}s after apply)")
@@ -101,10 +101,50 @@ def _status_tables(
     return table
 
 
-def _items(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
+def items(plane: ControlPlane, kind: str) -> list[dict[str, Any]]:
     out = plane.kubectl("get", kind, "-A", "-o", "json").stdout
     items: list[dict[str, Any]] = json.loads(out)["items"]
     return items
+
+
+def hold_until_interrupted(console: Console, kubeconfig: Path, hint: str) -> None:
+    """``--keep``: say how to reach the cluster and wait for Ctrl-C (or SIGTERM)."""
+    console.print(f"[bold]Still running.[/] export KUBECONFIG={kubeconfig}\n"
+                  f"Try: {hint}; Ctrl-C cleans up.")  # fmt: skip
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+
+
+def say_how_it_ended(console: Console, workdir: Path, failed: bool, removed: str) -> None:
+    """A failed demo keeps its logs and says where; a finished one removes them."""
+    if failed:
+        console.print(f"[red]demo failed; logs kept in {workdir}[/]")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+        console.print(f"[green]demo finished; {removed}[/]")
+
+
+def wait_until_ready(plane: ControlPlane, console: Console, timeout_s: float, hint: str) -> None:
+    """The links' and policies' status, live, until every one is Ready. Raises
+    ``DemoError`` (with ``hint``: where to look) after ``timeout_s``."""
+    started = time.monotonic()
+    with Live(console=console, refresh_per_second=4) as live:
+        while True:
+            links, policies = items(plane, "borderlinks"), items(plane, "dtp")
+            elapsed = time.monotonic() - started
+            live.update(status_tables(links, policies, elapsed))
+            if (
+                policies
+                and all(condition_true(p, "Ready") for p in policies)
+                and all(condition_true(x, "Ready") for x in links)
+            ):
+                console.print()
+                return
+            if elapsed > timeout_s:
+                raise DemoError(f"links and policies not Ready after {timeout_s:.0f}s; {hint}")
+            time.sleep(0.25)
 
 
 def _local_tls(plane: ControlPlane, workdir: Path, switch: Any) -> LocalTls:
@@ -187,24 +227,7 @@ def run_demo(
             console.print("  " + applied.stdout.strip().replace("\n", "\n  "))
 
         console.rule("[bold]4/5 status")
-        started = time.monotonic()
-        with Live(console=console, refresh_per_second=4) as live:
-            while True:
-                links, policies = _items(plane, "borderlinks"), _items(plane, "dtp")
-                elapsed = time.monotonic() - started
-                live.update(_status_tables(links, policies, elapsed))
-                if (
-                    policies
-                    and all(condition_true(p, "Ready") for p in policies)
-                    and all(condition_true(x, "Ready") for x in links)
-                ):
-                    break
-                if elapsed > timeout_s:
-                    raise DemoError(
-                        f"links and policies not Ready after {timeout_s:.0f}s; operator log: "
-                        f"{log_path}"
-                    )
-                time.sleep(0.25)
+        wait_until_ready(plane, console, timeout_s, f"operator log: {log_path}")
         console.print(plane.kubectl("get", "borderlinks").stdout)
         console.print(plane.kubectl("get", "dtp", "-A").stdout)
         console.print(
@@ -235,22 +258,21 @@ def run_demo(
         started = time.time()
         policy = rendered.policies[0]
         label = f"{policy.namespace}/{policy.name} on {LOOP_LINK}"
-        rows = watch(workloads, label, rendered.target_rate_bps, duration_s, console)
+        try:
+            rows = watch(workloads.state, label, duration_s, console)
+        except TimeoutError as error:
+            raise DemoError(f"the loop did not start: {error}; logs: {workdir}") from None
         console.print(plane.kubectl("get", "dtp", "-A").stdout)
         written = write_report(rows, report_dir, label)
+        prometheus = workloads.prometheus_port
         written += dashboard_pictures(
-            workloads.prometheus_port, started, time.time(), report_dir, console.print
-        )
+            f"http://127.0.0.1:{prometheus}" if prometheus else None, started, time.time(),
+            report_dir, console.print,
+        )  # fmt: skip
         console.print("  report: " + ", ".join(str(p) for p in written))
         if keep:
-            console.print(
-                f"[bold]Still running.[/] export KUBECONFIG={plane.kubeconfig}\n"
-                "Try: kubectl explain borderlink.spec.tenants; Ctrl-C cleans up."
-            )
-            stop = threading.Event()
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: stop.set())
-            stop.wait()
+            hold_until_interrupted(console, plane.kubeconfig,
+                                   "kubectl explain borderlink.spec.tenants")  # fmt: skip
         failed = False
     finally:
         if workloads is not None:
@@ -259,8 +281,4 @@ def run_demo(
             operator.stop()
         if plane is not None:
             plane.stop()
-        if failed:
-            console.print(f"[red]demo failed; logs kept in {workdir}[/]")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-            console.print("[green]demo finished; everything was stopped and removed[/]")
+        say_how_it_ended(console, workdir, failed, "everything was stopped and removed")

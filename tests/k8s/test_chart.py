@@ -83,32 +83,34 @@ def test_lint_and_every_ci_values_file_applies_server_side(plane, monitoring_crd
 
 
 def test_bad_values_are_refused_by_the_schema(plane):
-    result = _helm(
-        plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set", "operator.replicas=-1", check=False,
-    )  # fmt: skip
-    assert result.returncode != 0 and "replicas" in result.stderr
-    # the metrics port may not take the health probe's
-    result = _helm(
-        plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set", "operator.metricsPort=8080", check=False,
-    )  # fmt: skip
-    assert result.returncode != 0 and "metricsPort" in result.stderr
-    # a peering record shorter than a keepalive round would flap the leader
-    result = _helm(
-        plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
-        "--set", "operator.peeringLifetimeSeconds=1", check=False,
-    )  # fmt: skip
-    assert result.returncode != 0 and "peeringLifetimeSeconds" in result.stderr
+    for setting, named in (
+        ("operator.replicas=-1", "replicas"),
+        # the metrics port may not take the health probe's
+        ("operator.metricsPort=8080", "metricsPort"),
+        # a peering record shorter than a keepalive round would flap the leader
+        ("operator.peeringLifetimeSeconds=1", "peeringLifetimeSeconds"),
+        # the workloads never run as root
+        ("workloads.runAsUser=0", "runAsUser"),
+        ("simulatedSwitch.dtnAddress=dtn-1", "dtnAddress"),
+    ):
+        result = _helm(
+            plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+            "--set", setting, check=False,
+        )  # fmt: skip
+        assert result.returncode != 0 and named in result.stderr, setting
 
 
 def test_install_upgrade_uninstall(plane):
     namespace = f"chart-{uuid.uuid4().hex[:6]}"
     release = "scidmz"
+    peering = f"scidmz-{namespace}"  # cluster-scoped: not the name other tests' operators use
     _helm(
         plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace",
-        "--set", "dashboards.enabled=true",
+        "--set", "dashboards.enabled=true", "--set", f"operator.peeringName={peering}",
     )  # fmt: skip
+    annotation = "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name}"
+    owned = plane.kubectl("get", "clusterkopfpeering", peering, "-o", annotation)
+    assert owned.stdout == release  # the chart owns the leader-election object
 
     def running(count: int) -> bool:
         pods = plane.kubectl(
@@ -182,6 +184,7 @@ def test_install_upgrade_uninstall(plane):
     for kind in ("clusterrole", "validatingadmissionpolicy", "validatingadmissionpolicybinding"):
         left = plane.kubectl("get", kind, "-l", "app.kubernetes.io/instance=scidmz", "-o", "name")
         assert left.stdout.strip() == "", kind
+    assert plane.kubectl("get", "clusterkopfpeering", peering, check=False).returncode != 0
     plane.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -274,3 +277,78 @@ def test_names_labels_and_disruption_budget(plane):
         "--set", "podDisruptionBudget.maxUnavailable=half", check=False,
     )  # fmt: skip
     assert refused.returncode != 0 and "maxUnavailable" in refused.stderr
+
+
+def _objects(plane, *sets: str, namespace: str = "scidmz-system") -> list[dict]:
+    args = [a for s in sets for a in ("--set", s)]
+    text = _helm(
+        plane, "template", "scidmz", str(CHART), "--namespace", namespace,
+        "--kube-version", KUBE_VERSION, *args,
+    ).stdout  # fmt: skip
+    return [o for o in yaml.safe_load_all(text) if o]
+
+
+def test_operator_pods_are_probed_sized_and_run_as_the_images_user(plane):
+    """A startup probe before the liveness probe (a slow start is no restart loop), a
+    readiness probe on /readyz (true once start-up reached the API server), requests (not
+    BestEffort), and the workloads' UID from the chart."""
+    objects = _objects(plane, "workloads.runAsUser=2000", "workloads.runAsGroup=3000")
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["startupProbe"]["httpGet"]["path"] == "/healthz"
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 60
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert container["resources"]["requests"]["memory"]
+    assert "cpu" not in container["resources"].get("limits", {})
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert (env["SCIDMZ_WORKLOAD_RUN_AS_USER"], env["SCIDMZ_WORKLOAD_RUN_AS_GROUP"]) == (
+        "2000",
+        "3000",
+    )
+    image_user = next(
+        line.split()[1] for line in (REPO / "Dockerfile").read_text().splitlines()
+        if line.startswith("USER ")
+    )  # fmt: skip
+    defaults = {e["name"]: e.get("value") for e in next(
+        o for o in _objects(plane) if o["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]["containers"][0]["env"]}  # fmt: skip
+    user, group = defaults["SCIDMZ_WORKLOAD_RUN_AS_USER"], defaults["SCIDMZ_WORKLOAD_RUN_AS_GROUP"]
+    assert f"{user}:{group}" == image_user
+
+
+def test_simulated_switch_is_optional_and_its_certificates_chain(plane):
+    """Off by default; on, a Deployment and Service named as examples/borderlink.yaml's
+    switch address, a serving certificate for that name and a collector pair in the Secret
+    the example names, both from one CA."""
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    assert not [o for o in _objects(plane) if "simulated-switch" in str(o["metadata"])]
+    objects = _objects(plane, "simulatedSwitch.enabled=true")
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    link = yaml.safe_load((REPO / "examples" / "borderlink.yaml").read_text())["spec"]["switch"]
+    service, port = link["address"].partition(".")[0], link["address"].rsplit(":", 1)[1]
+    assert ("Deployment", service) in by_name and ("Service", service) in by_name
+    assert by_name[("Service", service)]["spec"]["ports"][0]["port"] == int(port)
+    assert ("NetworkPolicy", service) in by_name
+
+    def certificate(secret: dict, key: str) -> x509.Certificate:
+        import base64
+
+        return x509.load_pem_x509_certificate(base64.b64decode(secret["data"][key]))
+
+    serving = by_name[("Secret", f"{service}-serving")]
+    client_secret = by_name[("Secret", link["tls"]["secretName"])]
+    ca = certificate(serving, "ca.crt")
+    assert certificate(client_secret, "ca.crt") == ca
+    server, client = certificate(serving, "tls.crt"), certificate(client_secret, "tls.crt")
+    for leaf in (server, client):
+        leaf.verify_directly_issued_by(ca)
+    names = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert link["tls"]["serverName"] in names.get_values_for_type(x509.DNSName)
+    usages = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    container = by_name[("Deployment", service)]["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["resources"]["requests"]

@@ -19,6 +19,7 @@ import yaml
 
 from scidmz.api.runtime import CONFIG_KEY, RuntimeConfig, dump_runtime_config
 from scidmz.demo_loop import local_config
+from scidmz.k8s.status import condition_true, find_condition
 from scidmz.testenv.cluster import free_port
 from scidmz.testenv.identities import OPERATOR_NAMESPACE, secret_to_directory
 from scidmz.testenv.processes import stop_all
@@ -132,6 +133,29 @@ def test_status_shows_the_controllers_live_state_and_a_new_target_taken_live(
         assert links.get(name)["status"]["state"]["targetRate"] == "700Mbps"
         assert processes[2].poll() is None  # taken live, not by a restart
         assert links.child("deployment", f"{name}-controller")["spec"]["template"] == template
+
+        # the collector dies while its pod still looks ready: the controller holds its
+        # fail-safe rate, the link is Degraded and the policy not Ready, both saying so
+        stop_all([("collector", processes[1])])
+        # (a plaintext link is Degraded already: the fail-safe is the more urgent reason)
+        degraded = wait_for(
+            lambda: (c := find_condition(links.get(name), "Degraded")) and
+            c["reason"] == "FailSafe" and c, 30, "the link Degraded while the fail-safe holds",
+            interval=0.5,
+        )  # fmt: skip
+        assert degraded["status"] == "True" and "fail-safe rate" in degraded["message"]
+        assert links.get(name)["status"]["state"]["failsafeActive"] is True
+        ready = wait_for(
+            lambda: (c := find_condition(kube.get("dtp", "live"), "Ready")) and
+            c["reason"] == "FailSafe" and c, 10, "the policy's Ready=False FailSafe",
+        )  # fmt: skip
+        assert ready["status"] == "False"
+        processes[1] = _run(["collector", "--config", str(tmp_path / "collector-config" /
+                             CONFIG_KEY), "--http-port", str(free_port())])  # fmt: skip
+        wait_for(lambda: condition_true(kube.get("dtp", "live"), "Ready"), 60,
+                 "the policy Ready again once samples flow", interval=0.5)  # fmt: skip
+        degraded = find_condition(links.get(name), "Degraded") or {}
+        assert degraded.get("reason") == "PlaintextSwitch", degraded
     finally:
         # the controller first: it restores its fail-safe through the switch's sim shaper
         stop_all(list(zip(("target", "collector", "controller"), processes, strict=True)))

@@ -1,36 +1,45 @@
 """The product as a user installs it, on a real node: the image `make test` builds imported
-into the node's containerd, `helm install` with the chart's defaults (only the image
-reference overridden), the examples applied, and the loop's pods running from the image,
-reading their ConfigMap, finding each other through Services and cluster DNS."""
+into the node's containerd, `helm install` with the chart's defaults (the image reference
+overridden, the optional simulated switch on), the examples applied, and the loop's pods
+running from the image, reading their ConfigMap, finding each other through Services and
+cluster DNS. Then what an operator of the cluster does to it: a new target, an upgrade of
+the operator, a killed pod, a drained node, and an uninstall.
+
+The tests run in order on one installation (each names what the earlier ones left)."""
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import json
-import os
 import subprocess
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-import yaml
 
-from scidmz.auth.identity import WORKLOAD_SERVER_NAME
+from scidmz import __version__
+from scidmz.auth.switch_tls import load_channel_tls
+from scidmz.auth.switch_tls import open_channel as open_switch_channel
+from scidmz.control.actuators import SimActuator
+from scidmz.demo_loop import pod_state
+from scidmz.k8s.status import condition_true, find_condition
 from scidmz.metrics.dashboards import DASHBOARDS
 from scidmz.metrics.preview import fetch_series
-from scidmz.testenv import image
+from scidmz.testenv import image, installed
 from scidmz.testenv import node as real_node
 from scidmz.testenv.cluster import REPO_ROOT, ControlPlane, start_control_plane
-from scidmz.testenv.identities import create_switch_secret
+from scidmz.testenv.identities import secret_to_directory
 from tests.k8s.conftest import wait_for
 
 pytestmark = [
     pytest.mark.skipif(
-        os.geteuid() != 0 or bool(real_node.missing_tools() or image.missing_tools()),
-        reason="the installed product needs root, the real node's tools and buildah",
+        bool(MISSING := [*real_node.missing_tools(), *image.missing_tools()]),
+        reason=f"unsupported machine (README, 'Quick start'): {', '.join(MISSING)}",
     ),
     pytest.mark.timeout(1800),
 ]
@@ -38,21 +47,34 @@ NS = "scidmz-system"
 EXAMPLES = REPO_ROOT / "examples"
 
 
+@dataclass
+class Installed:
+    plane: ControlPlane
+    node: real_node.Node
+    directory: Path
+
+    @property
+    def reader(self) -> Path:
+        """The metrics-reader certificate (the operator issues it at start)."""
+        path = self.directory / "reader"
+        if not (path / "tls.crt").exists():
+            installed.metrics_reader(self.plane, path)
+        return path
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.plane.kubectl(*args, check=check)
+
+
 @pytest.fixture(scope="module")
-def cluster(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[ControlPlane, real_node.Node, Path]]:
-    base = image.base_image(image.base_rootfs(Path.home() / ".cache" / "scidmz" /
-                                              f"image-base-{image.SUITE}"))  # fmt: skip
-    built = image.build(REPO_ROOT, base)
-    archive = image.archive(built.tag, tmp_path_factory.mktemp("image") / "scidmz.tar")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    archive = installed.image_archive(log=lambda _: None)
     plane = start_control_plane(
         node_reachable=True, nodes=(), crds=(REPO_ROOT / "crds",), log=lambda _: None
     )
     node = real_node.start_real_node(plane, "node-0", log=lambda _: None)
     try:
         node.import_image(archive)
-        yield plane, node, tmp_path_factory.mktemp("switch")
+        yield Installed(plane, node, tmp_path_factory.mktemp("installed"))
     finally:
         node.stop()
         plane.stop()
@@ -67,78 +89,84 @@ def _wait(predicate, timeout_s: float, what: str, plane: ControlPlane):  # type:
         raise AssertionError(f"{error}\n{pods}") from None
 
 
-def _switch(plane: ControlPlane, directory: Path) -> None:
-    """`scidmz target` (the simulated campus) as a pod beside the loop, serving the
-    switch's certificate, and the administrators' Secret for the collector."""
-    tls = create_switch_secret(plane, NS, "campus-switch-tls", directory, "scidmz-target")
-    plane.kubectl(
-        "create", "secret", "generic", "scidmz-target-serving", "-n", NS,
-        f"--from-file=tls.crt={tls.switch_cert}", f"--from-file=tls.key={tls.switch_key}",
-        f"--from-file=ca.crt={tls.collector_dir / 'ca.crt'}",
-    )  # fmt: skip
-    labels = {"app.kubernetes.io/name": "scidmz-target"}
-    deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "scidmz-target", "namespace": NS},
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "containers": [{
-                        "name": "target", "image": "localhost/scidmz:test",
-                        "imagePullPolicy": "Never",
-                        "args": ["target", "--listen", "0.0.0.0:9559",
-                                 "--dtn-address", "203.0.113.10", "--campus-address", "203.0.113.1",
-                                 "--tls-cert", "/tls/tls.crt", "--tls-key", "/tls/tls.key",
-                                 "--tls-client-ca", "/tls/ca.crt"],
-                        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}],
-                    }],
-                    "volumes": [{"name": "tls", "secret": {"secretName": "scidmz-target-serving"}}],
-                },
-            },
-        },
-    }  # fmt: skip
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "scidmz-target", "namespace": NS},
-        "spec": {"selector": labels, "ports": [{"name": "p4rt", "port": 9559}]},
-    }  # fmt: skip
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": [deployment, service]}),
+def _helm(plane: ControlPlane, *args: str) -> str:
+    return installed.helm(plane, *args)
+
+
+def _link(plane: ControlPlane) -> dict[str, Any]:
+    out = plane.kubectl("get", "bl", "campus-border", "-o", "json", check=False).stdout
+    return dict(json.loads(out)) if out else {}
+
+
+def _policy(plane: ControlPlane) -> dict[str, Any]:
+    out = plane.kubectl("get", "dtp", "paper-testbed", "-n", "physics", "-o", "json",
+                        check=False).stdout  # fmt: skip
+    return dict(json.loads(out)) if out else {}
+
+
+def _pods(plane: ControlPlane, component: str, running: bool = True) -> list[dict[str, Any]]:
+    return installed.pods(plane, component, running)
+
+
+def _controller_state(cluster: Installed) -> dict[str, Any]:
+    return pod_state(cluster.plane, cluster.reader)
+
+
+def _new_decisions(cluster: Installed, count: int) -> list[dict[str, Any]]:
+    """The controller's next ``count`` decisions (a newer sample each)."""
+    seen: list[dict[str, Any]] = []
+    last = None
+    while len(seen) < count:
+        state = _wait(lambda last=last: (s := _controller_state(cluster)).get("state") and
+                      s["state"].get("sequence") != last and s, 30, "a new decision",
+                      cluster.plane)  # fmt: skip
+        last = state["state"]["sequence"]
+        seen.append(state)
+    return seen
+
+
+def _held_campus_limit(cluster: Installed) -> float | None:
+    """What the simulated switch's shaper holds now, read back from it with the
+    collector's switch certificate (the administrators' Secret)."""
+    (pod,) = _pods(cluster.plane, "simulated-switch")
+    switch_dir = secret_to_directory(
+        cluster.plane, NS, "campus-switch-tls", cluster.directory / "switch"
     )
 
+    async def read() -> float | None:
+        address = f"{pod['status']['podIP']}:9559"
+        channel = open_switch_channel(address, load_channel_tls(switch_dir, "scidmz-target"))
+        actuator = SimActuator(address, timeout_s=5.0, channel=channel)
+        try:
+            return await actuator.current()
+        finally:
+            await actuator.close()
 
-def _helm(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [plane.toolchain.path("helm"), "--kubeconfig", str(plane.kubeconfig), *args],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return result
+    return asyncio.run(read())
 
 
-def test_helm_install_runs_the_loop_in_pods_on_the_real_node(
-    cluster: tuple[ControlPlane, real_node.Node, Path],
-) -> None:
-    plane, node, directory = cluster
-    _helm(plane, "install", "scidmz", str(REPO_ROOT / "charts" / "scidmz"), "--namespace", NS,
-          "--create-namespace", "--set", "image.repository=localhost/scidmz",
-          "--set", "image.tag=test", "--wait", "--timeout", "180s")  # fmt: skip
-    _switch(plane, directory)
-    plane.kubectl("apply", "-f", str(EXAMPLES / "tenants.yaml"),
-                  "-f", str(EXAMPLES / "borderlink.yaml"))  # fmt: skip
-    plane.kubectl("apply", "-f", str(EXAMPLES / "dtntransferpolicy.yaml"))
+def _restarts(plane: ControlPlane) -> dict[str, int]:
+    out = plane.kubectl("get", "pods", "-n", NS, "-o", "json").stdout
+    return {
+        p["metadata"]["name"]: sum(c["restartCount"] for c in statuses)
+        for p in json.loads(out)["items"]
+        for statuses in [p["status"].get("containerStatuses") or []]
+    }
 
-    def link_ready() -> bool:
-        out = plane.kubectl("get", "bl", "campus-border", "-o", "json", check=False).stdout
-        conditions = (json.loads(out).get("status") or {}).get("conditions", []) if out else []
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
-    _wait(link_ready, 240, "the link's loop Ready (collector and controller pods)", plane)
+def test_helm_install_runs_the_loop_in_pods_on_the_real_node(cluster: Installed) -> None:
+    plane = cluster.plane
+    installed.helm_install(plane, "simulatedSwitch.enabled=true")
+    # both operator replicas Ready only once started (readinessProbe on /readyz)
+    operators = _pods(plane, "operator")
+    assert len(operators) == 2 and all(
+        c["ready"] for p in operators for c in p["status"]["containerStatuses"]
+    )
+    # as GitOps would: in one apply (the link's first pass then mostly sees its policy)
+    files = ("tenants.yaml", "borderlink.yaml", "dtntransferpolicy.yaml")
+    plane.kubectl("apply", *[a for f in files for a in ("-f", str(EXAMPLES / f))])
+    _wait(lambda: condition_true(_link(plane), "Ready"), 240,
+          "the link's loop Ready (collector and controller pods)", plane)  # fmt: skip
     # the measured rate reaches the policy's status through the controller's Service
     rate = _wait(
         lambda: plane.kubectl(
@@ -149,81 +177,140 @@ def test_helm_install_runs_the_loop_in_pods_on_the_real_node(
     assert rate.endswith("bps"), rate
     nodes = plane.kubectl("get", "pods", "-n", NS, "-o", "jsonpath={.items[*].spec.nodeName}")
     assert set(nodes.stdout.split()) == {"node-0"}
-    _prometheus_scrapes_every_loop_pod(plane, node, directory)
+    _prometheus_scrapes_every_loop_pod(cluster)
+    # u(t) is decided on each new sample
+    decisions = _new_decisions(cluster, 3)
+    assert all(d["campus_rate_limit_bps"] > 0 and not d["failsafe_active"] for d in decisions)
+    # logs and exec through the API server, which checks the kubelet's serving certificate
+    (controller,) = _pods(plane, "controller")
+    name = controller["metadata"]["name"]
+    logs = plane.kubectl("logs", "-n", NS, name).stdout
+    assert "controller for campus-border: mlc" in logs, logs[-2000:]
+    version = plane.kubectl("exec", "-n", NS, name, "--", "scidmz", "--version").stdout
+    assert version.strip() == f"scidmz {__version__}", version
 
-    # u(t) is decided and moves with the samples
-    limits = set()
-    for _ in range(3):
-        limits.add(_wait(lambda: _link_state(plane).get("campusRateLimit"), 30, "u(t)", plane))
-        seen = _link_state(plane).get("sampledAt")
-        _wait(lambda seen=seen: _link_state(plane).get("sampledAt") != seen, 30,
-              "a newer sample", plane)  # fmt: skip
-    assert all(limit.endswith("bps") for limit in limits), limits
 
-    # a collector pod killed: its Deployment replaces it, the controller goes to its
-    # fail-safe while samples are missing and comes back to control on the new pod's
-    collector = _pods(plane, "collector")
-    plane.kubectl("delete", "-n", NS, *collector, "--wait=false")
-    _wait(lambda: (now := _pods(plane, "collector")) and not set(now) & set(collector),
-          60, "a new collector pod", plane)  # fmt: skip
-    before = _link_state(plane).get("sampledAt")
-    _wait(lambda: link_ready() and _link_state(plane).get("sampledAt") != before, 120,
+def test_a_new_target_is_taken_without_a_restart(cluster: Installed) -> None:
+    """The tenant lowers the target (GitOps would patch the same field): the running
+    controller takes it from its re-read ConfigMap and gives the campus more room; then
+    an operator upgrade rolls the operator, not the loop."""
+    plane = cluster.plane
+    (before,) = _pods(plane, "controller")
+    held_before = [d["campus_rate_limit_bps"] for d in _new_decisions(cluster, 5)]
+    assert all(d == pytest.approx(600e6) for d in
+               [s["target_rate_bps"] for s in _new_decisions(cluster, 1)])  # fmt: skip
+    plane.kubectl("patch", "dtp", "paper-testbed", "-n", "physics", "--type=merge",
+                  "-p", '{"spec": {"targetRate": "400Mbps"}}')  # fmt: skip
+    _wait(lambda: _controller_state(cluster).get("target_rate_bps") == pytest.approx(400e6),
+          90, "the controller holding the new target", plane)  # fmt: skip
+    _new_decisions(cluster, 8)  # the loop settles on the new split (max step 200 Mb/s)
+    held_after = [d["campus_rate_limit_bps"] for d in _new_decisions(cluster, 5)]
+    # R* 600 → 400 Mb/s on 1 Gb/s: u(t) near B − R* moves up by about 200 Mb/s
+    assert sum(held_after) / 5 > sum(held_before) / 5 + 100e6, (held_before, held_after)
+    (after,) = _pods(plane, "controller")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert _restarts(plane)[after["metadata"]["name"]] == 0
+    status = _wait(lambda: (_link(plane).get("status") or {}).get("state", {}).get("targetRate")
+                   == "400Mbps", 60, "the new target in the link's status", plane)  # fmt: skip
+    assert status
+    # upgrading the operator leaves the running loop alone
+    _helm(plane, "upgrade", "scidmz", str(REPO_ROOT / "charts" / "scidmz"), "--namespace", NS,
+          "--reuse-values", "--set", "operator.resyncSeconds=15", "--wait",
+          "--timeout", "180s")  # fmt: skip
+    _new_decisions(cluster, 3)
+    (still,) = _pods(plane, "controller")
+    assert still["metadata"]["uid"] == before["metadata"]["uid"]
+
+
+def test_a_killed_collector_pod_is_replaced_and_control_resumes(cluster: Installed) -> None:
+    """The controller holds the fail-safe rate while samples are missing, and the link and
+    the policy say so; the Deployment replaces the pod and control resumes on its samples.
+    The node is cordoned meanwhile so that the outage lasts past the operator's state poll
+    (a replacement otherwise comes back within seconds)."""
+    plane = cluster.plane
+    (collector,) = _pods(plane, "collector")
+    plane.kubectl("cordon", "node-0")
+    try:
+        plane.kubectl("delete", "pod", "-n", NS, collector["metadata"]["name"], "--wait=false")
+        _wait(lambda: _controller_state(cluster).get("failsafe_active") is True, 30,
+              "the controller in its fail-safe", plane)  # fmt: skip
+        degraded = _wait(
+            lambda: (c := find_condition(_link(plane), "Degraded")) and c["status"] == "True"
+            and c, 30, "the link Degraded while the fail-safe holds", plane,
+        )  # fmt: skip
+        assert degraded["reason"] == "FailSafe" and "fail-safe rate" in degraded["message"]
+        # no collector: the link is not Ready for its telemetry, and its policy says so
+        ready = find_condition(_link(plane), "Ready") or {}
+        assert ready.get("status") == "False" and ready["reason"].startswith("Telemetry"), ready
+        policy = _wait(lambda: (p := _policy(plane)) and not condition_true(p, "Ready") and p,
+                       30, "the policy not Ready while the fail-safe holds", plane)  # fmt: skip
+        assert (find_condition(policy, "Ready") or {}).get("reason") == "LinkNotReady"
+    finally:
+        plane.kubectl("uncordon", "node-0")
+    _wait(lambda: (now := _pods(plane, "collector")) and now[0]["metadata"]["uid"]
+          != collector["metadata"]["uid"], 60, "a new collector pod", plane)  # fmt: skip
+    _wait(lambda: _controller_state(cluster).get("failsafe_active") is False, 120,
           "control back on the new collector", plane)  # fmt: skip
-
-    _helm(plane, "uninstall", "scidmz", "--namespace", NS, "--wait")
-    left = plane.kubectl("get", "deployments", "-n", NS, "-l",
-                         "app.kubernetes.io/component=operator", "-o", "name").stdout  # fmt: skip
-    assert left.strip() == ""
+    _wait(lambda: not condition_true(_link(plane), "Degraded"), 30, "Degraded cleared", plane)
+    _wait(lambda: condition_true(_policy(plane), "Ready"), 30, "the policy Ready again", plane)
+    assert _new_decisions(cluster, 2)
 
 
-def _prometheus_scrapes_every_loop_pod(
-    plane: ControlPlane, node: real_node.Node, directory: Path
+def test_a_drained_node_keeps_the_failsafe_rate_and_nothing_crash_loops(
+    cluster: Installed,
 ) -> None:
+    """``kubectl drain`` of the loop's pods (the operator and the simulated switch stand
+    for what runs elsewhere, so the drain selects the link's pods): the controller restores
+    the fail-safe rate as it is evicted, the switch holds it while nothing can be
+    scheduled, the link says why, and no pod restarts; uncordoned, the loop comes back."""
+    plane = cluster.plane
+    restarts = _restarts(plane)
+    plane.kubectl("drain", "node-0", "--pod-selector", "app.kubernetes.io/part-of=scidmz",
+                  "--delete-emptydir-data", "--ignore-daemonsets", "--timeout=120s")  # fmt: skip
+    try:
+        failsafe = 1e9 - 400e6  # trivial: B − R*
+        _wait(lambda: _held_campus_limit(cluster) == pytest.approx(failsafe), 30,
+              "the fail-safe rate in force on the switch", plane)  # fmt: skip
+        link = _wait(lambda: (now := _link(plane)) and not condition_true(now, "Ready") and now,
+                     60, "the link not Ready while drained", plane)  # fmt: skip
+        ready = find_condition(link, "Ready") or {}
+        assert ready.get("reason", "").startswith(("Telemetry", "Controller")), ready
+        pending = _pods(plane, "controller", running=False)
+        assert pending and all(p["status"]["phase"] == "Pending" for p in pending)
+        time.sleep(20)  # long enough for a crash loop to show
+        assert _held_campus_limit(cluster) == pytest.approx(failsafe)
+        now = _restarts(plane)
+        assert {n: r for n, r in now.items() if r > restarts.get(n, 0)} == {}
+    finally:
+        plane.kubectl("uncordon", "node-0")
+    _wait(lambda: condition_true(_link(plane), "Ready"), 180, "the loop back after uncordon", plane)
+    _wait(lambda: _controller_state(cluster).get("failsafe_active") is False, 120,
+          "control back after the drain", plane)  # fmt: skip
+
+
+def test_helm_uninstall_leaves_nothing(cluster: Installed) -> None:
+    """Links deleted first (their workloads go with them), then the release: no pod,
+    Secret, peering or cluster role of scidmz is left; only the CRDs stay, by helm's
+    rule, so that links and policies survive a reinstall."""
+    plane = cluster.plane
+    plane.kubectl("delete", "-f", str(EXAMPLES / "dtntransferpolicy.yaml"),
+                  "-f", str(EXAMPLES / "borderlink.yaml"), "--wait", "--timeout=120s")  # fmt: skip
+    _wait(lambda: not _pods(plane, "controller", running=False), 120, "the loop removed", plane)
+    _helm(plane, "uninstall", "scidmz", "--namespace", NS, "--wait")
+    _wait(lambda: plane.kubectl("get", "pods,secrets,services,deployments,networkpolicies",
+                                "-n", NS, "-o", "name").stdout.strip() == "",
+          120, "nothing left in the namespace", plane)  # fmt: skip
+    for kind in ("clusterkopfpeering", "clusterrole", "validatingadmissionpolicy"):
+        left = plane.kubectl("get", kind, "-o", "name").stdout.split()
+        assert [n for n in left if "scidmz" in n and "system:" not in n] == [], kind
+
+
+def _prometheus_scrapes_every_loop_pod(cluster: Installed) -> None:
     """The real Prometheus, on the node's network, discovering the loop's pods through the
     API server (``kubernetes_sd_configs``) and scraping them over mutual TLS with the
     metrics-reader certificate; the overview dashboard's queries then return data."""
-    # Debian's Prometheus has no Kubernetes discovery: the one hack/testenv/build.sh builds
-    prometheus = str(plane.toolchain.node_dir / "prometheus")
-    reader = directory / "reader"
-    reader.mkdir()
-    secret = json.loads(plane.kubectl("get", "secret", "scidmz-metrics-reader", "-n", NS,
-                                      "-o", "json").stdout)["data"]  # fmt: skip
-    for key in ("ca.crt", "tls.crt", "tls.key"):
-        (reader / key).write_bytes(base64.b64decode(secret[key]))
-    port = plane.server.rsplit(":", 1)[1]
-    pki = plane.pki
-    config = {
-        "global": {"scrape_interval": "2s"},
-        "scrape_configs": [{
-            "job_name": "scidmz-pods",
-            "kubernetes_sd_configs": [{
-                "role": "pod",
-                "api_server": f"https://{real_node.HOST_IP}:{port}",
-                "tls_config": {"ca_file": str(pki.ca_cert), "cert_file": str(pki.admin_cert),
-                               "key_file": str(pki.admin_key)},
-                "namespaces": {"names": [NS]},
-            }],
-            "scheme": "https",
-            "tls_config": {"ca_file": str(reader / "ca.crt"),
-                           "cert_file": str(reader / "tls.crt"),
-                           "key_file": str(reader / "tls.key"),
-                           "server_name": WORKLOAD_SERVER_NAME},
-            "relabel_configs": [
-                {"source_labels": ["__meta_kubernetes_pod_container_port_name"],
-                 "regex": "https-metrics", "action": "keep"},
-                # the label a ServiceMonitor gives: <link>-<component>
-                {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance",
-                                   "__meta_kubernetes_pod_label_app_kubernetes_io_component"],
-                 "separator": "-", "target_label": "service"},
-            ],
-        }],
-    }  # fmt: skip
-    (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
-    listen = f"{real_node.NODE_IP}:9090"
-    node.spawn("prometheus", [prometheus, f"--config.file={directory / 'prometheus.yml'}",
-                              f"--storage.tsdb.path={directory / 'tsdb'}",
-                              f"--web.listen-address={listen}"])  # fmt: skip
-    url = f"http://{listen}"
+    plane, node = cluster.plane, cluster.node
+    url = installed.start_prometheus(plane, node, cluster.reader, cluster.directory / "prom")
 
     def up() -> list[dict[str, object]]:
         query = urllib.parse.urlencode({"query": 'up{job="scidmz-pods"}'})
@@ -254,16 +341,3 @@ def _prometheus_scrapes_every_loop_pod(
         if not any(source(t["expr"], t.get("legendFormat", "")) for t in panel["targets"])
     ]  # fmt: skip
     assert empty == [], empty
-
-
-def _link_state(plane: ControlPlane) -> dict[str, str]:
-    out = plane.kubectl("get", "bl", "campus-border", "-o", "jsonpath={.status.state}",
-                        check=False).stdout  # fmt: skip
-    return dict(json.loads(out)) if out else {}
-
-
-def _pods(plane: ControlPlane, component: str) -> list[str]:
-    return plane.kubectl(
-        "get", "pods", "-n", NS, "-l", f"app.kubernetes.io/component={component}",
-        "--field-selector=status.phase=Running", "-o", "name",
-    ).stdout.split()  # fmt: skip

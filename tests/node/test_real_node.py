@@ -5,10 +5,8 @@ nothing behind on the host."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +15,8 @@ from scidmz.testenv.cluster import ControlPlane, start_control_plane
 from tests.k8s.conftest import wait_for
 
 pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or bool(real_node.missing_tools()),
-    reason=f"the real node needs root and {', '.join(real_node.missing_tools()) or 'nothing'}",
+    bool(MISSING := real_node.missing_tools()),
+    reason=f"unsupported machine (README, 'Quick start'): {', '.join(MISSING)}",
 )
 
 
@@ -27,29 +25,6 @@ def plane() -> Iterator[ControlPlane]:
     plane = start_control_plane(node_reachable=True, log=lambda _: None)
     yield plane
     plane.stop()
-
-
-def _leftovers(root: Path) -> list[str]:
-    left = []
-    netns = subprocess.run(
-        ["ip", "netns", "list"], capture_output=True, text=True, check=False
-    ).stdout
-    if real_node.NODE_NETNS in netns:
-        left.append("network namespace")
-    link = subprocess.run(
-        ["ip", "link", "show", real_node.HOST_VETH], capture_output=True, check=False
-    )
-    if link.returncode == 0:
-        left.append("veth")
-    left += [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")]
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
-        except OSError:
-            continue
-        if str(root).encode() in cmdline:
-            left.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return left
 
 
 def test_a_pod_runs_on_the_real_node_and_nothing_is_left_after_it(plane: ControlPlane) -> None:
@@ -99,4 +74,4 @@ def test_a_pod_runs_on_the_real_node_and_nothing_is_left_after_it(plane: Control
             assert answer.stdout.strip() == "ok", (url, answer.stdout, answer.stderr)
     finally:
         node.stop()
-    assert _leftovers(node.root) == []
+    assert real_node.leftovers(str(node.root)) == []

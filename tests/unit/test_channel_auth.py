@@ -43,7 +43,7 @@ from scidmz.auth.pki import (
     renewal_due,
     uri_identities,
 )
-from scidmz.metrics.http import fetch_state
+from scidmz.metrics.http import fetch_state, fetch_state_explained
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.testenv.cluster import free_port
 from tests.identities import NOW, SERVER_NAME, authority, issue, link_identities, write
@@ -243,6 +243,15 @@ def test_the_operator_reads_a_controllers_state_and_checks_whose_server_it_is(pk
         assert state is not None and state["link"] == LINK
         # the name the certificate carries is checked: a server pretending to be another
         assert fetch_state(url, tls=operator, server_name="elsewhere.svc") is None
+        # and the operator's log can say why
+        _, why = fetch_state_explained(url, tls=operator, server_name="elsewhere.svc")
+        assert "certificate" in why.lower() and "elsewhere.svc" in why, why
+        _, why = fetch_state_explained(f"https://127.0.0.1:{free_port()}/state", tls=operator)
+        assert "refused" in why.lower(), why
+        reader = http_client_context(load_mutual_tls(pki["reader"]))
+        _, why = fetch_state_explained(url.replace("/state", "/nope"), tls=reader,
+                                       server_name=SERVER_NAME)  # fmt: skip
+        assert why.startswith("answered HTTP/1.") and "404" in why, why
         # a client of another CA is refused at the handshake
         stranger = http_client_context(load_mutual_tls(pki["stranger"]))
         assert fetch_state(url, tls=stranger, server_name=SERVER_NAME) is None

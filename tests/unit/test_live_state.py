@@ -34,6 +34,7 @@ def test_state_and_tracking_in_api_units():
         "campusRateLimit": "401.8Mbps",
         "targetRate": "600Mbps",
         "sampledAt": "2026-11-22T07:00:00Z",
+        "failsafeActive": False,
     }
     assert live["tracking"] == {"mrae": 0.0421, "window": "120s"}
 
@@ -43,6 +44,20 @@ def test_nothing_measured_yet_writes_nothing():
     assert live_status(ControllerState.model_validate(idle), 1.0) == {}
     unmeasured = {**BASE, "state": {"dtn_rate_bps": math.nan, "sampled_at": "x", "sequence": 1}}
     assert live_status(ControllerState.model_validate(unmeasured), 1.0) == {}
+
+
+def test_a_failsafe_without_samples_still_says_what_is_held():
+    """A controller that never got a sample holds its fail-safe rate: the link's status
+    says so (the operator then marks it Degraded), with the rate in force."""
+    from scidmz.k8s.links import failsafe_held
+
+    held = {**BASE, "failsafe_active": True, "campus_rate_limit_bps": 4e8}
+    live = live_status(ControllerState.model_validate(held), 1.0)
+    assert live == {"state": {"campusRateLimit": "400Mbps", "failsafeActive": True}}
+    why = failsafe_held(live)
+    assert why is not None and "fail-safe rate (u(t) = 400Mbps)" in why
+    assert failsafe_held({"state": {"failsafeActive": False}}) is None
+    assert failsafe_held({}) is None
 
 
 def test_the_admitted_policy_gets_its_rate_target_and_the_links_limit():

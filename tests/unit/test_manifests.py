@@ -107,10 +107,20 @@ def test_workloads_are_locked_down_sized_and_probed_over_https_without_tc():
         mounted = {"name": "identity", "secret": {"secretName": f"campus-border-{component}-tls"}}
         assert mounted in pod["volumes"]
         assert "app.kubernetes.io/version" not in dep["spec"]["selector"]["matchLabels"]
+        # the image's own user, unless the administrators set another
+        assert (sc["runAsUser"], sc["runAsGroup"]) == (10001, 10001)
     collector = children["Deployment/campus-border-collector"]["spec"]["template"]["spec"]
     assert collector["containers"][0]["resources"] == {
         "requests": {"cpu": "50m"}, "limits": {"memory": "512Mi"}
     }  # fmt: skip
+
+
+def test_the_controllers_state_is_reachable_while_it_is_not_ready():
+    """Not ready is what a controller holding its fail-safe reports; its /state says why,
+    so its Service reaches it anyway. The sample stream goes to a ready collector only."""
+    children = _children()
+    assert children["Service/campus-border-controller"]["spec"]["publishNotReadyAddresses"]
+    assert "publishNotReadyAddresses" not in children["Service/campus-border-collector"]["spec"]
 
 
 def test_network_policies_admit_the_controller_to_the_stream_and_observers_to_metrics():

@@ -99,3 +99,20 @@ def test_a_condition_is_found_by_type_and_absent_ones_are_none():
     assert find_condition(obj, "Degraded") is None and find_condition({}, "Ready") is None
     assert condition_true(obj, "Ready") and not condition_true(obj, "Accepted")
     assert not condition_true({"status": None}, "Ready")
+
+
+def test_a_policy_is_ready_only_while_its_link_controls():
+    from scidmz.k8s.status import policy_conditions
+
+    def ready(link_ready):
+        conditions = policy_conditions([], 1, True, "Accepted", "", True, link_ready, "t")
+        return next((c["status"], c["reason"]) for c in conditions if c["type"] == "Ready")
+
+    assert ready((True, "Ready", "")) == ("True", "Ready")
+    assert ready((False, "TelemetryProgressing", "0/1 replicas")) == ("False", "LinkNotReady")
+    assert ready(None) == ("False", "LinkNotReady")
+    held = (False, "FailSafe", "the controller holds the fail-safe rate (u(t) = 400Mbps)")
+    conditions = policy_conditions([], 1, True, "Accepted", "", True, held, "t")
+    (condition,) = [c for c in conditions if c["type"] == "Ready"]
+    assert (condition["status"], condition["reason"]) == ("False", "FailSafe")
+    assert "400Mbps" in condition["message"]

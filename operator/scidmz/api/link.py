@@ -806,6 +806,12 @@ class LinkStateStatus(ApiModel):
         "without a restart once it has read its updated ConfigMap).",
     )
     sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
+    failsafe_active: bool | None = Field(
+        default=None,
+        description="True while the controller holds the fail-safe rate instead of "
+        "controlling (samples stale or implausible); the link is then Degraded=True "
+        "FailSafe and its policies Ready=False FailSafe.",
+    )
 
 
 class TrackingStatus(ApiModel):

@@ -8,6 +8,8 @@ site's CLI reference is generated from this tree (``scidmz.cli.reference``).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from scidmz.cli import bench, lab, learn, services, sim, target, tools
@@ -17,6 +19,26 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from scidmz import __version__
+
+        typer.echo(f"scidmz {__version__}")
+        raise typer.Exit
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", help="Print the version and exit.", callback=_version,
+                     is_eager=True),
+    ] = False,
+) -> None:  # fmt: skip
+    """scidmz: keep Science DMZ transfers at their target rate on a shared campus link."""
+
 
 SERVICES = "Services (what the operator runs)"
 EXPERIMENTS = "Simulator, lab and models"

@@ -31,11 +31,11 @@ def operator(
     import os
 
     import kopf
-    from prometheus_client import REGISTRY, start_http_server
+    from prometheus_client import REGISTRY
 
     from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
     from scidmz.k8s.settings import OperatorSettings
-    from scidmz.metrics.http import register_build_info
+    from scidmz.metrics.http import Health, register_build_info, serve_http
 
     if standalone:
         os.environ["SCIDMZ_STANDALONE"] = "true"
@@ -43,8 +43,11 @@ def operator(
     # Bound before kopf starts so that a taken port stops start-up with a clear error and
     # /metrics answers as soon as /healthz does.
     register_build_info(REGISTRY, "operator")  # ScidmzOperatorDown fires on its absence
+    # /readyz turns true once start-up has reached the API server and holds the CA: a
+    # replica that cannot is not counted as available (kopf's /healthz answers before)
+    health = Health()
     try:
-        start_http_server(settings.metrics_port)
+        serve_http(settings.metrics_port, health)
     except OSError as error:
         fail(f"cannot serve /metrics on port {settings.metrics_port}: {error}")
     kopf.configure(verbose=verbose, log_prefix=False)
@@ -54,6 +57,7 @@ def operator(
         standalone=settings.standalone,
         peering_name=settings.peering_name,
         liveness_endpoint=f"http://0.0.0.0:{settings.health_port}/healthz",
+        memo=kopf.Memo(health=health),
     )
 
 

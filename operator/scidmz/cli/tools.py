@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,28 +19,54 @@ testenv_app = typer.Typer(
 )
 
 
+class DemoMode(StrEnum):
+    cluster = "cluster"
+    host = "host"
+
+
 def demo(
+    mode: Annotated[
+        DemoMode,
+        typer.Option(
+            help="cluster: the image on a real node, the chart installed with helm, the "
+            "loop in pods (root, containerd, buildah); host: the loop as local processes "
+            "beside a control plane with fake nodes (any machine)."
+        ),
+    ] = DemoMode.cluster,
     keep: Annotated[
         bool,
         typer.Option(help="Leave everything running until Ctrl-C instead of cleaning up at once."),
     ] = False,
     timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for Ready.", callback=within(0, 86_400))
-    ] = 60.0,
+        float | None,
+        typer.Option(
+            help="Seconds to wait for Ready (default: 300 in a cluster, 60 on the host).",
+            callback=within(0, 86_400),
+        ),
+    ] = None,
     duration: Annotated[
         float,
-        typer.Option(help="Seconds to run the example's loop live.", callback=within(0, 86_400)),
+        typer.Option(
+            help="Seconds to run the example's loop live, from its first decision.",
+            callback=within(0, 86_400),
+        ),
     ] = 60.0,
     report: Annotated[Path, typer.Option(help="Where the run's report (CSV, plots) goes.")] = Path(
         "demo-report"
     ),
 ) -> None:
-    """Local control plane + operator + examples/*.yaml, then one policy's loop running live."""
+    """The product on a local cluster: the chart, examples/*.yaml, then one policy's loop
+    running live, and a report."""
     from scidmz.demo import DemoError, run_demo
+    from scidmz.demo_cluster import run_cluster_demo
 
     logging.basicConfig(level=logging.WARNING)
     try:
-        run_demo(keep=keep, timeout_s=timeout, duration_s=duration, report_dir=report)
+        if mode is DemoMode.cluster:
+            run_cluster_demo(keep=keep, timeout_s=timeout or 300.0, duration_s=duration,
+                             report_dir=report)  # fmt: skip
+        else:
+            run_demo(keep=keep, timeout_s=timeout or 60.0, duration_s=duration, report_dir=report)
     except DemoError as error:
         fail(str(error))
 

@@ -72,6 +72,7 @@ from scidmz.control.plausibility import (
 )
 from scidmz.control.quality import iae, mrae
 from scidmz.metrics import names
+from scidmz.outage_log import OutageLog
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -586,15 +587,21 @@ class Controller:
 
     async def _subscribe_forever(self) -> None:
         address = self.settings.collector_address
+        # gRPC's details carry the cause (the resolver's error for a Service name that does
+        # not resolve, the TLS handshake's); the code alone (UNAVAILABLE) says nothing
+        outage = OutageLog(log, f"collector {address}")
         while True:
             try:
                 channel = open_channel(address, self.settings.collector_tls, RECONNECT_OPTIONS)
                 async with channel:
                     stub = telemetry_pb2_grpc.TelemetryStub(channel)
                     async for sample in stub.Subscribe(telemetry_pb2.SubscribeRequest()):
+                        outage.recovered(time.monotonic())
                         self._post(sample)
             except grpc.aio.AioRpcError as error:
-                log.warning("collector %s: %s", address, error.code().name)
+                reason = f"{error.code().name}: {error.details() or 'no details'}"
+                retry = f"retrying every {self.settings.reconnect_s:g} s"
+                outage.failed(reason, time.monotonic(), retry)
             await asyncio.sleep(self.settings.reconnect_s)
 
     def _post(self, sample: telemetry_pb2.StateSample) -> None:

@@ -183,6 +183,15 @@ class KubeClient:
         body = {"metadata": {"annotations": annotations}}
         self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
 
+    def set_owner(
+        self, api_version: str, kind: str, namespace: str, name: str, owner: dict[str, Any]
+    ) -> None:
+        """Make ``owner`` (an ownerReference) the object's only owner: the garbage
+        collector deletes it with its owner."""
+        path = resource_path(api_version, kind, namespace, name)
+        body = {"metadata": {"ownerReferences": [owner]}}
+        self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
+
     def delete_if_present(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """DELETE the object; False if it did not exist."""
         try:

@@ -24,6 +24,7 @@ import contextlib
 import datetime as dt
 import logging
 import random
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -59,7 +60,8 @@ from scidmz.k8s.live_state import live_status, policy_live_status
 from scidmz.k8s.manifests import CONTROLLER, LinkWorkloads, child_name, host_port
 from scidmz.k8s.settings import OperatorSettings
 from scidmz.metrics import names
-from scidmz.metrics.http import fetch_state
+from scidmz.metrics.http import fetch_state_explained
+from scidmz.outage_log import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,8 @@ RECONCILE_ERRORS = Counter(
 LINKS = (GROUP, VERSION, link_api.PLURAL)
 POLICIES = (GROUP, VERSION, policy_api.PLURAL)
 NOT_READY_RESYNC_S = 2.0
+NEW_LINK_GRACE_S = 2.0
+"""How long a new link without policies waits for them before its first pass."""
 TEARDOWN_WAIT_S = 45.0
 """How long a link's deletion waits for its controller to stop (it has 30 s of grace to
 restore the fail-safe rates) before removing the rest regardless."""
@@ -113,10 +117,45 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.triggers = {}
     memo.seen_policies = {}
     memo.seen_namespaces = {}
+    memo.state_outages = {}
+    # kopf logs every timer run at INFO: a line per link every poll, "succeeded" even when
+    # the controller could not be reached (the poll reports that itself)
+    logging.getLogger("kopf.objects").addFilter(_QuietTimer())
     pairs, _ = memo.state.certificates.certificates(
         client, namespace, ca, [metrics_reader_wanted()], now
     )
     client.apply(secret_object(METRICS_READER_SECRET, namespace, ca, pairs[METRICS_READER_SECRET]))
+    own_secrets(client, ours, (ours.ca_secret, METRICS_READER_SECRET))
+    health = getattr(memo, "health", None)  # the CLI's /readyz; absent in embedded runs
+    if health is not None:
+        health.set_ready(True, "started: the API server answered and the CA is loaded")
+
+
+def own_secrets(client: KubeClient, ours: OperatorSettings, names: Iterable[str]) -> None:
+    """The Secrets the operator made for itself, owned by its Deployment (when it runs
+    from the chart): ``helm uninstall`` then leaves no CA behind. An upgrade keeps the
+    Deployment, and with it the CA every link's certificates hang off."""
+    if ours.operator_deployment is None:
+        return
+    namespace = ours.operator_namespace
+    deployment = client.get("apps/v1", "Deployment", namespace, ours.operator_deployment)
+    if deployment is None:
+        log.warning("Deployment %s/%s not found: the operator's Secrets stay after it is "
+                    "removed", namespace, ours.operator_deployment)  # fmt: skip
+        return
+    owner = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": ours.operator_deployment,
+        "uid": deployment["metadata"]["uid"],
+    }  # fmt: skip
+    for name in names:
+        secret = client.get("v1", "Secret", namespace, name)
+        if secret is not None and secret["metadata"].get("ownerReferences") != [owner]:
+            client.set_owner("v1", "Secret", namespace, name, owner)
+
+
+class _QuietTimer(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "'poll_live_state' succeeded" not in record.getMessage()
 
 
 def ensure_peering(client: KubeClient, ours: OperatorSettings) -> None:
@@ -183,12 +222,22 @@ async def run_link(name: str, memo: kopf.Memo, **indexes: Any) -> None:
     namespace_labels = indexes["namespace_labels"]
     trigger = memo.triggers.setdefault(name, asyncio.Event())
     settings: OperatorSettings = memo.settings
+    first = True
     while True:
         trigger.clear()
         link: LinkSummary | None = _one(links, name)
         if link is None or link.deleting:
             return
         policies: list[PolicySummary] = _all(policies_by_link, name)
+        if first and not policies and not link.status.get("conditions"):
+            # A new link applied together with its policies (one `kubectl apply`, GitOps)
+            # would start its loop without them and roll the pods a moment later (~30 s of
+            # Recreate): give its policies a moment to arrive, or their event wakes it.
+            first = False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(trigger.wait(), NEW_LINK_GRACE_S)
+            continue
+        first = False
         labels = {p.namespace: _one(namespace_labels, p.namespace) or {} for p in policies}
         others = [
             allocation
@@ -320,15 +369,25 @@ async def poll_live_state(name: str, memo: kopf.Memo, **indexes: Any) -> None:
     url = settings.state_url(name, service, port)
     # the certificate is checked against the Service's name, whatever the URL's host
     server_name = f"{service}.{settings.operator_namespace}.svc"
-    fetched = await asyncio.to_thread(fetch_state, url, tls=memo.state_tls, server_name=server_name)
+    fetched, why = await asyncio.to_thread(
+        fetch_state_explained, url, tls=memo.state_tls, server_name=server_name
+    )
+    outages: dict[str, OutageLog] = memo.state_outages
+    outage = outages.setdefault(name, OutageLog(log, f"{name}: the controller's /state"))
     if fetched is None:
+        outage.failed(why, time.monotonic(), f"status.state keeps its last values ({url})")
         return
+    outage.recovered(time.monotonic())
+    was_failsafe = (link.status.get("state") or {}).get("failsafeActive")
     try:
         await asyncio.to_thread(
             write_live_state, memo.client, link, _all(policies_by_link, name), fetched
         )
     except KubeApiError as error:
         log.warning("live state of %s: %s", name, error)
+        return
+    if bool(fetched.get("failsafe_active")) != bool(was_failsafe):
+        wake(memo, name)  # Degraded and the policies' Ready follow the fail-safe at once
 
 
 def write_live_state(

@@ -660,6 +660,20 @@ def write_link_status(
     return True
 
 
+def failsafe_held(status: Mapping[str, Any]) -> str | None:
+    """Why the link's controller holds its fail-safe rate, from the last ``status.state``
+    the operator read (None: it controls)."""
+    state = status.get("state") or {}
+    if not state.get("failsafeActive"):
+        return None
+    held = state.get("campusRateLimit")
+    rate = f" (u(t) = {held})" if held else ""
+    return (
+        f"the controller holds the fail-safe rate{rate}: its samples are stale or "
+        "implausible; its log and the collector's say why"
+    )
+
+
 # ---- the pass --------------------------------------------------------------------------
 
 
@@ -700,6 +714,9 @@ def reconcile_link(
                 "PlaintextSwitch",
                 "spec.switch.plaintext is true: P4Runtime runs without TLS (lab use only)",
             )
+        failsafe = failsafe_held(link.status)
+        if failsafe is not None:
+            warning = ("FailSafe", failsafe)
         try:
             check_references(ctx.client, namespace, spec)
             rendered = render(ctx, state, link, spec, admitted, others_ports)
@@ -738,6 +755,8 @@ def reconcile_link(
         link_ready = (False, "LoopNotReady", "; ".join(
             s.message for s in states if not s.ready
         ))  # fmt: skip
+    elif (failsafe := failsafe_held(link.status)) is not None:
+        link_ready = (False, "FailSafe", failsafe)
     else:
         link_ready = (True, "Ready", "")
     writes = write_policy_statuses(ctx.client, policies, decisions, link_ready, now)

@@ -76,10 +76,16 @@ def _state(controller: ControllerState) -> dict[str, Any]:
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
             target_rate=_rate(controller.target_rate_bps),
             sampled_at=state.sampled_at,
+            failsafe_active=controller.failsafe_active,
         )
         fields = status.model_dump(by_alias=True, exclude_none=True)
         if fields:
             result["state"] = fields
+    elif controller.failsafe_active:  # no sample yet: say at least what it holds
+        held = LinkStateStatus(
+            campus_rate_limit=_rate(controller.campus_rate_limit_bps), failsafe_active=True
+        )
+        result["state"] = held.model_dump(by_alias=True, exclude_none=True)
     return result
 
 

@@ -64,7 +64,9 @@ class WorkloadSettings:
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461
-    run_as_user: int = 65532
+    run_as_user: int = 10001
+    """The image's own user (``Dockerfile``); a cluster that assigns UIDs sets another."""
+    run_as_group: int = 10001
     resources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Requests and limits per component (core/v1 ResourceRequirements)."""
     operator_pod_labels: Mapping[str, str] = field(
@@ -259,7 +261,7 @@ def _restricted_security_context(settings: WorkloadSettings) -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         "runAsUser": settings.run_as_user,
-        "runAsGroup": settings.run_as_user,
+        "runAsGroup": settings.run_as_group,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         "capabilities": {"drop": ["ALL"]},
@@ -548,7 +550,11 @@ def build_controller_service(
 ) -> dict[str, Any]:
     uses_tc = config.actuator.type == "tc"
     port = (host_port(work, CONTROLLER) if uses_tc else None) or settings.controller_http_port
-    return _service(ref, CONTROLLER, [_metrics_port(port)], settings)
+    service = _service(ref, CONTROLLER, [_metrics_port(port)], settings)
+    # The controller is not ready while it holds its fail-safe rate; its /state is what says
+    # so (the link's Degraded=FailSafe), so the Service reaches it ready or not.
+    service["spec"]["publishNotReadyAddresses"] = True
+    return service
 
 
 def build_dtn_shaper_service(

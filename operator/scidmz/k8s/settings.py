@@ -81,6 +81,12 @@ class OperatorSettings(BaseSettings):
         "{link} and {port} are filled in. https only: the operator presents its certificate "
         "and checks the controller's. Tenants cannot choose it.",
     )
+    operator_deployment: str | None = Field(
+        default=None,
+        description="The operator's own Deployment (the chart sets it): the CA and "
+        "metrics-reader Secrets the operator creates are owned by it, so uninstalling the "
+        "chart removes them. Unset: they stay.",
+    )
     ca_secret: str = Field(
         default="scidmz-ca",
         description="Secret (in the operator's namespace) holding the operator's certificate "
@@ -109,6 +115,16 @@ class OperatorSettings(BaseSettings):
         ge=1,
         le=5000,
         description="Pairs in that range: the most host-network workloads one node runs.",
+    )
+    workload_run_as_user: int = Field(
+        default=10001,
+        ge=1,
+        le=2**31 - 1,
+        description="UID the collector, controller and shaper containers run as (the "
+        "image's user, 10001); never 0.",
+    )
+    workload_run_as_group: int = Field(
+        default=10001, ge=1, le=2**31 - 1, description="GID of those containers; never 0."
     )
     workload_resources: dict[str, dict[str, dict[str, str]]] = Field(
         default_factory=lambda: dict(DEFAULT_RESOURCES),
@@ -149,6 +165,8 @@ class OperatorSettings(BaseSettings):
             collector_grpc_port=self.collector_grpc_port,
             collector_http_port=self.collector_http_port,
             controller_http_port=self.controller_http_port,
+            run_as_user=self.workload_run_as_user,
+            run_as_group=self.workload_run_as_group,
             resources=self.workload_resources,
             operator_pod_labels=self.operator_pod_labels,
             metrics_namespace_labels=self.metrics_namespace_labels,

@@ -184,6 +184,8 @@ def policy_conditions(
     by_type = {c["type"]: c for c in previous if "type" in c}
     if not accepted:
         ready: tuple[Status, str, str] = ("False", reason, message)
+    elif link_ready is not None and link_ready[1] == "FailSafe":
+        ready = ("False", "FailSafe", f"admitted; {link_ready[2]}")
     elif link_ready is None or not link_ready[0]:
         why = link_ready[2] if link_ready is not None else "the link has no status yet"
         ready = ("False", "LinkNotReady", f"admitted; the link's loop is not ready: {why}")

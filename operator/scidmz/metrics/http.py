@@ -95,10 +95,21 @@ def fetch_state(
     all — a deadline on the whole exchange, not on each read, so a server that sends a
     byte a second cannot hold the caller (a per-read timeout let one hold it for as long
     as it liked)."""
+    return fetch_state_explained(url, timeout_s, max_bytes, tls, server_name)[0]
+
+
+def fetch_state_explained(
+    url: str,
+    timeout_s: float = 2.0,
+    max_bytes: int = MAX_STATE_BYTES,
+    tls: ssl.SSLContext | None = None,
+    server_name: str | None = None,
+) -> tuple[dict[str, Any] | None, str]:
+    """``fetch_state`` with the reason it failed ("" on success): the name that did not
+    resolve, the refused connection, the certificate check, the status line."""
     target = _http_target(url, "https" if tls is not None else "http")
     if target is None:
-        log.debug("state %s: not an %s URL", url, "https://" if tls else "http://")
-        return None
+        return None, f"not an {'https://' if tls else 'http://'} URL"
     host, port, path = target
     data = bytearray()
     try:
@@ -116,22 +127,25 @@ def fetch_state(
                 while chunk := sock.recv(65536):
                     data += chunk
                     if len(data) > max_bytes + 16_384:  # headers' share on top
-                        log.debug("state %s: more than %d bytes, refused", url, max_bytes)
-                        return None
+                        return None, f"more than {max_bytes} bytes, refused"
             finally:
                 deadline.cancel()
     except OSError as error:
-        log.debug("state %s: %s", url, error)
-        return None
+        return None, f"{host}:{port}: {error}"
     head, found, body = bytes(data).partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0].split()
-    if not found or len(status) < 2 or status[1] != b"200" or len(body) > max_bytes:
-        return None
+    if not found or len(status) < 2:
+        return None, "no HTTP reply (closed, or slower than the deadline)"
+    if status[1] != b"200":
+        line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        return None, f"answered {line[:120]}"
+    if len(body) > max_bytes:
+        return None, f"more than {max_bytes} bytes, refused"
     try:
         parsed = json.loads(body)
     except ValueError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+        return None, "not JSON"
+    return (parsed, "") if isinstance(parsed, dict) else (None, "not a JSON object")
 
 
 def register_build_info(registry: CollectorRegistry, component: str) -> None:

@@ -40,6 +40,7 @@ from scidmz.contract.p4runtime import canonical, entry_key
 from scidmz.contract.pipeline import PipelineError, check_p4info
 from scidmz.contract.state import NetworkState
 from scidmz.metrics.http import Health
+from scidmz.outage_log import OutageLog
 from scidmz.telemetry import program
 from scidmz.telemetry.estimators import FlowEvent, RttBatch
 from scidmz.telemetry.exporter import SelfMetrics, Snapshot, StateExporter, StreamExporter
@@ -118,8 +119,7 @@ class Collector:
         self._fatal: CollectorError | None = None
         self._last_good: NetworkState | None = None
         self._became_ready = asyncio.Event()
-        self._quiet_since: float | None = None
-        self._unlogged_failures = 0
+        self._outage = OutageLog(log, f"switch {settings.address}")
 
     # ---- the public face -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -166,7 +166,8 @@ class Collector:
                 code = error.code.name if isinstance(error, P4RuntimeError) else "UNAVAILABLE"
                 self.metrics.p4runtime_errors.labels(*self._labels, code).inc()
                 self.health.set_ready(False, f"switch {s.address}: {error}")
-                self._log_failure(f"switch {s.address}: {error}")
+                retry = f"retrying every {s.backoff_max_s:.1f} s at most"
+                self._outage.failed(str(error), self._clock(), retry)
             finally:
                 self._ready = None
                 self.metrics.connected.labels(*self._labels).set(0)
@@ -179,20 +180,6 @@ class Collector:
                 delay = s.backoff_initial_s
             await asyncio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
             delay = min(delay * 2, s.backoff_max_s)
-
-    def _log_failure(self, what: str) -> None:
-        """The first failure of an outage, then one line a minute with how many there were:
-        an attempt a second against a switch that is down would otherwise be 60 lines a
-        minute."""
-        now = self._clock()
-        self._unlogged_failures += 1
-        if self._quiet_since is not None and now - self._quiet_since < 60:
-            return
-        log.warning(
-            "%s; retrying every %.1f s at most (%d failed attempt(s) since the last such line)",
-            what, self.settings.backoff_max_s, self._unlogged_failures,
-        )  # fmt: skip
-        self._quiet_since, self._unlogged_failures = now, 0
 
     def _current_tls(self) -> ChannelTls | None:
         s = self.settings
@@ -227,7 +214,7 @@ class Collector:
             await self._set_up(session)
             self._ready = session
             self.sessions_ready += 1
-            self._quiet_since, self._unlogged_failures = None, 0
+            self._outage.recovered(self._clock())
             self._became_ready.set()
             self.health.set_ready(True, f"primary on {s.address}")
             session.role_changed.clear()

@@ -173,6 +173,29 @@ def generate_pki(directory: Path) -> PkiPaths:
     return paths
 
 
+def issue_kubelet_serving(
+    pki: PkiPaths, directory: Path, node_name: str, address: str
+) -> tuple[Path, Path]:
+    """The kubelet's serving pair, signed by the cluster's CA for the node's name and
+    address, so the API server verifies it on ``kubectl logs``/``exec`` instead of
+    trusting any certificate the node shows. Returns (certificate, key)."""
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{pki.ca_key}: not the EC key generate_pki writes")
+    directory.mkdir(parents=True, exist_ok=True)
+    key = _key()
+    cert = _issue(
+        _name(f"system:node:{node_name}", "system:nodes"), key, ca_cert.subject, ca_key,
+        [ExtendedKeyUsageOID.SERVER_AUTH],
+        [x509.DNSName(node_name), x509.IPAddress(ipaddress.ip_address(address))],
+    )  # fmt: skip
+    paths = directory / "kubelet.crt", directory / "kubelet.key"
+    _write_key(paths[1], key)
+    _write_cert(paths[0], cert)
+    return paths
+
+
 @dataclass(frozen=True)
 class SwitchTlsPaths:
     """TLS for a P4Runtime switch and its collector, signed by one CA."""

@@ -341,10 +341,12 @@ def start_control_plane(
                 "--authorization-mode=RBAC",
                 f"--endpoint-reconciler-type={'lease' if node_reachable else 'none'}",
                 f"--service-cluster-ip-range={SERVICE_RANGE}",
-                # kubectl logs/exec on a real node: the admin identity, by its InternalIP
+                # kubectl logs/exec on a real node: the admin identity, by its InternalIP,
+                # the kubelet's serving certificate checked against the cluster's CA
                 f"--kubelet-client-certificate={pki.admin_cert}",
                 f"--kubelet-client-key={pki.admin_key}",
                 "--kubelet-preferred-address-types=InternalIP",
+                *([f"--kubelet-certificate-authority={pki.ca_cert}"] if node_reachable else []),
                 "--max-requests-inflight=800",
                 "--max-mutating-requests-inflight=400",
                 "--profiling=false",

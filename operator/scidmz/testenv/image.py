@@ -5,12 +5,14 @@ The official ``python:3.11-slim-bookworm`` base cannot be pulled here, so the ba
 stand-in made the way Debian images are made: ``debootstrap --variant=minbase`` of
 bookworm with Python 3.11 and pip, committed as ``BASE_TAG`` and passed as the
 Dockerfile's ``BASE_IMAGE``. The rootfs is cached (~300 MB, ~50 s to make); buildah keeps
-the base image and the build's layers in its own storage between runs.
+the base image and the last image in its own storage between runs, and the image is
+rebuilt only when its sources changed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -145,19 +147,63 @@ class Build:
     seconds: float
 
 
+SOURCES = ("Dockerfile", "pyproject.toml", "README.md", "operator", "models", "p4")
+"""What the Dockerfile copies: the image is rebuilt only when one of these changed."""
+SOURCE_LABEL = "io.scidmz.source-digest"
+
+
+def source_digest(context: Path) -> str:
+    """A digest of every file the Dockerfile copies (paths and contents; caches skipped)."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        root = context / name
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for path in files:
+            if "__pycache__" in path.parts or path.suffix == ".pyc":
+                continue
+            digest.update(str(path.relative_to(context)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _label(tag: str, key: str) -> str | None:
+    """The image's label ``key`` (None: no such image or label)."""
+    result = subprocess.run(
+        [*BUILDAH, "inspect", "--type", "image", tag], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        return None
+    labels = (json.loads(result.stdout).get("OCIv1") or {}).get("config", {}).get("Labels")
+    value = (labels or {}).get(key)
+    return str(value) if value is not None else None
+
+
 def build(context: Path, base: str, tag: str = IMAGE_TAG, timeout_s: float = 1800) -> Build:
-    """``buildah bud`` of ``context``/Dockerfile on ``base``; layers cached between runs."""
+    """``buildah bud`` of ``context``/Dockerfile on ``base``, or nothing when ``tag`` was
+    built from the same sources (``SOURCE_LABEL``). vfs storage copies every layer whole
+    (~800 MB each), so a build's intermediate layers are removed after it: a few builds
+    would otherwise fill the disk."""
     started = time.monotonic()
+    digest = source_digest(context)
+    if _label(tag, SOURCE_LABEL) == digest:
+        return Build(tag, 0.0)
     # The host's trust store for the RUN steps (pip), never copied into the image: a site
     # behind a TLS-intercepting proxy trusts its CA there, as this machine does.
     trust = [f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"] if HOST_CA_BUNDLE.exists() else []
     _run(
         [*BUILDAH, "bud", "--layers", "--pull=never", "--isolation", "chroot", *trust,
-         "--build-arg", f"BASE_IMAGE={base}", "--tag", tag, "--file",
-         str(context / "Dockerfile"), str(context)],
+         "--build-arg", f"BASE_IMAGE={base}", "--label", f"{SOURCE_LABEL}={digest}",
+         "--tag", tag, "--file", str(context / "Dockerfile"), str(context)],
         timeout_s, "buildah bud",
     )  # fmt: skip
+    _run([*BUILDAH, "rmi", "--prune"], 900, "buildah rmi --prune")
     return Build(tag, time.monotonic() - started)
+
+
+def image_id(tag: str) -> str:
+    """The image's ID (a digest of its config: the same for the same content)."""
+    return _run([*BUILDAH, "inspect", "--type", "image", "--format", "{{.FromImageID}}", tag],
+                60, "buildah inspect").strip()  # fmt: skip
 
 
 def archive(tag: str, path: Path) -> Path:

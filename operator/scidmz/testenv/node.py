@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from scidmz.testenv import image
+from scidmz.testenv.certs import issue_kubelet_serving
 from scidmz.testenv.cluster import NODE_HOST_IP, ControlPlane
 
 NODE_NETNS = "scidmz-node"
@@ -63,12 +65,41 @@ class NodeError(RuntimeError):
     """The node could not start; the message says which part and shows its log."""
 
 
+CGROUP_CONTROLLERS = ("cpu", "memory", "pids")
+"""What the kubelet's QoS cgroups and its eviction need."""
+
+
+def missing_features(filesystems: str, cgroup_root: Path, euid: int) -> list[str]:
+    """What the machine lacks for a node, from ``/proc/filesystems``' text, the cgroup
+    mount point and the effective UID: root, overlayfs (the snapshotter), the cgroup
+    controllers (v1 hierarchies or v2's ``cgroup.controllers``)."""
+    gone = []
+    if euid != 0:
+        gone.append("root (containerd and the kubelet run as root)")
+    if "overlay" not in filesystems.split():
+        gone.append("overlayfs (modprobe overlay)")
+    unified = cgroup_root / "cgroup.controllers"
+    if unified.exists():
+        have = set(unified.read_text().split())
+    else:
+        have = {c for c in CGROUP_CONTROLLERS if (cgroup_root / c).is_dir()}
+    lacking = [c for c in CGROUP_CONTROLLERS if c not in have]
+    if lacking:
+        gone.append(f"cgroup controllers {', '.join(lacking)} under {cgroup_root}")
+    return gone
+
+
 def missing_tools() -> list[str]:
-    """What the real node needs and this machine lacks (``hack/system-deps.sh`` installs it)."""
+    """What the real node needs and this machine lacks: the tools ``hack/system-deps.sh``
+    installs, and the kernel features it cannot."""
     gone = [tool for tool in NEEDED if shutil.which(tool) is None]
     if not (CNI_BIN_DIR / "bridge").exists():
         gone.append(f"{CNI_BIN_DIR}/bridge (containernetworking-plugins)")
-    return gone
+    try:
+        filesystems = Path("/proc/filesystems").read_text()
+    except OSError:
+        filesystems = ""
+    return gone + missing_features(filesystems, Path("/sys/fs/cgroup"), os.geteuid())
 
 
 def _run(argv: list[str], what: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -80,7 +111,7 @@ def _run(argv: list[str], what: str, check: bool = True) -> subprocess.Completed
 
 def cni_config() -> dict[str, object]:
     """The pod network: a bridge with host-local addresses, masqueraded when leaving the
-    node (so the host, which has no route to the pods, answers them), and port maps."""
+    node (so the host answers them without a route back to the pods), and port maps."""
     return {
         "cniVersion": "1.0.0",
         "name": "scidmz",
@@ -129,9 +160,13 @@ state = "{root / "containerd-state"}"
 """
 
 
-def kubelet_config(root: Path, ca_cert: Path, cluster_dns: str) -> dict[str, object]:
+def kubelet_config(
+    root: Path, ca_cert: Path, cluster_dns: str, serving: tuple[Path, Path] | None = None
+) -> dict[str, object]:
     """The kubelet's configuration: cgroupfs on this cgroup v1 host, nothing written to the
-    host's kernel settings or iptables, client certificates from the control plane's CA."""
+    host's kernel settings or iptables, client certificates from the control plane's CA,
+    and its serving pair (``serving``: certificate, key; None: a self-signed one)."""
+    tls = {"tlsCertFile": str(serving[0]), "tlsPrivateKeyFile": str(serving[1])} if serving else {}
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
@@ -167,6 +202,7 @@ def kubelet_config(root: Path, ca_cert: Path, cluster_dns: str) -> dict[str, obj
         "rotateCertificates": False,
         "serverTLSBootstrap": False,
         "localStorageCapacityIsolation": False,
+        **tls,
     }
 
 
@@ -249,23 +285,28 @@ def _kill_shims(socket: Path) -> None:
             subprocess.run(["kill", "-9", proc.name], capture_output=True, check=False)
 
 
-def _kill_pod_cgroups() -> None:
-    """SIGKILL what is left in the kubelet's cgroups and remove them (cgroup v1)."""
-    for hierarchy in Path("/sys/fs/cgroup").iterdir():
-        kubepods = hierarchy / "kubepods"
-        if not kubepods.is_dir():
-            continue
-        for procs in kubepods.rglob("cgroup.procs"):
-            for pid in procs.read_text().split():
-                subprocess.run(["kill", "-9", pid], capture_output=True, check=False)
-        # deepest first: a cgroup directory goes only once its children have
-        for directory in sorted(
-            (p for p in kubepods.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
-        ):
+def _kill_pod_cgroups(timeout_s: float = 10.0) -> None:
+    """SIGKILL what is left in the kubelet's cgroups and remove them (cgroup v1). A cgroup
+    whose last process was just killed stays busy until the process is reaped: retried."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [h / "kubepods" for h in Path("/sys/fs/cgroup").iterdir()
+                if (h / "kubepods").is_dir()]  # fmt: skip
+        if not left or time.monotonic() > deadline:
+            return
+        for kubepods in left:
+            for procs in kubepods.rglob("cgroup.procs"):
+                for pid in procs.read_text().split():
+                    subprocess.run(["kill", "-9", pid], capture_output=True, check=False)
+            # deepest first: a cgroup directory goes only once its children have
+            for directory in sorted(
+                (p for p in kubepods.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
+            ):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
             with contextlib.suppress(OSError):
-                directory.rmdir()
-        with contextlib.suppress(OSError):
-            kubepods.rmdir()
+                kubepods.rmdir()
+        time.sleep(0.2)
 
 
 def _network() -> None:
@@ -282,6 +323,9 @@ def _network() -> None:
     _run([*inside, "ip", "link", "set", NODE_VETH, "up"], "ip link set")
     _run([*inside, "ip", "link", "set", "lo", "up"], "ip link set lo")
     _run([*inside, "ip", "route", "add", "default", "via", HOST_IP], "ip route")
+    # the host reaches pods as a cluster's nodes do (the demo reads the controller's /state);
+    # the route goes with the veth
+    _run(["ip", "route", "add", POD_SUBNET, "via", NODE_IP, "dev", HOST_VETH], "ip route")
 
 
 def _holder(root: Path) -> subprocess.Popen[bytes]:
@@ -344,6 +388,7 @@ def start_node(
     cluster_dns: str = NODE_IP,
     log: Callable[[str], None] = print,
     timeout_s: float = 60.0,
+    serving: tuple[Path, Path] | None = None,
 ) -> Node:
     """Start a real node registering as ``name`` with the API server at ``server`` (an
     address the node's network reaches). Returns once containerd answers and the pause
@@ -358,7 +403,7 @@ def start_node(
     # the upstream of pods with dnsPolicy Default: the host's resolver
     (root / "resolv.conf").write_text(Path("/etc/resolv.conf").read_text())
     (root / "kubelet.yaml").write_text(
-        yaml.safe_dump(kubelet_config(root, ca_cert, cluster_dns), sort_keys=False)
+        yaml.safe_dump(kubelet_config(root, ca_cert, cluster_dns, serving), sort_keys=False)
     )
     node_kubeconfig(root / "kubeconfig", server, ca_cert, client_cert, client_key)
     node = Node(name=name, root=root)
@@ -468,10 +513,12 @@ def start_real_node(
     node_dir = plane.toolchain.node_dir
     port = plane.server.rsplit(":", 1)[1]
     started = time.monotonic()
+    root = plane.workdir / name
+    serving = issue_kubelet_serving(plane.pki, root / "pki", name, NODE_IP)
     node = start_node(
-        name, plane.workdir / name, f"https://{HOST_IP}:{port}", plane.pki.ca_cert,
+        name, root, f"https://{HOST_IP}:{port}", plane.pki.ca_cert,
         plane.pki.admin_cert, plane.pki.admin_key, str(node_dir / "kubelet"),
-        pause_image_archive(node_dir / "pause"), log=log,
+        pause_image_archive(node_dir / "pause"), log=log, serving=serving,
     )  # fmt: skip
     jsonpath = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     while time.monotonic() - started < 60:
@@ -486,3 +533,25 @@ def start_real_node(
     tail = node.log_tail("kubelet")
     node.stop()
     raise NodeError(f"node {name} did not become Ready:\n{tail}")
+
+
+def leftovers(marker: str) -> list[str]:
+    """What a stopped node would have left: its network namespace, its veth, kubepods
+    cgroups, and processes whose command line holds ``marker`` (its root directory). Empty
+    when it was torn down completely."""
+    left = []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
+    if NODE_NETNS in netns.stdout:
+        left.append("network namespace")
+    link = subprocess.run(["ip", "link", "show", HOST_VETH], capture_output=True, check=False)
+    if link.returncode == 0:
+        left.append("veth")
+    left += [str(p) for p in Path("/sys/fs/cgroup").glob("*/kubepods")]
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            left.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return left

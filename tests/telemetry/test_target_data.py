@@ -322,3 +322,31 @@ def test_the_largest_jump_skips_fail_safe_steps_and_target_restarts():
     assert max_jump(journal, 1.5, 10.0, 100 * mb) == 200 * mb  # 100 -> 300, from the 600 held
     assert max_jump(journal, 4.5, 10.0, 100 * mb) == 150 * mb  # not 400 -> 1000 across runs
     assert max_jump(journal, 0.0, 10.0, 150 * mb) == 900 * mb  # 1000 -> 100 counts then
+
+
+def test_the_bottleneck_buffer_is_set_over_grpc_within_its_bounds():
+    """The buffer actuator's RPC: the buffer in force comes back and shows in the ground
+    truth; one beyond the scenario's maximum is refused naming the bound, and nothing
+    changes."""
+    from scidmz.netsim.scenario import Bottleneck, Scenario
+    from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+
+    async def main():
+        scenario = Scenario(bottleneck=Bottleneck(max_buffer_s=0.2))
+        async with (
+            running_target(scenario) as (target, address),
+            grpc.aio.insecure_channel(address) as channel,
+        ):
+            stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            answer = await stub.SetBottleneckBuffer(telemetry_pb2.BufferSize(bytes=1.25e6))
+            assert answer.bytes == pytest.approx(1.25e6)
+            await wait_for(lambda: target.source.truth, 5, "a tick")
+            truth = await stub.GetGroundTruth(telemetry_pb2.GroundTruthRequest())
+            assert truth.bottleneck_buffer_bytes == pytest.approx(1.25e6)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.SetBottleneckBuffer(telemetry_pb2.BufferSize(bytes=30e6))
+            assert refused.value.code() == grpc.StatusCode.OUT_OF_RANGE
+            assert "25000000] bytes" in refused.value.details()
+            assert target.source.sim.bottleneck_buffer_bytes == pytest.approx(1.25e6)
+
+    asyncio.run(main())

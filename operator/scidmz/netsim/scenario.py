@@ -69,10 +69,27 @@ class Bottleneck(_Model):
         "of the DTN path) when neither is given.",
     )
 
+    max_buffer_bytes: Bytes | None = Field(
+        default=None,
+        gt=0,
+        description="The largest buffer a run may set while it runs (a buffer actuator's "
+        "upper bound; the FIFO is sized for it); default the buffer itself.",
+    )
+    max_buffer_s: Seconds | None = Field(
+        default=None, gt=0, description="The same bound as time at capacity."
+    )
+
     @model_validator(mode="after")
     def _one_buffer_size(self) -> Bottleneck:
         if self.buffer_bytes is not None and self.buffer_s is not None:
             raise ValueError("give buffer_bytes or buffer_s, not both")
+        if self.max_buffer_bytes is not None and self.max_buffer_s is not None:
+            raise ValueError("give max_buffer_bytes or max_buffer_s, not both")
+        if self.max_buffer_size_bytes < self.buffer_size_bytes:
+            raise ValueError(
+                f"the maximum buffer ({self.max_buffer_size_bytes:.0f} bytes) is below the "
+                f"buffer ({self.buffer_size_bytes:.0f} bytes)"
+            )
         return self
 
     @property
@@ -80,6 +97,15 @@ class Bottleneck(_Model):
         if self.buffer_bytes is not None:
             return self.buffer_bytes
         return (self.buffer_s if self.buffer_s is not None else 0.1) * self.capacity_bps / 8
+
+    @property
+    def max_buffer_size_bytes(self) -> float:
+        """The largest buffer ``Simulator.set_bottleneck_buffer`` accepts."""
+        if self.max_buffer_bytes is not None:
+            return self.max_buffer_bytes
+        if self.max_buffer_s is not None:
+            return self.max_buffer_s * self.capacity_bps / 8
+        return self.buffer_size_bytes
 
 
 class Weibull(_Model):

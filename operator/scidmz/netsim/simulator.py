@@ -77,11 +77,14 @@ class Simulator:
         self.payload_fraction = scenario.payload_fraction
         capacity = scenario.bottleneck.capacity_bps / 8.0 * self.payload_fraction
         buffer_bytes = scenario.bottleneck.buffer_size_bytes * self.payload_fraction
-        queue_slots = math.ceil(buffer_bytes / (capacity * dt)) + 4
+        # the FIFO holds the largest buffer the run may set (set_bottleneck_buffer); by
+        # default that is the buffer itself, so the arrays, and every output, stay as they were
+        self._max_buffer_bytes = scenario.bottleneck.max_buffer_size_bytes * self.payload_fraction
+        queue_slots = math.ceil(self._max_buffer_bytes / (capacity * dt)) + 4
         if queue_slots > _MAX_QUEUE_SLOTS:
             raise ScenarioError(
-                f"bottleneck.buffer: {buffer_bytes:.0f} bytes hold {queue_slots} steps of "
-                f"traffic at capacity; at most {_MAX_QUEUE_SLOTS} are supported"
+                f"bottleneck.buffer: {self._max_buffer_bytes:.0f} bytes hold {queue_slots} "
+                f"steps of traffic at capacity; at most {_MAX_QUEUE_SLOTS} are supported"
             )
         longest_rtt = max(scenario.campus.base_rtt_s, scenario.dtn.base_rtt_s)
         ring = round(longest_rtt / dt) + 2
@@ -254,6 +257,29 @@ class Simulator:
             self.glob_f[layout.TOKENS] = self.params[layout.P_BURST]
         if shaper.queue_bytes is None:
             self.params[layout.P_SHAPER_LIMIT] = size.limit_bytes * self.payload_fraction
+
+    def set_bottleneck_buffer(self, buffer_bytes: float) -> None:
+        """The buffer actuator's hook: BR1's drop-tail buffer, in frame bytes, from the next
+        step on, up to ``bottleneck.max_buffer_*``. A smaller buffer than the queue keeps
+        the backlog and drops arrivals until the queue is below it (as a bfifo's limit
+        change does); nothing is flushed."""
+        limit = self._max_buffer_bytes / self.payload_fraction
+        if not (math.isfinite(buffer_bytes) and 0 < buffer_bytes <= limit * (1 + 1e-12)):
+            raise ValueError(
+                f"bottleneck buffer must be in (0, {limit:.0f}] bytes (bottleneck.max_buffer_"
+                f"bytes or max_buffer_s), got {buffer_bytes!r}"
+            )
+        self.params[layout.P_BUFFER] = min(buffer_bytes * self.payload_fraction,
+                                           self._max_buffer_bytes)  # fmt: skip
+
+    @property
+    def bottleneck_buffer_bytes(self) -> float:
+        """BR1's buffer in force, in frame bytes."""
+        return float(self.params[layout.P_BUFFER] / self.payload_fraction)
+
+    @property
+    def max_bottleneck_buffer_bytes(self) -> float:
+        return float(self._max_buffer_bytes / self.payload_fraction)
 
     def set_dtn_rate_limit(self, rate_bps: float | None) -> None:
         """The DTN actuator's hook: cap the DTN's aggregate sending rate (``None`` lifts

@@ -189,6 +189,7 @@ class GroundTruth(_message.Message):
     ACTIVE_FLOWS_FIELD_NUMBER: _builtins.int
     CAMPUS_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
     DTN_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
     sim_time_s: _builtins.float
     dtn_tap_bytes: _builtins.float
     campus_tap_bytes: _builtins.float
@@ -200,6 +201,8 @@ class GroundTruth(_message.Message):
     campus_rate_limit_bps: _builtins.float
     dtn_rate_limit_bps: _builtins.float
     """the DTN cap; 0 when the DTN is uncapped"""
+    bottleneck_buffer_bytes: _builtins.float
+    """BR1's buffer in force (frame bytes)"""
     def __init__(
         self,
         *,
@@ -213,14 +216,35 @@ class GroundTruth(_message.Message):
         active_flows: _builtins.int = ...,
         campus_rate_limit_bps: _builtins.float = ...,
         dtn_rate_limit_bps: _builtins.float = ...,
+        bottleneck_buffer_bytes: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_buffer_bytes", b"bottleneck_buffer_bytes", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GroundTruth: _TypeAlias = GroundTruth  # noqa: Y015
+
+@_typing.final
+class BufferSize(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BYTES_FIELD_NUMBER: _builtins.int
+    bytes: _builtins.float
+    """frame bytes, > 0"""
+    def __init__(
+        self,
+        *,
+        bytes: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BufferSize: _TypeAlias = BufferSize  # noqa: Y015
 
 @_typing.final
 class RateLimit(_message.Message):

@@ -161,6 +161,11 @@ class SimActuatorStub(object):
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
                 response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
                 _registered_method=True)
+        self.SetBottleneckBuffer = channel.unary_unary(
+                '/scidmz.v1.SimActuator/SetBottleneckBuffer',
+                request_serializer=scidmz_dot_proto_dot_telemetry__pb2.BufferSize.SerializeToString,
+                response_deserializer=scidmz_dot_proto_dot_telemetry__pb2.BufferSize.FromString,
+                _registered_method=True)
         self.GetGroundTruth = channel.unary_unary(
                 '/scidmz.v1.SimActuator/GetGroundTruth',
                 request_serializer=scidmz_dot_proto_dot_telemetry__pb2.GroundTruthRequest.SerializeToString,
@@ -185,6 +190,14 @@ class SimActuatorServicer(object):
 
     def SetDtnRateLimit(self, request, context):
         """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetBottleneckBuffer(self, request, context):
+        """Set BR1's drop-tail buffer (the buffer actuator): from the next step on, within the
+        scenario's bottleneck.max_buffer_*; answers the buffer now in force.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -215,6 +228,11 @@ def add_SimActuatorServicer_to_server(servicer, server):
                     servicer.SetDtnRateLimit,
                     request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
                     response_serializer=scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
+            ),
+            'SetBottleneckBuffer': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetBottleneckBuffer,
+                    request_deserializer=scidmz_dot_proto_dot_telemetry__pb2.BufferSize.FromString,
+                    response_serializer=scidmz_dot_proto_dot_telemetry__pb2.BufferSize.SerializeToString,
             ),
             'GetGroundTruth': grpc.unary_unary_rpc_method_handler(
                     servicer.GetGroundTruth,
@@ -281,6 +299,33 @@ class SimActuator(object):
             '/scidmz.v1.SimActuator/SetDtnRateLimit',
             scidmz_dot_proto_dot_telemetry__pb2.RateLimit.SerializeToString,
             scidmz_dot_proto_dot_telemetry__pb2.RateLimit.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetBottleneckBuffer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/scidmz.v1.SimActuator/SetBottleneckBuffer',
+            scidmz_dot_proto_dot_telemetry__pb2.BufferSize.SerializeToString,
+            scidmz_dot_proto_dot_telemetry__pb2.BufferSize.FromString,
             options,
             channel_credentials,
             insecure,

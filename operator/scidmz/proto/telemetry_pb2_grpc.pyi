@@ -80,6 +80,10 @@ class SimActuatorStub:
     """Apply u(t) to the simulated campus shaper; answers the rate now in force."""
     SetDtnRateLimit: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]
     """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
+    SetBottleneckBuffer: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.BufferSize, _telemetry_pb2.BufferSize]
+    """Set BR1's drop-tail buffer (the buffer actuator): from the next step on, within the
+    scenario's bottleneck.max_buffer_*; answers the buffer now in force.
+    """
     GetGroundTruth: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]
     GetActuations: _grpc.UnaryUnaryMultiCallable[_telemetry_pb2.ActuationsRequest, _telemetry_pb2.Actuations]
     """Every rate set since an index (the most recent JOURNAL_DEPTH are kept)."""
@@ -91,6 +95,10 @@ class SimActuatorAsyncStub(SimActuatorStub):
     """Apply u(t) to the simulated campus shaper; answers the rate now in force."""
     SetDtnRateLimit: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.RateLimit, _telemetry_pb2.RateLimit]  # type: ignore[assignment]
     """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
+    SetBottleneckBuffer: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.BufferSize, _telemetry_pb2.BufferSize]  # type: ignore[assignment]
+    """Set BR1's drop-tail buffer (the buffer actuator): from the next step on, within the
+    scenario's bottleneck.max_buffer_*; answers the buffer now in force.
+    """
     GetGroundTruth: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.GroundTruthRequest, _telemetry_pb2.GroundTruth]  # type: ignore[assignment]
     GetActuations: _aio.UnaryUnaryMultiCallable[_telemetry_pb2.ActuationsRequest, _telemetry_pb2.Actuations]  # type: ignore[assignment]
     """Every rate set since an index (the most recent JOURNAL_DEPTH are kept)."""
@@ -111,6 +119,16 @@ class SimActuatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_telemetry_pb2.RateLimit, _abc.Awaitable[_telemetry_pb2.RateLimit]]:
         """Cap the simulated DTN's sending rate (the DTN actuator); answers the cap now in force."""
+
+    @_abc_1.abstractmethod
+    def SetBottleneckBuffer(
+        self,
+        request: _telemetry_pb2.BufferSize,
+        context: _ServicerContext,
+    ) -> _typing.Union[_telemetry_pb2.BufferSize, _abc.Awaitable[_telemetry_pb2.BufferSize]]:
+        """Set BR1's drop-tail buffer (the buffer actuator): from the next step on, within the
+        scenario's bottleneck.max_buffer_*; answers the buffer now in force.
+        """
 
     @_abc_1.abstractmethod
     def GetGroundTruth(

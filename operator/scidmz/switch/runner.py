@@ -80,6 +80,15 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
         self._record("dtn", self.source.sim.dtn_rate_limit_bps or 0.0)
         return telemetry_pb2.RateLimit(rate_bps=self.source.sim.dtn_rate_limit_bps or 0.0)
 
+    async def SetBottleneckBuffer(  # noqa: N802 (gRPC method name)
+        self, request: telemetry_pb2.BufferSize, context: Any
+    ) -> telemetry_pb2.BufferSize:
+        try:
+            self.source.sim.set_bottleneck_buffer(request.bytes)
+        except ValueError as error:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(error))
+        return telemetry_pb2.BufferSize(bytes=self.source.sim.bottleneck_buffer_bytes)
+
     async def GetActuations(  # noqa: N802
         self, request: telemetry_pb2.ActuationsRequest, context: Any
     ) -> telemetry_pb2.Actuations:
@@ -107,6 +116,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
             # the limits in force now, not at the tick: what an actuator reads back
             campus_rate_limit_bps=self.source.sim.campus_rate_limit_bps,
             dtn_rate_limit_bps=self.source.sim.dtn_rate_limit_bps or 0.0,
+            bottleneck_buffer_bytes=self.source.sim.bottleneck_buffer_bytes,
         )
 
 

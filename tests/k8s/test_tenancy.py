@@ -61,9 +61,10 @@ class Tenant:
             input_text=input_text, check=False,
         )  # fmt: skip
 
-    def apply(self, obj):
+    def apply(self, obj, dry_run: bool = False):
         obj = {**obj, "metadata": {**obj["metadata"], "namespace": self.namespace}}
-        return self.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(obj))
+        server = ["--dry-run=server"] if dry_run else []
+        return self.kubectl("apply", *server, "-f", "-", input_text=yaml.safe_dump(obj))
 
     def can(self, verb: str, resource: str, namespace: str | None = None) -> bool:
         where = namespace or self.namespace
@@ -86,6 +87,18 @@ def _accepted(kube, name):
     return kube.condition(name, "Accepted") or {}
 
 
+def _admission_knows(tenant: Tenant, link: str) -> None:
+    """Wait until the API server's admission has the new link among its policy's params
+    (an informer: a link created a moment ago may not be there yet, and a policy for a link
+    it does not know is let through, parameterNotFoundAction: Allow). Probed with a dry run
+    that only the admission policy refuses."""
+    probe = _policy(link, "admission-probe", dtnHost="no-such-host")
+    wait_for(
+        lambda: "ValidatingAdmissionPolicy" in tenant.apply(probe, dry_run=True).stderr,
+        15, f"the admission policy to know BorderLink {link}",
+    )  # fmt: skip
+
+
 def _refused_by_the_api_server(result, *fragments):
     assert result.returncode != 0, result.stdout
     for fragment in fragments:
@@ -104,6 +117,7 @@ def test_a_tenant_may_ask_for_a_rate_and_nothing_else(
     ]  # fmt: skip
     links.apply(link_object(name, dtnHosts=hosts))
     wait_for(lambda: links.get(name), 10, "the link")
+    _admission_knows(tenant, name)
     # what the tenant may do: ask for a rate on the link, and read its status
     assert tenant.apply(_policy(name)).returncode == 0
     wait_for(lambda: _accepted(kube, "p").get("status") == "True", 15, "admitted")
@@ -157,6 +171,7 @@ def test_a_link_that_does_not_allow_the_namespace_refuses_it(
     closed = {"namespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "x"}}}}
     links.apply(link_object(name, tenants=closed))
     wait_for(lambda: links.get(name), 10, "the link")
+    _admission_knows(tenant, name)
     _refused_by_the_api_server(
         tenant.apply(_policy(name)),
         f"spec.linkRef.name: BorderLink {name} does not allow policies from namespace "
@@ -168,6 +183,7 @@ def test_a_link_that_does_not_allow_the_namespace_refuses_it(
     link["spec"].pop("tenants")
     links.apply(link)
     wait_for(lambda: links.get(default), 10, "the link")
+    _admission_knows(tenant, default)
     _refused_by_the_api_server(tenant.apply(_policy(default)), "does not allow policies")
 
 

@@ -704,6 +704,7 @@ def reconcile_link(
     applied = False
     host_ports = link.host_ports
     warning = None
+    failsafe = failsafe_held(link.status)  # from the last /state the operator read
     if spec is None:
         outcome = Outcome(
             False, "InvalidSpec", problem or "the spec does not parse", link.generation
@@ -714,7 +715,6 @@ def reconcile_link(
                 "PlaintextSwitch",
                 "spec.switch.plaintext is true: P4Runtime runs without TLS (lab use only)",
             )
-        failsafe = failsafe_held(link.status)
         if failsafe is not None:
             warning = ("FailSafe", failsafe)
         try:
@@ -755,7 +755,7 @@ def reconcile_link(
         link_ready = (False, "LoopNotReady", "; ".join(
             s.message for s in states if not s.ready
         ))  # fmt: skip
-    elif (failsafe := failsafe_held(link.status)) is not None:
+    elif failsafe is not None:
         link_ready = (False, "FailSafe", failsafe)
     else:
         link_ready = (True, "Ready", "")

@@ -1,11 +1,13 @@
 /*
  * scidmz passive telemetry pipeline, TNA (Intel Tofino, bf-p4c).
  *
- * The same measurements as ../v1model/scidmz.p4 (paper §3.4, algorithms 2, 5, 7 and SEQ/ACK
- * RTT matching), written for Tofino's constraints: register cells of at most 32 bits
+ * The same measurements as ../v1model/scidmz.p4 (paper §3.4, algorithms 2, 5, 7, SEQ/ACK
+ * RTT matching and P4BS's loss telemetry), written for Tofino's constraints: register cells of at most 32 bits
  * (timestamps are the low 32 bits of the nanosecond clock; every value derived from them
  * is a difference well under 4.29 s), one RegisterAction per register per packet, and one
- * digest per packet, chosen in the deparser by ig_dprsr_md.digest_type. Entity names and
+ * digest per packet, chosen in the deparser by ig_dprsr_md.digest_type. The sojourn sum of
+ * a class is taken over one packet in 16 (packet hash), so that its 32-bit cell lasts a
+ * sample time (TNA_QD_SAMPLE_MASK in the contract). Entity names and
  * widths are the contract in operator/scidmz/telemetry/pipeline.py; bf-p4c prefixes them
  * with the pipe ("pipe.ScidmzIngress.classify_v4"), which the collector accepts.
  *
@@ -69,6 +71,8 @@ struct metadata_t {
     bit<8>  reason;
     bool    is_data;
     bool    is_fin;
+    bit<32> behind;            // the flow's next SEQ minus this packet's SEQ
+    bit<32> waited_1024ns;     // this packet's sojourn >> 10
 }
 
 parser ScidmzIngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta,
@@ -76,7 +80,7 @@ parser ScidmzIngressParser(packet_in pkt, out headers_t hdr, out metadata_t meta
     state start {
         pkt.extract(ig_intr_md);
         pkt.advance(PORT_METADATA_SIZE);
-        meta = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false};
+        meta = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, false, false, 0, 0};
         transition ethernet;
     }
     state ethernet { pkt.extract(hdr.ethernet); transition select(hdr.ethernet.ether_type) {
@@ -96,6 +100,8 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     DirectCounter<bit<64>>(CounterType_t.BYTES) class_bytes_v4;
     DirectCounter<bit<64>>(CounterType_t.BYTES) class_bytes_v6;
     Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_traffic;
+    Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_retrans;
+    Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_egress;
     Register<bit<32>, bit<32>>(4) queuing_delay_ns;
     Register<bit<32>, bit<32>>(FLOW_SLOTS) packet_ts;
     Register<bit<8>, bit<32>>(FLOW_SLOTS) packet_class;
@@ -104,6 +110,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     Register<bit<16>, bit<32>>(FLOW_SLOTS) flow_packets;
     Register<bit<32>, bit<32>>(FLOW_SLOTS) flow_last_ns;
     Register<bit<8>, bit<32>>(FLOW_SLOTS) flow_active;
+    Register<bit<32>, bit<32>>(FLOW_SLOTS) flow_next_seq;
+    Register<bit<32>, bit<32>>(4) queuing_delay_sum_1024ns;
+    Register<bit<32>, bit<32>>(4) queuing_delay_count;
 
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v4;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v6;
@@ -179,6 +188,25 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     };
     RegisterAction<bit<32>, bit<32>, bit<32>>(queuing_delay_ns) store_delay = {
         void apply(inout bit<32> value) { value = meta.rtt_ns; }
+    };
+
+    RegisterAction<bit<32>, bit<32>, bit<32>>(queuing_delay_sum_1024ns) add_sojourn = {
+        void apply(inout bit<32> value) { value = value + meta.waited_1024ns; }
+    };
+    RegisterAction<bit<32>, bit<32>, bit<32>>(queuing_delay_count) count_sojourn = {
+        void apply(inout bit<32> value) { value = value + 1; }
+    };
+
+    // ---- loss, P4BS method 1: data below the flow's next SEQ is resent ---------------
+    RegisterAction<bit<32>, bit<32>, bit<32>>(flow_next_seq) follow_seq = {
+        // returns how far this packet's SEQ is behind the next one (0: new data)
+        void apply(inout bit<32> value, out bit<32> behind) {
+            behind = value - hdr.tcp.seq_no;
+            if (value == 0 || behind == 0 || behind >= 32w0x80000000) {
+                value = hdr.tcp.seq_no + meta.payload_len;
+                behind = 0;
+            }
+        }
     };
 
     // ---- RTT: SEQ slots with Karn's rule --------------------------------------------
@@ -266,6 +294,12 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
                 bit<8> entered_class = recall_class.execute(packet_slot);
                 if (entered_class != 0 && meta.rtt_ns < meta.rtt_max_ns) {
                     store_delay.execute((bit<32>)entered_class);
+                    class_egress.count((bit<32>)entered_class);
+                    if ((meta.packet_hash & 32w0xF) == 0) {
+                        meta.waited_1024ns = meta.rtt_ns >> 10;
+                        add_sojourn.execute((bit<32>)entered_class);
+                        count_sojourn.execute((bit<32>)entered_class);
+                    }
                 }
             } else if ((hdr.tcp.flags & 8w0x10) != 0) {
                 if (hdr.ipv4.isValid()) { reverse_v4.apply(); } else { reverse_v6.apply(); }
@@ -287,6 +321,13 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.ipv4.isValid()) { classify_v4.apply(); } else { classify_v6.apply(); }
         if (meta.class_id == 0) { ig_dprsr_md.drop_ctl = 1; exit; }
         class_traffic.count((bit<32>)meta.class_id);
+        if (meta.payload_len > 0) {
+            meta.behind = follow_seq.execute(flow_slot);
+            // a keep-alive (one byte just below the next SEQ) is not a retransmission
+            if (meta.behind != 0 && !(meta.payload_len == 1 && meta.behind == 1)) {
+                class_retrans.count((bit<32>)meta.class_id);
+            }
+        }
 
         // Algorithm 5, first half.
         stamp_entry.execute(packet_slot);

@@ -4,7 +4,9 @@
  * The switch sees mirrored copies of the border router BR1's links (p4/README.md): the
  * campus side and the DTN side before BR1's queue, and the bottleneck side after it. It
  * forwards nothing; every packet is measured and dropped. Paper §3.4, algorithms 2, 5, 7,
- * plus SEQ/ACK matching for RTT. The entity names and widths are the contract in
+ * plus SEQ/ACK matching for RTT, and loss telemetry after P4BS (seed 003 §IV-B): resent data
+ * per class (method 1), data leaving BR1 per class (method 2, with class_traffic) and the
+ * sojourn sum and count for a mean queuing delay per sample time. The entity names and widths are the contract in
  * operator/scidmz/telemetry/pipeline.py (tests check that this file declares each one).
  */
 #include <core.p4>
@@ -72,6 +74,8 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     direct_counter(CounterType.bytes) class_bytes_v4;
     direct_counter(CounterType.bytes) class_bytes_v6;
     counter(4, CounterType.packets_and_bytes) class_traffic;
+    counter(4, CounterType.packets_and_bytes) class_retrans;
+    counter(4, CounterType.packets_and_bytes) class_egress;
     register<bit<48>>(4) queuing_delay_ns;
     register<bit<48>>(FLOW_SLOTS) packet_ts;
     register<bit<8>>(FLOW_SLOTS) packet_class;
@@ -80,6 +84,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<16>>(FLOW_SLOTS) flow_packets;
     register<bit<48>>(FLOW_SLOTS) flow_last_ns;
     register<bit<8>>(FLOW_SLOTS) flow_active;
+    register<bit<32>>(FLOW_SLOTS) flow_next_seq;
+    register<bit<48>>(4) queuing_delay_sum_1024ns;
+    register<bit<32>>(4) queuing_delay_count;
 
     action set_class(bit<8> class_id) { meta.class_id = class_id; }
     action set_tap_role(bit<8> role) { meta.role = role; }
@@ -171,7 +178,17 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
                 packet_ts.read(entered, packet_slot);
                 packet_class.read(entered_class, packet_slot);
                 if (entered != 0 && entered <= now_ns && entered_class != 0) {
-                    queuing_delay_ns.write((bit<32>)entered_class, now_ns - entered);
+                    bit<48> waited = now_ns - entered;
+                    queuing_delay_ns.write((bit<32>)entered_class, waited);
+                    // method 2's egress count, and the sum and count of a per-T mean sojourn
+                    class_egress.count((bit<32>)entered_class);
+                    bit<48> waited_sum;
+                    bit<32> waited_count;
+                    queuing_delay_sum_1024ns.read(waited_sum, (bit<32>)entered_class);
+                    queuing_delay_count.read(waited_count, (bit<32>)entered_class);
+                    queuing_delay_sum_1024ns.write((bit<32>)entered_class,
+                                                   waited_sum + (waited >> 10));
+                    queuing_delay_count.write((bit<32>)entered_class, waited_count + 1);
                 }
             } else if ((hdr.tcp.flags & 8w0x10) != 0) {
                 // A pure ACK back from the remote side: match it against remembered data.
@@ -204,6 +221,20 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         if (hdr.ipv4.isValid()) { classify_v4.apply(); } else { classify_v6.apply(); }
         if (meta.class_id == 0) { mark_to_drop(std); return; }
         class_traffic.count((bit<32>)meta.class_id);
+
+        // Loss, P4BS method 1: data starting below the next SEQ this flow is known to have
+        // sent is a retransmission. A keep-alive (one byte just below it) is not.
+        if (meta.payload_len > 0) {
+            bit<32> next_seq;
+            flow_next_seq.read(next_seq, flow_slot);
+            bit<32> behind = next_seq - hdr.tcp.seq_no;   // > 0 (as signed): seq before next
+            bool keepalive = meta.payload_len == 1 && behind == 1;
+            if (next_seq != 0 && behind != 0 && behind < 32w0x80000000) {
+                if (!keepalive) { class_retrans.count((bit<32>)meta.class_id); }
+            } else {
+                flow_next_seq.write(flow_slot, hdr.tcp.seq_no + meta.payload_len);
+            }
+        }
 
         // Algorithm 5, first half: when (and as which class) this packet reached BR1.
         packet_ts.write(packet_slot, now_ns);

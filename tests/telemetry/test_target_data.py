@@ -350,3 +350,29 @@ def test_the_bottleneck_buffer_is_set_over_grpc_within_its_bounds():
             assert target.source.sim.bottleneck_buffer_bytes == pytest.approx(1.25e6)
 
     asyncio.run(main())
+
+
+def test_the_sim_buffer_actuator_sets_and_reads_back_the_buffer():
+    """``SimBufferActuator`` over real gRPC: the buffer in force, read back from the ground
+    truth; one above the scenario's maximum is an ``ActuatorError`` naming the bound."""
+    from scidmz.control.actuators import ActuatorError
+    from scidmz.control.buffer_actuators import SimBufferActuator
+    from scidmz.netsim.scenario import Bottleneck, Scenario
+
+    async def main():
+        scenario = Scenario(bottleneck=Bottleneck(max_buffer_s=0.2))
+        async with running_target(scenario) as (target, address):
+            actuator = SimBufferActuator(address)
+            try:
+                assert await actuator.apply(3.75e6) == pytest.approx(3.75e6)  # 30 ms at 1 Gb/s
+                await wait_for(lambda: target.source.truth, 5, "a tick")
+                assert await actuator.current() == pytest.approx(3.75e6)
+                with pytest.raises(ActuatorError, match=r"OUT_OF_RANGE.*25000000\] bytes"):
+                    await actuator.apply(30e6)
+                with pytest.raises(ActuatorError, match="at least 1514 bytes"):
+                    await actuator.apply(100)
+                assert target.source.sim.bottleneck_buffer_bytes == pytest.approx(3.75e6)
+            finally:
+                await actuator.close()
+
+    asyncio.run(main())

@@ -16,6 +16,7 @@ import asyncio
 import datetime as dt
 import json
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -166,6 +167,21 @@ def _wait_https(port: int, proc: subprocess.Popen[str], timeout_s: float = 30.0)
     raise AssertionError("no HTTPS endpoint")
 
 
+def _wait_listening(port: int, proc: subprocess.Popen[str], timeout_s: float = 30.0) -> None:
+    """Until the process accepts TCP on ``port`` (a fixed sleep lost the race on a loaded
+    machine: the target takes ~0.9 s to listen)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(proc.stderr.read() if proc.stderr else "exited")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"nothing listens on {port}")
+
+
 def _stop(*procs: subprocess.Popen[str]) -> None:
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
@@ -298,7 +314,7 @@ def test_p4runtime_on_a_mutual_tls_switch_refuses_anonymous_and_foreign_clients(
             await channel.close(None)
 
     try:
-        time.sleep(1.0)
+        _wait_listening(port, target)
         ca = pki.ca_cert.read_bytes()
         foreign = generate_switch_tls(tmp_path / "foreign", "tofino-1.campus.example")
         foreign_client = grpc.ssl_channel_credentials(

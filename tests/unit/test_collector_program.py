@@ -48,26 +48,53 @@ def _counter(class_id: int, byte_count: int) -> p4r.Entity:
     return entity
 
 
-def _register(index: int, value: int) -> p4r.Entity:
+def _register(index: int, value: int, name: str = "queuing_delay_ns") -> p4r.Entity:
     entity = p4r.Entity()
+    entity.register_entry.register_id = IDS.registers[contract.qualified(name)]
     entity.register_entry.index.index = index
     entity.register_entry.data.bitstring = value.to_bytes(6, "big")
     return entity
 
 
+def _indirect(name: str, index: int, packets: int, byte_count: int) -> p4r.Entity:
+    entity = p4r.Entity()
+    entity.counter_entry.counter_id = IDS.counters[contract.qualified(name)]
+    entity.counter_entry.index.index = index
+    entity.counter_entry.data.packet_count = packets
+    entity.counter_entry.data.byte_count = byte_count
+    return entity
+
+
 def test_a_poll_sums_counters_per_class_and_reads_the_qd_registers():
-    assert len(poll_request(IDS)) == 4
+    # 2 direct counters + (QD, sojourn sum, count) x 2 classes + 3 loss counters x 2 classes
+    assert len(poll_request(IDS)) == 14
+    dtn, campus = contract.CLASS_DTN, contract.CLASS_CAMPUS
     poll = parse_poll(
         [
-            _counter(contract.CLASS_DTN, 100),
-            _counter(contract.CLASS_CAMPUS, 40),
-            _counter(contract.CLASS_CAMPUS, 2),  # a v6 entry of the same class
-            _register(contract.CLASS_DTN, 1_500_000),
-            _register(contract.CLASS_CAMPUS, 250_000),
+            _counter(dtn, 100),
+            _counter(campus, 40),
+            _counter(campus, 2),  # a v6 entry of the same class
+            _register(dtn, 1_500_000),
+            _register(campus, 250_000),
+            _register(dtn, 7_000, "queuing_delay_sum_1024ns"),
+            _register(campus, 9, "queuing_delay_count"),
+            _indirect("class_traffic", dtn, 80, 100),
+            _indirect("class_retrans", campus, 3, 4_500),
+            _indirect("class_egress", dtn, 70, 90),
         ],
         at_s=3.0,
+        ids=IDS,
     )
-    assert poll == Poll(CounterReading(100, 42, 3.0), 1_500_000, 250_000)
+    assert poll.counters == CounterReading(100, 42, 3.0)
+    assert (poll.dtn_queuing_delay_ns, poll.campus_queuing_delay_ns) == (1_500_000, 250_000)
+    assert poll.loss is not None
+    assert poll.loss.ingress_packets == (80, 0) and poll.loss.ingress_bytes == (100, 0)
+    assert poll.loss.retrans_packets == (0, 3)
+    assert poll.loss.egress_packets == (70, 0) and poll.loss.egress_bytes == (90, 0)
+    assert poll.loss.sojourn_sum == (7_000, 0) and poll.loss.sojourn_count == (0, 9)
+    assert (poll.loss.sum_bits, poll.loss.count_bits) == (48, 32)
+    tna = Ids.from_p4info(build_p4info("tna"))
+    assert tna.register_bits[contract.qualified("queuing_delay_sum_1024ns")] == 32
 
 
 def test_digests_become_rtt_samples_and_slot_keyed_flow_events():
@@ -87,7 +114,7 @@ def test_digests_become_rtt_samples_and_slot_keyed_flow_events():
     for value in (0x10001, contract.CLASS_DTN, contract.STOP_FIN):
         members.add().bitstring = value.to_bytes(4, "big")
     samples, events = parse_digest(IDS, stop, 2.0)
-    assert len(samples) == 0 and events == [FlowEvent(1, started=False)]
+    assert len(samples) == 0 and events == [FlowEvent(1, started=False, at_s=2.0)]
     assert parse_active_slots([_register(9, 1), _register(10, 0)]) == frozenset({9})
 
 

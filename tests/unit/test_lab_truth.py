@@ -110,6 +110,11 @@ def test_the_bottleneck_queue_is_the_scenarios_buffer() -> None:
     )
     assert bottleneck[bottleneck.index("rate") + 1] == "300000000bit"
     assert bottleneck[bottleneck.index("limit") + 1] == str(int(0.05 * 300e6 / 8))
+    # the same buffer as a named bfifo under it, so that its limit can change at run time
+    fifo = commands[commands.index(bottleneck) + 1]
+    assert fifo[fifo.index("parent") :] == [
+        "parent", "1:1", "handle", "10:", "bfifo", "limit", str(int(0.05 * 300e6 / 8))
+    ]  # fmt: skip
     dtn_cap = next(c for c in commands if c[:3] == ["tc", "-n", topology.DTN])
     assert dtn_cap[dtn_cap.index("rate") + 1] == "100000000bit"
     assert topology.delay_routes(scenario) == ["10.71.3.0/24=100000", "10.71.1.0/24=10000"]

@@ -172,3 +172,54 @@ def test_rtt_samples_are_rate_limited_per_flow() -> None:
         ]
     obs = tap.reduce(records(*frames), now_ns=200 * MS)
     assert [m.rtt_ns for m in obs.rtt_matches] == [5 * MS, 5 * MS]  # closed at 5 ms and at 65 ms
+
+
+def test_resent_data_is_counted_per_group_but_not_a_keepalive_or_a_fin(tap: TapState) -> None:
+    """P4BS loss method 1 on the tap: data starting below the flow's highest SEQ sent."""
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(1, ROLE_DTN_IN, seq=2448, payload=2896),  # sent up to 5344
+            frame(20, ROLE_DTN_IN, seq=2448, payload=2896),  # a GSO retransmission: 2 segments
+            frame(21, ROLE_DTN_IN, seq=5343, payload=1),  # a keep-alive: one byte just below
+            frame(22, ROLE_DTN_IN, seq=5344, payload=0, flags=TCP_FIN | 0x10),  # FIN, no data
+            frame(23, ROLE_CAMPUS_IN, seq=7000, dtn=False),
+        ),
+        now_ns=30 * MS,
+    )
+    by_port = {t.port: t for t in obs.traffic}
+    assert (by_port[2].retrans_bytes, by_port[2].retrans_packets) == (2948, 2)
+    assert (by_port[1].retrans_bytes, by_port[1].retrans_packets) == (0, 0)
+    # a later tick still knows the flow's highest SEQ, across the 2^32 wrap too
+    top = 2**32 - 1448
+    obs = tap.reduce(
+        records(
+            frame(40, ROLE_CAMPUS_IN, seq=top, dtn=False, sport=40001),  # another flow
+            frame(41, ROLE_CAMPUS_IN, seq=0, dtn=False, sport=40001),  # past the wrap: new
+            frame(42, ROLE_CAMPUS_IN, seq=top, dtn=False, sport=40001),  # resent
+            frame(43, ROLE_DTN_IN, seq=1000),  # resent again
+        ),
+        now_ns=50 * MS,
+    )
+    by_port = {t.port: t for t in obs.traffic}
+    assert by_port[1].retrans_packets == 1 and by_port[2].retrans_packets == 1
+
+
+def test_what_left_br1_is_counted_with_its_sojourns(tap: TapState) -> None:
+    """Method 2's egress and the mean sojourn's sum, per group of the frame that entered."""
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(1, ROLE_DTN_IN, seq=2448, payload=2896),
+            frame(2, ROLE_CAMPUS_IN, seq=5000, dtn=False),
+            frame(30, ROLE_BOTTLENECK_OUT, seq=1000),
+            frame(41, ROLE_BOTTLENECK_OUT, seq=2448, payload=2896),
+            frame(45, ROLE_BOTTLENECK_OUT, seq=9999),  # never seen entering: not counted
+        ),
+        now_ns=50 * MS,
+    )
+    by_port = {t.port: t for t in obs.traffic}
+    dtn, campus = by_port[2], by_port[1]
+    assert (dtn.egress_bytes, dtn.egress_packets) == (1500 + 2948, 3)
+    assert dtn.queuing_delay_sum_ns == 30 * MS + 2 * 40 * MS  # per segment
+    assert (campus.egress_packets, campus.queuing_delay_sum_ns) == (0, 0)

@@ -162,3 +162,38 @@ def test_flow_digests_follow_the_activity_rule_and_late_classification():
     dataplane.observe(Observation(bottleneck_port=3, flow_changes=(stop, never_started)), 2)
     assert _digests(dataplane, "flow_stop_t") == [(21, contract.CLASS_CAMPUS, contract.STOP_FIN)]
     assert active[21] == 0
+
+
+def test_loss_counters_and_sojourn_sums_as_the_program_keeps_them():
+    dataplane, _ = _installed()
+
+    def cells(name, kind="counters"):
+        ids = dataplane.counter_ids if kind == "counters" else dataplane.register_ids
+        return getattr(dataplane, kind)[ids[f"ScidmzIngress.{name}"]]
+
+    sum_1024ns = cells("queuing_delay_sum_1024ns", "registers")
+    sum_1024ns[contract.CLASS_DTN] = (1 << 48) - 10  # about to wrap, as a 48-bit cell does
+    dataplane.observe(
+        Observation(
+            bottleneck_port=3,
+            traffic=(
+                Traffic(2, DTN, 9000, 6, 1_000_000, retrans_bytes=1500, retrans_packets=1,
+                        egress_bytes=6000, egress_packets=4, queuing_delay_sum_ns=40 << 20),
+                Traffic(1, ELSEWHERE, 5000, 4, 0, retrans_bytes=5000, retrans_packets=4),
+            ),
+        ),
+        now_ns=1,
+    )  # fmt: skip
+    assert cells("class_retrans")[contract.CLASS_DTN].tolist() == [1500, 1]
+    assert cells("class_egress")[contract.CLASS_DTN].tolist() == [6000, 4]
+    assert cells("class_retrans")[contract.CLASS_CAMPUS].tolist() == [0, 0]  # unclassified
+    assert cells("queuing_delay_count", "registers")[contract.CLASS_DTN] == 4
+    assert sum_1024ns[contract.CLASS_DTN] == (40 << 10) - 10  # wrapped at 2^48
+    # with the bottleneck side untapped, nothing is seen leaving
+    untapped, _ = _installed(skip=("tap_ports",))
+    untapped.observe(
+        Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 0, egress_bytes=6000,
+                                                        egress_packets=4),)), 1
+    )  # fmt: skip
+    egress = untapped.counters[untapped.counter_ids["ScidmzIngress.class_egress"]]
+    assert egress[contract.CLASS_DTN].tolist() == [0, 0]

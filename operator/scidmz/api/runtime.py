@@ -280,6 +280,16 @@ class SampleReport(BaseModel):
     dtn_queuing_delay_s: float | None = None
     campus_queuing_delay_s: float | None = None
     active_flows: float | None = None
+    dtn_retransmission_ratio: float | None = Field(
+        default=None, description="Beyond y(t): resent / sent DTN data packets (P4BS method 1)."
+    )
+    campus_retransmission_ratio: float | None = None
+    bottleneck_loss_ratio: float | None = Field(
+        default=None, description="BR1's own drops / bytes in (P4BS method 2)."
+    )
+    dtn_mean_queuing_delay_s: float | None = None
+    campus_mean_queuing_delay_s: float | None = None
+    long_flows: float | None = None
     sampled_at: str = Field(description="When the collector measured it (RFC 3339).")
     sequence: int = Field(ge=0)
 

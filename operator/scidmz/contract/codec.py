@@ -13,7 +13,13 @@ from collections.abc import Sequence
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from scidmz.contract.state import STATE_VARIABLES, NetworkState, StateVector
+from scidmz.contract.state import (
+    PATH_SIGNALS,
+    STATE_VARIABLES,
+    NetworkState,
+    PathSignals,
+    StateVector,
+)
 from scidmz.proto import telemetry_pb2
 
 
@@ -41,6 +47,8 @@ def to_message(
         valid=list(sample.valid()) if not stale else [False] * 7,
         stale=stale,
         link=link,
+        has_signals=True,
+        **{name: float(getattr(sample.signals, name)) for name in PATH_SIGNALS},
     )
 
 
@@ -51,7 +59,7 @@ def state_message(
     control-quality experiments, benchmarks); validity is each value's finiteness."""
     if len(values) != len(STATE_VARIABLES):
         raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
-    state = NetworkState(**dict(zip(STATE_VARIABLES, values, strict=True)), measured_at_s=0.0)
+    state = NetworkState(*StateVector(*values), measured_at_s=0.0)
     return to_message(state, sequence, 0.0, math.nan, stale=False, link=link)
 
 
@@ -63,3 +71,10 @@ def from_message(sample: telemetry_pb2.StateSample) -> StateVector:
     if len(valid) != len(STATE_VARIABLES):
         return values
     return StateVector(*(v if ok else math.nan for v, ok in zip(values, valid, strict=True)))
+
+
+def signals_from_message(sample: telemetry_pb2.StateSample) -> PathSignals:
+    """The loss telemetry of a sample (all NaN from a collector that does not send it)."""
+    if not sample.has_signals:
+        return PathSignals()
+    return PathSignals(**{name: float(getattr(sample, name)) for name in PATH_SIGNALS})

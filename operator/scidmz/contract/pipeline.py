@@ -145,12 +145,26 @@ REGISTERS: tuple[Register, ...] = (
     Register(qualified("flow_packets"), 16, FLOW_SLOTS),  # C_REG of algorithm 7
     Register(qualified("flow_last_ns"), 48, FLOW_SLOTS, 32),  # TS_REG of algorithm 7
     Register(qualified("flow_active"), 8, FLOW_SLOTS),  # AF_REG of algorithm 7
+    # P4BS loss method 1: the next SEQ each flow slot expects; data below it is resent
+    Register(qualified("flow_next_seq"), 32, FLOW_SLOTS),
+    # per class, for a mean BR1 sojourn per sample time: the sum of the sojourns of the
+    # packets seen leaving (in units of 1.024 us, ns >> 10) and how many there were
+    Register(qualified("queuing_delay_sum_1024ns"), 48, 4, 32),
+    Register(qualified("queuing_delay_count"), 32, 4),
 )
 COUNTERS: tuple[Counter, ...] = (
     Counter(
         qualified("class_traffic"), 4
     ),  # index: class id; data packets and bytes at BR1 ingress
+    Counter(qualified("class_retrans"), 4),  # ... of which resent (SEQ below the flow's next)
+    Counter(qualified("class_egress"), 4),  # data leaving BR1, by the class it entered as
 )
+QD_SUM_SHIFT = 10
+"""``queuing_delay_sum_1024ns`` adds each sojourn in ns shifted right by this much."""
+TNA_QD_SAMPLE_MASK = 0xF
+"""The TNA program sums the sojourns of one packet in 16 (packet hash & mask == 0): its
+32-bit cells then wrap after 16 x 2^32 x 1.024 us of summed sojourn, e.g. 8.5 s of sample
+time for a 1 Gb/s link with a full 100 ms queue (v1model's 48-bit cells sum every packet)."""
 DIGESTS: tuple[Digest, ...] = (
     Digest("rtt_sample_t", (Field("flow_hash", 32), Field("class_id", 8), Field("rtt_ns", 32))),
     Digest("flow_start_t", (Field("flow_hash", 32), Field("class_id", 8))),

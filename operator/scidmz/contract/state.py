@@ -30,6 +30,36 @@ STATE_VARIABLES: tuple[str, ...] = StateVector._fields
 
 
 @dataclass(frozen=True)
+class PathSignals:
+    """What the tap says beyond y(t) (P4BS, seed 003 §IV): losses, the mean queuing delay
+    over the sample time, and the long-flow count N. Not model inputs; NaN where not
+    measured (no packets of the class in the interval, the first sample)."""
+
+    dtn_retransmission_ratio: float = math.nan
+    """Resent / sent data packets of the DTN class at BR1's ingress (P4BS loss method 1:
+    path loss, the campus shaper's and BR1's drops alike, seen as resent)."""
+    campus_retransmission_ratio: float = math.nan
+    bottleneck_loss_ratio: float = math.nan
+    """BR1's own drops over the bytes that entered it, both classes (method 2: 1 - (egress
+    + queue growth) / ingress, the queue growth from the mean queuing delay times B)."""
+    dtn_mean_queuing_delay_s: float = math.nan
+    """The mean BR1 sojourn of the class's packets that left in the interval."""
+    campus_mean_queuing_delay_s: float = math.nan
+    long_flows: float = math.nan
+    """N: flows active for at least the long-flow age (P4BS's long flows)."""
+
+
+PATH_SIGNALS: tuple[str, ...] = (
+    "dtn_retransmission_ratio",
+    "campus_retransmission_ratio",
+    "bottleneck_loss_ratio",
+    "dtn_mean_queuing_delay_s",
+    "campus_mean_queuing_delay_s",
+    "long_flows",
+)
+
+
+@dataclass(frozen=True)
 class NetworkState:
     """y(t) at ``measured_at_s`` (monotonic seconds of the collector)."""
 
@@ -41,6 +71,7 @@ class NetworkState:
     campus_queuing_delay_s: float
     active_flows: float
     measured_at_s: float
+    signals: PathSignals = PathSignals()
 
     def vector(self) -> StateVector:
         """The seven values by name, in model order (NaN where not measured)."""

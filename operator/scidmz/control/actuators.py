@@ -78,14 +78,11 @@ stay unreachable (every call failing at once) long after it answers again. Calls
 for the connection (``wait_for_ready``) within their timeout instead of failing fast."""
 
 
-class _GrpcActuator:
-    """One unary rate call (``method`` of ``stub_class``, taking a ``message`` with
-    ``rate_bps``) on a gRPC channel; a failed call is an ``ActuatorError``."""
+class GrpcClient:
+    """A gRPC channel to a scidmz service whose unary calls raise ``ActuatorError``."""
 
     name = "grpc"
     stub_class: Any = None
-    method = ""
-    message: Any = telemetry_pb2.RateLimit
 
     def __init__(
         self,
@@ -101,11 +98,10 @@ class _GrpcActuator:
         self._channel = channel or open_channel(address, tls, ACTUATOR_CHANNEL)
         self._stub = self.stub_class(self._channel)
 
-    async def apply(self, rate_bps: float) -> float:
-        call = getattr(self._stub, self.method)
+    async def _call(self, method: str, request: Any) -> Any:
         try:
-            response = await call(
-                self.message(rate_bps=rate_bps), timeout=self._timeout, wait_for_ready=True
+            return await getattr(self._stub, method)(
+                request, timeout=self._timeout, wait_for_ready=True
             )
         except grpc.aio.AioRpcError as error:
             code, details = error.code().name, error.details()
@@ -114,13 +110,24 @@ class _GrpcActuator:
             ):  # waited for a connection that never came: say so
                 code, details = "UNAVAILABLE", f"no connection within {self._timeout:g} s"
             raise ActuatorError(f"{self.name} actuator {self.address}: {code}: {details}") from None
+
+    async def close(self) -> None:
+        await self._channel.close(None)
+
+
+class _GrpcActuator(GrpcClient):
+    """One unary rate call (``method`` of ``stub_class``, taking a ``message`` with
+    ``rate_bps``) on a gRPC channel; a failed call is an ``ActuatorError``."""
+
+    method = ""
+    message: Any = telemetry_pb2.RateLimit
+
+    async def apply(self, rate_bps: float) -> float:
+        response = await self._call(self.method, self.message(rate_bps=rate_bps))
         return float(response.rate_bps)
 
     async def current(self) -> float | None:
         return None  # overridden where the service can read its rate back
-
-    async def close(self) -> None:
-        await self._channel.close(None)
 
 
 class SimActuator(_GrpcActuator):
@@ -132,7 +139,7 @@ class SimActuator(_GrpcActuator):
     message = telemetry_pb2.CampusRateLimit
 
     async def current(self) -> float | None:
-        truth = await _ground_truth(self._stub, self._timeout)
+        truth = await read_ground_truth(self._stub, self._timeout)
         return None if truth is None else _held(truth.campus_rate_limit_bps)
 
 
@@ -144,11 +151,11 @@ class SimDtnActuator(_GrpcActuator):
     method = "SetDtnRateLimit"
 
     async def current(self) -> float | None:
-        truth = await _ground_truth(self._stub, self._timeout)
+        truth = await read_ground_truth(self._stub, self._timeout)
         return None if truth is None else _held(truth.dtn_rate_limit_bps)
 
 
-async def _ground_truth(stub: Any, timeout_s: float) -> Any:
+async def read_ground_truth(stub: Any, timeout_s: float) -> Any:
     """The simulator's last ground-truth point (its limits in force); None if it has none
     yet or cannot be reached (the controller then starts without a rate to move on from)."""
     try:

@@ -29,7 +29,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -37,7 +37,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
 from scidmz.auth.mtls import ClientTls, open_channel
 from scidmz.contract.channels import RECONNECT_OPTIONS
-from scidmz.contract.codec import from_message
+from scidmz.contract.codec import from_message, signals_from_message
 from scidmz.contract.state import StateVector
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.control.antiwindup import (
@@ -639,7 +639,7 @@ class Controller:
         tracking = self.snapshot.mrae  # computed once per decision, in ``_publish``
         sample = None
         if latest is not None:
-            values = from_message(latest)._asdict()
+            values = from_message(latest)._asdict() | asdict(signals_from_message(latest))
             sample = SampleReport(
                 **{k: (v if math.isfinite(v) else None) for k, v in values.items()},
                 sampled_at=latest.measured_at.ToJsonString(),

@@ -48,6 +48,8 @@ SAMPLE_COLUMNS = (
     "t_s", "dtn_rate_bps", "campus_rate_bps", "dtn_rtt_s", "campus_rtt_s",
     "dtn_queuing_delay_s", "campus_queuing_delay_s", "active_flows",
     "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
+    "dtn_retransmission_ratio", "campus_retransmission_ratio", "bottleneck_loss_ratio",
+    "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows",
 )  # fmt: skip
 
 
@@ -366,6 +368,11 @@ ACCURACY_PAIRS = {
     "dtn_queuing_delay_s": "queuing_delay_s",
     "campus_queuing_delay_s": "queuing_delay_s",
     "active_flows": "active_flows",
+    "dtn_retransmission_ratio": "dtn_retransmission_ratio",
+    "campus_retransmission_ratio": "campus_retransmission_ratio",
+    "bottleneck_loss_ratio": "bottleneck_loss_ratio",
+    "dtn_mean_queuing_delay_s": "queuing_delay_mean_s",
+    "campus_mean_queuing_delay_s": "queuing_delay_mean_s",
 }
 """Each collector variable and the truth column it is judged against."""
 

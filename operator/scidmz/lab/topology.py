@@ -47,6 +47,8 @@ BORDER_RETURN_MAC = "02:5d:00:00:05:02"
 CAMPUS_SHAPER = (SHAPER, "s1")
 DTN_CAP = (DTN, "d0")
 BOTTLENECK = (BORDER, "bn")
+BOTTLENECK_FIFO_HANDLE = 10
+"""The handle (major) of the bfifo under ``bn``'s tbf: BR1's buffer."""
 TAP_INTERFACES = {"campus": "bc", "dtn": "bd", "bottleneck": "bn", "acks": "br"}
 
 
@@ -279,6 +281,8 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             "dev",
             "bn",
             "root",
+            "handle",
+            "1:",
             *tbf_args(
                 bottleneck.capacity_bps,
                 max(64e3, bottleneck.capacity_bps / 8 / 1000),
@@ -286,6 +290,15 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             ),
         ]
     )
+    # The tbf's own fifo has no handle; a named bfifo child of the same size is the same
+    # queue, and its limit can change while packets wait (control.buffer_actuators).
+    commands.append(
+        [
+            "tc", "-n", BORDER, "qdisc", "add", "dev", "bn", "parent", "1:1",
+            "handle", f"{BOTTLENECK_FIFO_HANDLE}:", "bfifo",
+            "limit", str(max(int(bottleneck.buffer_size_bytes), 1600)),
+        ]
+    )  # fmt: skip
     shaper = scenario.shaper
     initial_u = (
         shaper.initial_rate_bps if shaper.initial_rate_bps is not None else bottleneck.capacity_bps

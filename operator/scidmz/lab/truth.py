@@ -139,6 +139,7 @@ def class_truth(
     connection."""
     rate_bytes = 0.0
     retransmits = 0
+    segments = 0
     rtts: list[float] = []
     min_rtts: list[float] = []
     cwnds: list[float] = []
@@ -150,6 +151,7 @@ def class_truth(
         retransmits += flow.retransmitted_segments - (
             previous.retransmitted_segments if previous else 0
         )
+        segments += max(sent, 0)
         rate_bytes += max(acked, 0)
         if sent >= packets_threshold:
             active += 1
@@ -161,6 +163,9 @@ def class_truth(
         f"{prefix}_rtt_s": _mean(rtts),
         f"{prefix}_min_rtt_s": min(min_rtts) if min_rtts else float("nan"),
         f"{prefix}_retransmitted_segments": float(retransmits),
+        f"{prefix}_sent_segments": float(segments),
+        # data_segs_out counts retransmissions too, as the tap's packets do
+        f"{prefix}_retransmission_ratio": retransmits / segments if segments > 0 else math.nan,
         f"{prefix}_cwnd_segments": _mean(cwnds),
         f"{prefix}_active_flows": float(active),
     }
@@ -178,6 +183,7 @@ def qdisc_stats(tc_json: str) -> dict[str, float]:
                 "rate_bps": float(qdisc.get("options", {}).get("rate", 0)) * 8,
                 "backlog_bytes": float(qdisc.get("backlog", 0)),
                 "drops": float(qdisc.get("drops", 0)),
+                "sent_packets": float(qdisc.get("packets", 0)),
                 "sent_bytes": float(qdisc.get("bytes", 0)),
             }
     return {"rate_bps": float("nan"), "backlog_bytes": 0.0, "drops": 0.0, "sent_bytes": 0.0}
@@ -369,6 +375,10 @@ class TruthSampler:
             before = self._qdiscs.get(name, stats)
             row[f"{name}_backlog_bytes"] = stats["backlog_bytes"]
             row[f"{name}_drops"] = stats["drops"] - before["drops"]
+            sent = stats["sent_packets"] - before["sent_packets"]
+            arrived = sent + row[f"{name}_drops"]
+            # packets as the qdisc counts them (GSO super-packets when offloads are on)
+            row[f"{name}_loss_ratio"] = row[f"{name}_drops"] / arrived if arrived > 0 else math.nan
             row[f"{name}_sent_rate_bps"] = (
                 (stats["sent_bytes"] - before["sent_bytes"]) * 8 / interval_s
             )

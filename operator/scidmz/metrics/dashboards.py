@@ -110,9 +110,12 @@ def overview() -> dict[str, Any]:
         ], "s", (8, 8, 8, 8)),
         _panel("Queuing delays", [
             (f"{names.QUEUING_DELAY}{{{SELECT}}}", "{{link}} {{class}}"),
-        ], "s", (16, 8, 8, 8)),
+            (f"{names.MEAN_QUEUING_DELAY}{{{SELECT}}}", "{{link}} {{class}} mean"),
+        ], "s", (16, 8, 8, 8), description="y5/y6 (the last packet's sojourn in BR1, "
+           "algorithm 6) and each class's mean over the sample time."),
         _panel("Active flows", [
-            (f"{names.ACTIVE_FLOWS}{{{SELECT}}}", "{{link}}"),
+            (f"{names.ACTIVE_FLOWS}{{{SELECT}}}", "{{link}} active"),
+            (f"{names.LONG_FLOWS}{{{SELECT}}}", "{{link}} long (>= 2 s)"),
         ], "short", (0, 16, 8, 8)),
         _panel("Tracking error (MRAE)", [
             (f"{names.TRACKING_MRAE}{{{SELECT}}}", "{{link}}"),
@@ -125,6 +128,12 @@ def overview() -> dict[str, Any]:
              "{{namespace}}/{{policy}} on {{link}}/{{dtn_host}}"),
         ], "bps", (0, 24, 24, 8), description="What each research group's DTNTransferPolicy "
            "was granted: the link's loop holds their sum, R*."),
+        _panel("Losses", [
+            (f"{names.RETRANSMISSION_RATIO}{{{SELECT}}}", "{{link}} {{class}} resent"),
+            (f"{names.BOTTLENECK_LOSS_RATIO}{{{SELECT}}}", "{{link}} dropped in BR1"),
+        ], "percentunit", (0, 32, 24, 8), description="Resent over sent data packets per "
+           "class (path loss, the campus shaper's drops included), and BR1's own drops over "
+           "what entered it (P4BS's loss methods 1 and 2)."),
     ])  # fmt: skip
 
 

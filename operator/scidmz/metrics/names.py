@@ -24,6 +24,12 @@ SAMPLE_AGE_HELP = (
 )
 SAMPLE_STALE = "scidmz_sample_stale"
 
+# ---- beyond y(t): loss telemetry (collector; P4BS, seed 003) ------------------------------
+RETRANSMISSION_RATIO = "scidmz_retransmission_ratio"
+BOTTLENECK_LOSS_RATIO = "scidmz_bottleneck_loss_ratio"
+MEAN_QUEUING_DELAY = "scidmz_mean_queuing_delay_seconds"
+LONG_FLOWS = "scidmz_long_flows"
+
 # ---- the collector's own health -----------------------------------------------------------
 POLL_DURATION = "scidmz_collector_poll_seconds"
 P4RUNTIME_ERRORS = "scidmz_p4runtime_errors_total"

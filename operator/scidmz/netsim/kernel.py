@@ -170,6 +170,9 @@ from scidmz.netsim.layout import (
     RAND_CURSOR,
     RECOVERY_UNTIL,
     REMAINING,
+    RESEND_OWED,
+    RESENT_CAMPUS,
+    RESENT_DTN,
     RETIRED_ACKED,
     RETIRED_DROPPED,
     RETIRED_SENT,
@@ -846,6 +849,7 @@ def advance(
                 flow_f[LOST_PENDING, i] = 0.0
                 flow_f[INFLIGHT, i] -= lost
                 flow_f[REMAINING, i] += lost
+                flow_f[RESEND_OWED, i] += lost
                 flow_f[ROUND_LOST, i] += lost
                 if timed_out:
                     on_timeout(flow_f, flow_i, i, now)
@@ -905,11 +909,14 @@ def advance(
             send[i] = 0.0 if small & window_limited & more & (not paced) else amount
         if glob_f[DTN_RATE_LIMIT] < np.inf and n_flows > n_campus:
             _cap_dtn(flow_f, glob_f, params, send, n_campus, n_flows, dt)
-        for i in range(n_flows):  # 2e. send
+        for i in range(n_flows):  # 2e. send (what was declared lost goes first)
             amount = send[i]
             flow_f[INFLIGHT, i] += amount
             flow_f[SENT, i] += amount
             flow_f[REMAINING, i] -= amount
+            resent = lesser(flow_f[RESEND_OWED, i], amount)
+            flow_f[RESEND_OWED, i] -= resent
+            glob_f[RESENT_CAMPUS if i < n_campus else RESENT_DTN] += resent
             departed[i] = 0.0
             sojourn_w[i] = 0.0
         if prr_on:

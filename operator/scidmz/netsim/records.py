@@ -162,6 +162,10 @@ class TapView:
     campus_packets: float
     dtn_queuing_delay_s: float
     campus_queuing_delay_s: float
+    dtn_resent_bytes: float
+    """Bytes the class sent again after declaring them lost (cumulative): what a tap counts
+    as retransmissions (P4BS loss method 1)."""
+    campus_resent_bytes: float
     serial: IntArray
     traffic_class: IntArray
     active: BoolArray

@@ -510,6 +510,8 @@ class Simulator:
             campus_packets=float(g[layout.TAP_PACKETS_CAMPUS]),
             dtn_queuing_delay_s=float(g[layout.QD_DTN_LAST]),
             campus_queuing_delay_s=float(g[layout.QD_CAMPUS_LAST]),
+            dtn_resent_bytes=float(g[layout.RESENT_DTN]),
+            campus_resent_bytes=float(g[layout.RESENT_CAMPUS]),
             serial=self.flow_i[layout.SERIAL].copy(),
             traffic_class=self.flow_i[layout.CLASS].copy(),
             active=self.flow_i[layout.TAP_ACTIVE].astype(bool),

@@ -46,6 +46,13 @@ class StateSample(_message.Message):
     VALID_FIELD_NUMBER: _builtins.int
     STALE_FIELD_NUMBER: _builtins.int
     LINK_FIELD_NUMBER: _builtins.int
+    DTN_RETRANSMISSION_RATIO_FIELD_NUMBER: _builtins.int
+    CAMPUS_RETRANSMISSION_RATIO_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_LOSS_RATIO_FIELD_NUMBER: _builtins.int
+    DTN_MEAN_QUEUING_DELAY_S_FIELD_NUMBER: _builtins.int
+    CAMPUS_MEAN_QUEUING_DELAY_S_FIELD_NUMBER: _builtins.int
+    LONG_FLOWS_FIELD_NUMBER: _builtins.int
+    HAS_SIGNALS_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """1, 2, ... per collector process"""
     interval_s: _builtins.float
@@ -70,6 +77,20 @@ class StateSample(_message.Message):
     """
     link: _builtins.str
     """the BorderLink whose loop measured it"""
+    dtn_retransmission_ratio: _builtins.float
+    """Beyond y(t), not model inputs (P4BS, seed 003): NaN where not measured; all unset
+    (has_signals false) from a collector that does not measure them.
+    resent / sent DTN data packets (method 1)
+    """
+    campus_retransmission_ratio: _builtins.float
+    bottleneck_loss_ratio: _builtins.float
+    """BR1's own drops / bytes in (method 2)"""
+    dtn_mean_queuing_delay_s: _builtins.float
+    """mean BR1 sojourn over the interval"""
+    campus_mean_queuing_delay_s: _builtins.float
+    long_flows: _builtins.float
+    """N: flows active for >= 2 s"""
+    has_signals: _builtins.bool
     @_builtins.property
     def measured_at(self) -> _timestamp_pb2.Timestamp:
         """wall clock at the counter read"""
@@ -96,10 +117,17 @@ class StateSample(_message.Message):
         valid: _abc.Iterable[_builtins.bool] | None = ...,
         stale: _builtins.bool = ...,
         link: _builtins.str = ...,
+        dtn_retransmission_ratio: _builtins.float = ...,
+        campus_retransmission_ratio: _builtins.float = ...,
+        bottleneck_loss_ratio: _builtins.float = ...,
+        dtn_mean_queuing_delay_s: _builtins.float = ...,
+        campus_mean_queuing_delay_s: _builtins.float = ...,
+        long_flows: _builtins.float = ...,
+        has_signals: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_rtt_s", b"campus_rtt_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_rtt_s", b"dtn_rtt_s", "interval_s", b"interval_s", "link", b"link", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_loss_ratio", b"bottleneck_loss_ratio", "campus_mean_queuing_delay_s", b"campus_mean_queuing_delay_s", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_retransmission_ratio", b"campus_retransmission_ratio", "campus_rtt_s", b"campus_rtt_s", "dtn_mean_queuing_delay_s", b"dtn_mean_queuing_delay_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_retransmission_ratio", b"dtn_retransmission_ratio", "dtn_rtt_s", b"dtn_rtt_s", "has_signals", b"has_signals", "interval_s", b"interval_s", "link", b"link", "long_flows", b"long_flows", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

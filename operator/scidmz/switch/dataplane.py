@@ -9,6 +9,10 @@ digest queues — and updates them from a source's ``Observation`` the way the p
   traffic, or traffic on an untapped port, measures nothing;
 * a class's BR1 sojourn lands in ``queuing_delay_ns[class]`` only when the bottleneck side
   is tapped too (algorithm 5 needs both copies of a packet);
+* loss telemetry: a group's resent data counts in ``class_retrans``; its data seen leaving
+  BR1 in ``class_egress`` and in the sojourn sum and count registers (bottleneck side
+  tapped). The sources count retransmissions themselves, so ``flow_next_seq``, the
+  program's per-flow state for it, stays zero here;
 * returning ACKs are classified by source (``reverse_v4/v6``) on the bottleneck side; their
   RTT becomes an ``rtt_sample_t`` digest unless it is beyond the settings' RTT horizon;
 * activity-rule transitions become ``flow_start_t`` / ``flow_stop_t`` digests and update
@@ -29,7 +33,7 @@ from finsy.proto import p4i, p4r
 
 from scidmz.contract import pipeline as contract
 from scidmz.contract.p4runtime import EntryKey, ids_by_name
-from scidmz.contract.pipeline import qualified
+from scidmz.contract.pipeline import QD_SUM_SHIFT, qualified
 from scidmz.switch.digests import DigestQueue, DigestRecord
 from scidmz.switch.entries import Change, UpdateError
 from scidmz.switch.observation import ActivityRule, Address, FlowChange, Observation
@@ -62,6 +66,19 @@ class Settings:
 
 def _int(value: bytes) -> int:
     return int.from_bytes(value, "big")
+
+
+def _count(counter: U64Array | None, index: int, count_bytes: int, packets: int) -> None:
+    """An indirect counter's cell (bytes, packets) += what a group added."""
+    if counter is not None and index < counter.shape[0]:
+        counter[index, 0] += np.uint64(count_bytes)
+        counter[index, 1] += np.uint64(packets)
+
+
+def _add(register: U64Array | None, index: int, amount: int, bitwidth: int) -> None:
+    """A register cell += amount, wrapping at its width as the program's would."""
+    if register is not None and index < register.shape[0]:
+        register[index] = np.uint64((int(register[index]) + amount) % (1 << bitwidth))
 
 
 def _lookup(routes: tuple[Route, ...], address: Address) -> Route | None:
@@ -215,8 +232,14 @@ class Dataplane:
         bottleneck_tapped = (
             self.roles.get(observation.bottleneck_port) == contract.ROLE_BOTTLENECK_SIDE
         )
-        class_traffic = self.counters.get(self.counter_ids.get(qualified("class_traffic"), -1))
+        class_traffic = self._counter("class_traffic")
+        class_retrans = self._counter("class_retrans")
+        class_egress = self._counter("class_egress")
         qd = self.registers.get(self.register_ids.get(qualified("queuing_delay_ns"), -1))
+        qd_sum = self.registers.get(
+            self.register_ids.get(qualified("queuing_delay_sum_1024ns"), -1)
+        )
+        qd_count = self.registers.get(self.register_ids.get(qualified("queuing_delay_count"), -1))
         for traffic in observation.traffic:
             if self.roles.get(traffic.port) not in INGRESS_ROLES:
                 continue
@@ -226,9 +249,12 @@ class Dataplane:
             counts = self.direct[route.key]
             counts[0] += traffic.bytes
             counts[1] += traffic.packets
-            if class_traffic is not None and route.class_id < class_traffic.shape[0]:
-                class_traffic[route.class_id, 0] += np.uint64(traffic.bytes)
-                class_traffic[route.class_id, 1] += np.uint64(traffic.packets)
+            _count(class_traffic, route.class_id, traffic.bytes, traffic.packets)
+            _count(class_retrans, route.class_id, traffic.retrans_bytes, traffic.retrans_packets)
+            if bottleneck_tapped and traffic.egress_packets > 0:
+                _count(class_egress, route.class_id, traffic.egress_bytes, traffic.egress_packets)
+                _add(qd_sum, route.class_id, traffic.queuing_delay_sum_ns >> QD_SUM_SHIFT, 48)
+                _add(qd_count, route.class_id, traffic.egress_packets, 32)
             if (
                 bottleneck_tapped
                 and traffic.queuing_delay_ns > 0
@@ -239,6 +265,9 @@ class Dataplane:
         if bottleneck_tapped:
             self._rtt_digests(observation, now_ns)
         self._flow_digests(observation, now_ns)
+
+    def _counter(self, name: str) -> U64Array | None:
+        return self.counters.get(self.counter_ids.get(qualified(name), -1))
 
     def _rtt_digests(self, observation: Observation, now_ns: int) -> None:
         queue = self.digests.get(self.digest_ids.get("rtt_sample_t", -1))

@@ -82,6 +82,15 @@ class TruthPoint:
     active_flows: int
     campus_rate_limit_bps: float
     dtn_rate_limit_bps: float | None = None
+    dtn_resent_bytes: float = 0.0
+    """Cumulative bytes sent again after being declared lost (what the tap counts as
+    retransmissions) ..."""
+    campus_resent_bytes: float = 0.0
+    dtn_sojourn_sum_s: float = 0.0
+    """... and the BR1 sojourns of the packets that left, summed (cumulative)."""
+    campus_sojourn_sum_s: float = 0.0
+    bottleneck_dropped_bytes: float = 0.0
+    """Cumulative bytes BR1 dropped, both classes."""
 
 
 def flow_hash(serial: int) -> int:
@@ -108,6 +117,15 @@ class TapTick:
     new_packets: tuple[int, int]
     queuing_delay_ns: tuple[int, int]
     """(DTN, campus) BR1 sojourn of the class's last departure; 0 when it sent nothing."""
+    resent_bytes: tuple[int, int]
+    """(DTN, campus) of ``new_bytes``, those sent again after being declared lost (counted
+    as the sender sends them: for the campus, before its shaper)."""
+    resent_packets: tuple[int, int]
+    egress_bytes: tuple[int, int]
+    """(DTN, campus) data bytes that left BR1 in this tick ..."""
+    egress_packets: tuple[int, int]
+    queuing_delay_sum_ns: tuple[int, int]
+    """... and the sum of their packets' BR1 sojourns."""
     rtt_flow: IntArray
     """Flow hashes of this tick's RTT matches (at most one per flow per sample interval)."""
     rtt_is_dtn: BoolArray
@@ -130,6 +148,10 @@ def _register_ns(sent_bytes: int, sojourn_s: float) -> int:
     write) when it sent nothing."""
     good = sent_bytes > 0 and math.isfinite(sojourn_s) and sojourn_s > 0
     return round(sojourn_s * 1e9) if good else 0
+
+
+def _per(values: tuple[float, float], unit: float) -> tuple[float, float]:
+    return values[0] / unit, values[1] / unit
 
 
 def _deltas(now: tuple[float, float], before: tuple[float, float]) -> tuple[int, int]:
@@ -168,6 +190,8 @@ class NetsimSource:
         self._tap_bytes = (0.0, 0.0)
         self._tap_packets = (0.0, 0.0)
         self._departed = [0.0, 0.0]
+        self._resent = (0.0, 0.0)
+        self._waited = (0.0, 0.0)
         self.truth: deque[TruthPoint] = deque(maxlen=max(1, int(history_s / 0.001)))
 
     @property
@@ -194,11 +218,16 @@ class NetsimSource:
         for index, (port, address) in enumerate(
             ((w.dtn_port, w.dtn_address), (w.campus_port, w.campus_address))
         ):
-            if tick.new_bytes[index] > 0:
+            if tick.new_bytes[index] > 0 or tick.egress_packets[index] > 0:
                 traffic.append(
                     Traffic(
                         port, address, tick.new_bytes[index], tick.new_packets[index],
                         tick.queuing_delay_ns[index],
+                        retrans_bytes=tick.resent_bytes[index],
+                        retrans_packets=tick.resent_packets[index],
+                        egress_bytes=tick.egress_bytes[index],
+                        egress_packets=tick.egress_packets[index],
+                        queuing_delay_sum_ns=tick.queuing_delay_sum_ns[index],
                     )
                 )  # fmt: skip
         matches = tuple(
@@ -237,8 +266,18 @@ class NetsimSource:
         self._pending_steps -= steps
         sim = self.sim
         out = sim.advance(steps)
+        mss = float(sim.params[layout.P_MSS])
+        # cumulative figures, and each tick the difference of their whole parts: rounding
+        # per tick would lose a few hundred resent bytes a millisecond altogether
+        departed_before = (self._departed[0], self._departed[1])
         self._departed[0] += float(out[layout.OUT_DEP_DTN].sum())
         self._departed[1] += float(out[layout.OUT_DEP_CAMPUS].sum())
+        departed = (self._departed[0], self._departed[1])
+        waited_before = self._waited
+        self._waited = (  # seconds x packets: sojourn x bytes / mss
+            waited_before[0] + float(out[layout.OUT_QD_DTN_W].sum()) / mss,
+            waited_before[1] + float(out[layout.OUT_QD_CAMPUS_W].sum()) / mss,
+        )
         events = sim.drain_event_array()
         g, f = sim.glob_f, sim.flow_f  # read in place: this runs every few ms
         totals = (float(g[layout.TAP_BYTES_DTN]), float(g[layout.TAP_BYTES_CAMPUS]))
@@ -247,6 +286,8 @@ class NetsimSource:
         new_packets = _deltas(packets, self._tap_packets)
         self._tap_bytes = totals
         self._tap_packets = packets
+        resent = (float(g[layout.RESENT_DTN]), float(g[layout.RESENT_CAMPUS]))
+        resent_before, self._resent = self._resent, resent
         delays = (
             _register_ns(new_bytes[0], float(g[layout.QD_DTN_LAST])),
             _register_ns(new_bytes[1], float(g[layout.QD_CAMPUS_LAST])),
@@ -284,6 +325,11 @@ class NetsimSource:
             new_bytes=new_bytes,
             new_packets=new_packets,
             queuing_delay_ns=delays,
+            resent_bytes=_deltas(resent, resent_before),
+            resent_packets=_deltas(_per(resent, mss), _per(resent_before, mss)),
+            egress_bytes=_deltas(departed, departed_before),
+            egress_packets=_deltas(_per(departed, mss), _per(departed_before, mss)),
+            queuing_delay_sum_ns=_deltas(_per(self._waited, 1e-9), _per(waited_before, 1e-9)),
             rtt_flow=flow_hashes(serial[columns]),
             rtt_is_dtn=self._is_dtn[columns],
             rtt_ns=np.round(rtt_s[columns] * 1e9).astype(np.int64),
@@ -317,5 +363,10 @@ class NetsimSource:
                 active_flows=int(view.active.sum()),
                 campus_rate_limit_bps=self.sim.campus_rate_limit_bps,
                 dtn_rate_limit_bps=self.sim.dtn_rate_limit_bps,
+                dtn_resent_bytes=view.dtn_resent_bytes,
+                campus_resent_bytes=view.campus_resent_bytes,
+                dtn_sojourn_sum_s=self._waited[0],
+                campus_sojourn_sum_s=self._waited[1],
+                bottleneck_dropped_bytes=float(self.sim.glob_f[layout.BOTTLENECK_DROPPED]),
             )
         )

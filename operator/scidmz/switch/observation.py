@@ -27,6 +27,15 @@ class Traffic:
     packets: int
     queuing_delay_ns: int
     """BR1 sojourn of the last such packet seen leaving on the bottleneck side; 0: none."""
+    retrans_bytes: int = 0
+    """Of ``bytes``, those resent: data starting below the SEQ its flow had already sent
+    (P4BS loss method 1)."""
+    retrans_packets: int = 0
+    egress_bytes: int = 0
+    """Data of this group seen leaving BR1 on the bottleneck side (method 2)."""
+    egress_packets: int = 0
+    queuing_delay_sum_ns: int = 0
+    """The sum of the BR1 sojourns of those ``egress_packets`` (a mean per sample time)."""
 
 
 @dataclass(frozen=True)

@@ -108,10 +108,12 @@ def _flows_step(
     active: BoolArray, last_seen: IntArray,
     c_th: int, t_th_ns: int, rtt_interval_ns: int,
     out_rtt_flow: IntArray, out_rtt_ns: IntArray, out_change_flow: IntArray,
-    out_change_kind: IntArray,
+    out_change_kind: IntArray, out_retrans: BoolArray,
 ) -> tuple[int, int]:  # fmt: skip
     """Algorithm 7 and the SEQ→ACK matcher over one tick's records; returns the number of
-    RTT samples and flow changes written (kind 1 start, 2 FIN)."""
+    RTT samples and flow changes written (kind 1 start, 2 FIN). ``out_retrans[i]``: record
+    i resends data (P4BS loss method 1: payload starting below the flow's highest SEQ sent,
+    not a one-byte keep-alive just below it)."""
     n_rtt = 0
     n_change = 0
     for i in range(flow.shape[0]):
@@ -126,6 +128,9 @@ def _flows_step(
             continue
         if seen[f] and _seq_before(seq[i], max_end[f]):
             pending[f] = False  # Karn: a retransmission makes the outstanding sample ambiguous
+            length = (end[i] - seq[i]) & 0xFFFFFFFF
+            keepalive = length == 1 and ((max_end[f] - seq[i]) & 0xFFFFFFFF) == 1
+            out_retrans[i] = length > 0 and not keepalive
         else:
             if end[i] != seq[i]:
                 max_end[f] = end[i]
@@ -224,7 +229,6 @@ class TapState:
             (records["payload_bytes"] > 0) | ((records["tcp_flags"] & TCP_FIN) != 0)
         )
         acks = role == ROLE_ACKS_IN
-        traffic = self._traffic(records[data], records[role == ROLE_BOTTLENECK_OUT])
         flows = records[data | acks]
         is_ack = flows["role"] == ROLE_ACKS_IN
         sender = np.where(is_ack, flows["daddr"], flows["saddr"]).astype(np.uint64)
@@ -243,6 +247,7 @@ class TapState:
         out_rtt_ns = np.zeros(n, np.int64)
         out_change_flow = np.zeros(n, np.int64)
         out_change_kind = np.zeros(n, np.int64)
+        out_retrans = np.zeros(n, np.bool_)
         s = self._state
         n_rtt, n_change = _flows_step(
             ids, is_ack, flows["timestamp_ns"].astype(np.int64), flows["seq"].astype(np.int64),
@@ -252,8 +257,11 @@ class TapState:
             s["seen"], s["max_end"], s["pending"], s["expected_ack"], s["sent_ts"],
             s["last_rtt_ts"], s["window_start"], s["window_count"], s["active"], s["last_seen"],
             self.rule.packets_threshold, int(self.rule.window_s * 1e9), self.rtt_interval_ns,
-            out_rtt_flow, out_rtt_ns, out_change_flow, out_change_kind,
+            out_rtt_flow, out_rtt_ns, out_change_flow, out_change_kind, out_retrans,
         )  # fmt: skip
+        traffic = self._traffic(
+            records[data], records[role == ROLE_BOTTLENECK_OUT], out_retrans[:n][~is_ack]
+        )
         remotes = {
             int(i): address(int(r))
             for i, r in zip(ids[is_ack], flows["saddr"][is_ack], strict=True)
@@ -296,13 +304,17 @@ class TapState:
             reason=0 if started else reason,
         )
 
-    def _traffic(self, entering: np.ndarray, leaving: np.ndarray) -> tuple[Traffic, ...]:
-        """Bytes and packets per (side, destination), with each group's last sojourn."""
+    def _traffic(
+        self, entering: np.ndarray, leaving: np.ndarray, resent: np.ndarray
+    ) -> tuple[Traffic, ...]:
+        """Bytes and packets per (side, destination) (``resent``: per entering frame, a
+        retransmission), with each group's last sojourn and what of it left BR1."""
         pre = np.concatenate([self._pre, entering])
         if pre.shape[0]:
             horizon = int(pre["timestamp_ns"].max()) - _PRE_HISTORY_NS
             pre = pre[pre["timestamp_ns"].astype(np.int64) >= horizon]
         last_sojourn: dict[tuple[int, int], int] = {}
+        departed: dict[tuple[int, int], list[int]] = {}  # bytes, packets, sojourn sum (ns)
         if leaving.shape[0] and pre.shape[0]:
             pre_keys = _frame_keys(pre)
             order = np.argsort(pre_keys, kind="stable")
@@ -315,26 +327,36 @@ class TapState:
             sojourn = leaving["timestamp_ns"][found].astype(np.int64) - matched[
                 "timestamp_ns"
             ].astype(np.int64)
-            for r, d, q in zip(
-                matched["role"].tolist(), matched["daddr"].tolist(), sojourn.tolist(), strict=True
-            ):
+            out = leaving[found]
+            for r, d, q, b, p in zip(
+                matched["role"].tolist(), matched["daddr"].tolist(), sojourn.tolist(),
+                out["ip_bytes"].tolist(), out["segments"].tolist(), strict=True,
+            ):  # fmt: skip
                 if q >= 0:
                     last_sojourn[(r, d)] = q  # leaving frames are in time order: the last wins
+                    left = departed.setdefault((r, d), [0, 0, 0])
+                    left[0] += b
+                    left[1] += p
+                    left[2] += q * p
             # a frame leaves once: forget what matched
             keep = np.ones(pre.shape[0], dtype=bool)
             keep[order[at[found]]] = False
             pre = pre[keep]
         self._pre = pre
-        groups: dict[tuple[int, int], list[int]] = {}
-        for r, d, b, p in zip(
+        groups: dict[tuple[int, int], list[int]] = {}  # bytes, packets, resent bytes, packets
+        for r, d, b, p, again in zip(
             entering["role"].tolist(), entering["daddr"].tolist(),
-            entering["ip_bytes"].tolist(), entering["segments"].tolist(), strict=True,
+            entering["ip_bytes"].tolist(), entering["segments"].tolist(), resent.tolist(),
+            strict=True,
         ):  # fmt: skip
-            totals = groups.setdefault((r, d), [0, 0])
+            totals = groups.setdefault((r, d), [0, 0, 0, 0])
             totals[0] += b
             totals[1] += p
+            if again:
+                totals[2] += b
+                totals[3] += p
         for key in last_sojourn:
-            groups.setdefault(key, [0, 0])
+            groups.setdefault(key, [0, 0, 0, 0])
         w = self.wiring
         return tuple(
             Traffic(
@@ -343,6 +365,11 @@ class TapState:
                 bytes=totals[0],
                 packets=totals[1],
                 queuing_delay_ns=last_sojourn.get((r, d), 0),
+                retrans_bytes=totals[2],
+                retrans_packets=totals[3],
+                egress_bytes=departed.get((r, d), [0, 0, 0])[0],
+                egress_packets=departed.get((r, d), [0, 0, 0])[1],
+                queuing_delay_sum_ns=departed.get((r, d), [0, 0, 0])[2],
             )
             for (r, d), totals in sorted(groups.items())
         )

@@ -273,8 +273,15 @@ class Collector:
         baseline = program.parse_poll(
             await session.read(program.poll_request(ids), s.rpc_timeout_s),
             (started + self._clock()) / 2,
+            ids,
         )
-        self._state = replace(self._state, previous=baseline.counters, active_flows=active)
+        self._state = replace(
+            self._state,
+            previous=baseline.counters,
+            active_flows=active,
+            flow_started_at={flow: started for flow in active},
+            loss=baseline.loss,
+        )
         log.info("set up %s: entries installed, %d active flows held", s.address, len(active))
 
     def _die(self, message: str) -> CollectorError:
@@ -386,7 +393,7 @@ class Collector:
         # call's midpoint bounds the error by half its duration, where stamping them when
         # the answer is parsed moved a sample's boundary by the whole of a late answer (a
         # loaded host: ~100 ms, one sample 10 % high and the next 10 % low)
-        poll = program.parse_poll(entities, (started + self._clock()) / 2)
+        poll = program.parse_poll(entities, (started + self._clock()) / 2, ids)
         samples = RttBatch.concat(self._rtt_batches)
         self._rtt_batches = []
         events, self._flow_events = self._flow_events, []

@@ -102,7 +102,11 @@ def collector_settings(
             rtt_horizon_ns=round(t.rtt_horizon_s * 1e9),
             digest_max_timeout_ns=round(t.digest_hold_s * 1e9),
         ),
-        estimator=EstimatorSettings(rtt_smoothing=t.rtt_smoothing, flow_timeout_s=t.flow_timeout_s),
+        estimator=EstimatorSettings(
+            rtt_smoothing=t.rtt_smoothing,
+            flow_timeout_s=t.flow_timeout_s,
+            capacity_bps=config.bottleneck_capacity_bps,
+        ),
         pipeline=_pipeline(config, pipeline_dir),
         tls=_switch_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
         tls_dir=tls_dir if sw.tls_secret else None,

@@ -175,6 +175,8 @@ class FlowEvent:
 
     flow_id: int
     started: bool
+    at_s: float = math.nan
+    """When the digest arrived (collector clock); NaN: unknown."""
 
 
 def update_active_flows(active: frozenset[int], events: Iterable[FlowEvent]) -> frozenset[int]:

@@ -11,6 +11,10 @@ each sample time; a scrape never sees half a sample. Its exposition, for one lin
     scidmz_state_valid{link="campus-border",variable="dtn_rtt_s"} 1.0
     scidmz_sample_age_seconds{link="campus-border"} 0.4
     scidmz_sample_stale{link="campus-border"} 0.0
+    scidmz_retransmission_ratio{class="campus",link="campus-border"} 0.004
+    scidmz_bottleneck_loss_ratio{link="campus-border"} 0.003
+    scidmz_mean_queuing_delay_seconds{class="campus",link="campus-border"} 0.0125
+    scidmz_long_flows{link="campus-border"} 100.0
 
 Values that were not measured (no packets of a class yet) are left out rather than
 exported as NaN, so PromQL sees "absent", not a number.
@@ -26,7 +30,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from scidmz.contract.state import STATE_VARIABLES, NetworkState
+from scidmz.contract.state import STATE_VARIABLES, NetworkState, PathSignals
 from scidmz.metrics import names
 from scidmz.metrics.snapshot import LABELS, SnapshotExporter
 
@@ -98,6 +102,48 @@ class StateExporter(SnapshotExporter[Snapshot]):
         yield from self.gauge(
             names.SAMPLE_STALE, "1 while the switch cannot be read.", 1.0 if snap.stale else 0.0
         )
+        yield from _signals(s.signals, self._labels, stale=snap.stale)
+
+
+def _signals(signals: PathSignals, link: list[str], stale: bool) -> Iterator[Metric]:
+    """The loss telemetry (``contract.state.PathSignals``); nothing while stale, as the
+    switch was not read."""
+    by_class = [*LABELS, "class"]
+    retrans = GaugeMetricFamily(
+        names.RETRANSMISSION_RATIO,
+        "Resent over sent data packets of a class at BR1's ingress (P4BS loss method 1).",
+        labels=by_class,
+    )
+    mean_qd = GaugeMetricFamily(
+        names.MEAN_QUEUING_DELAY,
+        "Mean BR1 queuing delay of a class's packets over the last sample time.",
+        labels=by_class,
+    )
+    loss = GaugeMetricFamily(
+        names.BOTTLENECK_LOSS_RATIO,
+        "BR1's own drops over the bytes that entered it (P4BS loss method 2).",
+        labels=list(LABELS),
+    )
+    long_flows = GaugeMetricFamily(
+        names.LONG_FLOWS, "Flows active for at least 2 s (P4BS's N).", labels=list(LABELS)
+    )
+    if not stale:
+        for cls, ratio, delay in (
+            ("dtn", signals.dtn_retransmission_ratio, signals.dtn_mean_queuing_delay_s),
+            ("campus", signals.campus_retransmission_ratio, signals.campus_mean_queuing_delay_s),
+        ):
+            if math.isfinite(ratio):
+                retrans.add_metric([*link, cls], ratio)
+            if math.isfinite(delay):
+                mean_qd.add_metric([*link, cls], delay)
+        if math.isfinite(signals.bottleneck_loss_ratio):
+            loss.add_metric(link, signals.bottleneck_loss_ratio)
+        if math.isfinite(signals.long_flows):
+            long_flows.add_metric(link, signals.long_flows)
+    yield retrans
+    yield mean_qd
+    yield loss
+    yield long_flows
 
 
 class StreamExporter:

@@ -19,6 +19,7 @@ from scidmz.contract import pipeline as contract
 from scidmz.contract.p4runtime import ids_by_name
 from scidmz.contract.pipeline import qualified
 from scidmz.telemetry.estimators import EMPTY_BATCH, CounterReading, FlowEvent, RttBatch
+from scidmz.telemetry.loss import LossReading
 from scidmz.telemetry.sampling import Poll
 from scidmz.telemetry.wire import struct_members
 
@@ -57,6 +58,8 @@ class Ids:
     counters: dict[str, int]
     digests: dict[str, int]
     digest_names: dict[int, str]
+    register_bits: dict[str, int]
+    """Each register's cell width in this P4Info (TNA's are narrower: sums wrap sooner)."""
 
     @classmethod
     def from_p4info(cls, info: p4i.P4Info) -> Ids:
@@ -70,6 +73,10 @@ class Ids:
             counters=ids_by_name(info.counters),
             digests=digests,
             digest_names={v: k for k, v in digests.items()},
+            register_bits={
+                contract.canonical_name(r.preamble.name): r.type_spec.bitstring.bit.bitwidth
+                for r in info.registers
+            },
         )
 
 
@@ -150,26 +157,43 @@ def digest_entries(ids: Ids, max_timeout_ns: int = DIGEST_MAX_TIMEOUT_NS) -> lis
     return entries
 
 
+LOSS_COUNTERS = ("class_traffic", "class_retrans", "class_egress")
+SOJOURN_REGISTERS = ("queuing_delay_sum_1024ns", "queuing_delay_count")
+
+
 def poll_request(ids: Ids) -> list[p4r.Entity]:
-    """One Read per sample time: the classification counters and the two QD registers."""
+    """One Read per sample time: the classification counters, the two QD registers, and
+    for loss and the mean sojourn the class counters and the sojourn sum/count registers."""
     entities = []
     for table in ("classify_v4", "classify_v6"):
         entity = p4r.Entity()
         entity.direct_counter_entry.table_entry.table_id = ids.tables[qualified(table)]
         entities.append(entity)
-    for class_id in (contract.CLASS_DTN, contract.CLASS_CAMPUS):
-        entity = p4r.Entity()
-        entity.register_entry.register_id = ids.registers[qualified("queuing_delay_ns")]
-        entity.register_entry.index.index = class_id
-        entities.append(entity)
+    classes = (contract.CLASS_DTN, contract.CLASS_CAMPUS)
+    for name in ("queuing_delay_ns", *SOJOURN_REGISTERS):
+        for class_id in classes:
+            entity = p4r.Entity()
+            entity.register_entry.register_id = ids.registers[qualified(name)]
+            entity.register_entry.index.index = class_id
+            entities.append(entity)
+    for name in LOSS_COUNTERS:
+        for class_id in classes:
+            entity = p4r.Entity()
+            entity.counter_entry.counter_id = ids.counters[qualified(name)]
+            entity.counter_entry.index.index = class_id
+            entities.append(entity)
     return entities
 
 
-def parse_poll(entities: list[p4r.Entity], at_s: float) -> Poll:
-    """Sum the direct counters per class (the entry's ``set_class`` argument) and read the
-    QD registers (index = class id)."""
+def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids) -> Poll:
+    """Sum the direct counters per class (the entry's ``set_class`` argument), read the
+    QD registers (index = class id), and the loss counters and sojourn sums by name."""
     class_bytes = {contract.CLASS_DTN: 0, contract.CLASS_CAMPUS: 0}
-    qd = {contract.CLASS_DTN: 0, contract.CLASS_CAMPUS: 0}
+    names = {
+        **{ids.registers[qualified(n)]: n for n in ("queuing_delay_ns", *SOJOURN_REGISTERS)},
+        **{ids.counters[qualified(n)]: n for n in LOSS_COUNTERS},
+    }
+    cells: dict[tuple[str, int], tuple[int, int]] = {}  # (name, class) -> value(s)
     for entity in entities:
         kind = entity.WhichOneof("entity")
         if kind == "direct_counter_entry":
@@ -181,16 +205,42 @@ def parse_poll(entities: list[p4r.Entity], at_s: float) -> Poll:
                     class_bytes[class_id] += counter.data.byte_count
         elif kind == "register_entry":
             register = entity.register_entry
-            if register.index.index in qd:
-                qd[register.index.index] = int.from_bytes(register.data.bitstring, "big")
+            value = int.from_bytes(register.data.bitstring, "big")
+            cells[(names.get(register.register_id, ""), register.index.index)] = (value, 0)
+        elif kind == "counter_entry":
+            counter_entry = entity.counter_entry
+            cells[(names.get(counter_entry.counter_id, ""), counter_entry.index.index)] = (
+                counter_entry.data.packet_count,
+                counter_entry.data.byte_count,
+            )
+
+    def pair(name: str, column: int = 0) -> tuple[int, int]:
+        return (
+            cells.get((name, contract.CLASS_DTN), (0, 0))[column],
+            cells.get((name, contract.CLASS_CAMPUS), (0, 0))[column],
+        )
+
+    loss = LossReading(
+        ingress_packets=pair("class_traffic"),
+        ingress_bytes=pair("class_traffic", 1),
+        retrans_packets=pair("class_retrans"),
+        egress_packets=pair("class_egress"),
+        egress_bytes=pair("class_egress", 1),
+        sojourn_sum=pair("queuing_delay_sum_1024ns"),
+        sojourn_count=pair("queuing_delay_count"),
+        sum_bits=ids.register_bits[qualified("queuing_delay_sum_1024ns")],
+        count_bits=ids.register_bits[qualified("queuing_delay_count")],
+    )
+    qd = pair("queuing_delay_ns")
     return Poll(
         counters=CounterReading(
             dtn_bytes=class_bytes[contract.CLASS_DTN],
             campus_bytes=class_bytes[contract.CLASS_CAMPUS],
             at_s=at_s,
         ),
-        dtn_queuing_delay_ns=qd[contract.CLASS_DTN],
-        campus_queuing_delay_ns=qd[contract.CLASS_CAMPUS],
+        dtn_queuing_delay_ns=qd[0],
+        campus_queuing_delay_ns=qd[1],
+        loss=loss,
     )
 
 
@@ -212,10 +262,14 @@ def parse_digest(ids: Ids, digest: p4r.DigestList, at_s: float) -> tuple[RttBatc
         return batch, []
     if name == "flow_start_t":
         rows = struct_members(digest, 2)
-        return EMPTY_BATCH, [FlowEvent(int(h) % contract.FLOW_SLOTS, True) for h in rows[:, 0]]
+        return EMPTY_BATCH, [
+            FlowEvent(int(h) % contract.FLOW_SLOTS, True, at_s) for h in rows[:, 0]
+        ]
     if name == "flow_stop_t":
         rows = struct_members(digest, 3)
-        return EMPTY_BATCH, [FlowEvent(int(h) % contract.FLOW_SLOTS, False) for h in rows[:, 0]]
+        return EMPTY_BATCH, [
+            FlowEvent(int(h) % contract.FLOW_SLOTS, False, at_s) for h in rows[:, 0]
+        ]
     return EMPTY_BATCH, []
 
 

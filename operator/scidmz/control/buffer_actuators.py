@@ -1,0 +1,213 @@
+"""Where the border router's buffer goes (the second knob, P4BS seed 003): a Linux bfifo
+qdisc's limit (tc), the software target's simulator, or nowhere.
+
+The contract is the rate actuators' (``control.actuators``), in bytes: ``apply`` returns the
+buffer now in force and raises ``ActuatorError`` on a failure the caller retries on its next
+trial; ``current`` reads the buffer in force (None if it cannot tell). Sizes are frame bytes,
+what a bfifo's ``limit`` counts.
+
+The plug-in point for a router that is not Linux (P4BS sets ``buffer-size`` under a Junos
+class-of-service scheduler): any object with these three methods, see
+``docs/components/buffer.md``. Vendor configuration is out of scope here; a plug-in owns it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from scidmz.contract.netns import named_netns_exists
+from scidmz.control.actuators import TC_H_ROOT, ActuatorError, GrpcClient, read_ground_truth
+from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+MIN_BUFFER_BYTES = 1514
+"""One full Ethernet frame: a smaller drop-tail buffer refuses every full-size packet."""
+
+
+class BufferActuator(Protocol):
+    name: str
+
+    async def apply(self, buffer_bytes: float) -> float:
+        """Set the buffer; returns the buffer now in force, in frame bytes."""
+        ...
+
+    async def current(self) -> float | None:
+        """The buffer in force now; None if the actuator cannot tell."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def checked_buffer_bytes(buffer_bytes: float) -> int:
+    """A buffer every actuator accepts: finite, whole bytes, at least one frame."""
+    if not math.isfinite(buffer_bytes) or buffer_bytes < MIN_BUFFER_BYTES:
+        raise ActuatorError(
+            f"buffer must be at least {MIN_BUFFER_BYTES} bytes (one frame), got {buffer_bytes}"
+        )
+    return int(buffer_bytes)
+
+
+class DryRunBufferActuator:
+    """Sets nothing; the tuner still runs its trials on what the link does anyway."""
+
+    name = "dryRun"
+
+    def __init__(self) -> None:
+        self.applied: list[int] = []
+
+    async def apply(self, buffer_bytes: float) -> float:
+        self.applied.append(checked_buffer_bytes(buffer_bytes))
+        log.debug("dry run: buffer = %d bytes", self.applied[-1])
+        return float(self.applied[-1])
+
+    async def current(self) -> float | None:
+        return float(self.applied[-1]) if self.applied else None
+
+    async def close(self) -> None:
+        return
+
+
+class SimBufferActuator(GrpcClient):
+    """``scidmz.v1.SimActuator/SetBottleneckBuffer`` on the software target: BR1's buffer
+    in the simulator, within the scenario's ``bottleneck.max_buffer_*`` (above it the
+    simulator answers OUT_OF_RANGE, raised here naming the bound)."""
+
+    name = "sim-buffer"
+    stub_class = telemetry_pb2_grpc.SimActuatorStub
+
+    async def apply(self, buffer_bytes: float) -> float:
+        request = telemetry_pb2.BufferSize(bytes=checked_buffer_bytes(buffer_bytes))
+        return float((await self._call("SetBottleneckBuffer", request)).bytes)
+
+    async def current(self) -> float | None:
+        truth = await read_ground_truth(self._stub, self._timeout)
+        held = None if truth is None else float(truth.bottleneck_buffer_bytes)
+        return held if held else None
+
+
+@dataclass(frozen=True)
+class FifoQdisc:
+    """The bfifo that holds the router's queue: its handle and parent in netlink."""
+
+    handle: int
+    parent: int
+    limit_bytes: int
+    backlog_bytes: int
+
+
+def find_buffer_fifo(qdiscs: list[dict[str, Any]]) -> FifoQdisc | str:
+    """The bfifo whose limit is the interface's buffer, from a qdisc dump as plain dicts
+    (``kind``, ``handle``, ``parent``, ``limit``, ``backlog``): a root bfifo, or the bfifo
+    child of a root tbf (a shaped router port). Otherwise the reason it is not usable."""
+    root = next((q for q in qdiscs if q["parent"] == TC_H_ROOT), None)
+    if root is None:
+        return "no root qdisc"
+    if root["kind"] == "bfifo":
+        fifo = root
+    elif root["kind"] == "tbf":
+        child = next((q for q in qdiscs if q["parent"] == root["handle"] | 1), None)
+        if child is None or child["kind"] != "bfifo":
+            return (
+                "its root tbf has no bfifo child with a handle (the tbf's own fifo cannot be "
+                "changed alone); add one once: tc qdisc add dev IFACE parent "
+                f"{root['handle'] >> 16:x}:1 handle 10: bfifo limit BYTES"
+            )
+        fifo = child
+    else:
+        return f"its root qdisc is {root['kind']}, not bfifo or tbf"
+    return FifoQdisc(fifo["handle"], fifo["parent"], int(fifo["limit"]), int(fifo["backlog"]))
+
+
+def _plain(qdisc: Any) -> dict[str, Any]:
+    options = qdisc.get_attr("TCA_OPTIONS") or {}
+    stats = qdisc.get_attr("TCA_STATS2")
+    queue = (stats.get_attr("TCA_STATS_QUEUE") if stats else None) or {}
+    return {
+        "kind": qdisc.get_attr("TCA_KIND"),
+        "handle": qdisc["handle"],
+        "parent": qdisc["parent"],
+        "limit": options.get("limit", 0) if isinstance(options, dict) else 0,
+        "backlog": queue.get("backlog", 0),
+    }
+
+
+class TcBufferActuator:
+    """A Linux router port's drop-tail buffer: the ``limit`` of its bfifo (at the root, or
+    under a root tbf), changed in place. Measured (``bench/buffer_change.py``): a bfifo
+    limit change keeps the backlog, packets above the new limit drain at line rate and
+    arrivals drop meanwhile; a new fifo grafted in its place would flush it.
+
+    Build it with ``await TcBufferActuator.open(...)``."""
+
+    name = "tc-buffer"
+
+    def __init__(self, interface: str, ipr: Any, index: int) -> None:
+        self.interface = interface
+        self._ipr = ipr
+        self._index = index
+
+    @classmethod
+    async def open(cls, interface: str, netns: str | None = None) -> TcBufferActuator:
+        from pyroute2 import AsyncIPRoute
+
+        if netns and not named_netns_exists(netns):
+            raise ActuatorError(f"network namespace {netns} does not exist")
+        ipr = AsyncIPRoute(netns=netns) if netns else AsyncIPRoute()
+        where = f"{interface} in network namespace {netns}" if netns else interface
+        try:
+            await ipr.setup_endpoint()
+            # pyroute2 0.9 encodes pfifo but not bfifo; both take `struct tc_fifo_qopt`.
+            plugins = await ipr.tc("modules")
+            plugins.setdefault("bfifo", plugins["pfifo"])
+            links = await ipr.link_lookup(ifname=interface)
+        except Exception as error:  # a missing namespace, no CAP_NET_ADMIN, ...
+            ipr.close()
+            raise ActuatorError(f"tc buffer actuator: {error}") from None
+        if not links:
+            ipr.close()
+            raise ActuatorError(f"interface {where} does not exist")
+        actuator = cls(interface, ipr, links[0])
+        fifo = await actuator._fifo()
+        if isinstance(fifo, str):
+            ipr.close()
+            raise ActuatorError(f"{where} has no buffer to size: {fifo}")
+        return actuator
+
+    async def _fifo(self) -> FifoQdisc | str:
+        try:
+            dump = [_plain(q) async for q in await self._ipr.get_qdiscs(index=self._index)]
+        except Exception as error:  # pyroute2 raises NetlinkError and friends
+            return f"qdiscs unreadable ({error})"
+        return find_buffer_fifo(dump)
+
+    async def apply(self, buffer_bytes: float) -> float:
+        limit = checked_buffer_bytes(buffer_bytes)
+        fifo = await self._fifo()
+        if isinstance(fifo, str):
+            raise ActuatorError(f"tc buffer on {self.interface}: {fifo}")
+        try:
+            await self._ipr.tc(
+                "change", "bfifo", self._index, handle=fifo.handle, parent=fifo.parent, limit=limit
+            )
+        except Exception as error:  # pyroute2 raises NetlinkError and friends
+            raise ActuatorError(f"tc buffer on {self.interface}: {error}") from None
+        return float(limit)
+
+    async def current(self) -> float | None:
+        fifo = await self._fifo()
+        if isinstance(fifo, str):
+            log.info("tc buffer on %s: cannot read the buffer in force (%s)", self.interface, fifo)
+            return None
+        return float(fifo.limit_bytes)
+
+    async def backlog_bytes(self) -> int | None:
+        """The bytes queued in the fifo now (what a limit change must keep)."""
+        fifo = await self._fifo()
+        return None if isinstance(fifo, str) else fifo.backlog_bytes
+
+    async def close(self) -> None:
+        self._ipr.close()

@@ -1,0 +1,168 @@
+"""The buffer actuators: a real bfifo's limit changed in a network namespace (netlink via
+pyroute2), the queue found under a root tbf or at the root, refusals, the dry run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+
+import pytest
+
+from scidmz.control.actuators import TC_H_ROOT, ActuatorError
+from scidmz.control.buffer_actuators import (
+    DryRunBufferActuator,
+    FifoQdisc,
+    TcBufferActuator,
+    find_buffer_fifo,
+)
+from tests.netns import veth_netns
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+def _q(kind, handle, parent, limit=0, backlog=0):
+    return {"kind": kind, "handle": handle, "parent": parent, "limit": limit, "backlog": backlog}
+
+
+def test_the_buffer_is_the_root_bfifo_or_the_root_tbfs_bfifo_child():
+    assert find_buffer_fifo([_q("bfifo", 0x80000, TC_H_ROOT, 5000, 7)]) == FifoQdisc(
+        0x80000, TC_H_ROOT, 5000, 7
+    )
+    shaped = [_q("tbf", 0x10000, TC_H_ROOT), _q("bfifo", 0x100000, 0x10001, 9000, 3)]
+    assert find_buffer_fifo(shaped) == FifoQdisc(0x100000, 0x10001, 9000, 3)
+
+
+def test_a_port_without_a_changeable_fifo_says_why_and_how():
+    assert find_buffer_fifo([]) == "no root qdisc"
+    reason = find_buffer_fifo([_q("tbf", 0x10000, TC_H_ROOT)])
+    assert "no bfifo child" in reason and "parent 1:1 handle 10: bfifo" in reason
+    assert "pfifo_fast, not bfifo" in find_buffer_fifo([_q("pfifo_fast", 0, TC_H_ROOT)])
+    other_child = [_q("tbf", 0x10000, TC_H_ROOT), _q("pfifo", 0x100000, 0x10001, 100)]
+    assert "no bfifo child" in find_buffer_fifo(other_child)
+
+
+def test_the_dry_run_keeps_what_it_was_asked_and_refuses_less_than_a_frame():
+    async def main():
+        actuator = DryRunBufferActuator()
+        assert await actuator.current() is None
+        assert await actuator.apply(1.25e6) == 1.25e6
+        with pytest.raises(ActuatorError, match="at least 1514 bytes"):
+            await actuator.apply(1000)
+        with pytest.raises(ActuatorError, match="at least 1514 bytes"):
+            await actuator.apply(float("nan"))
+        assert await actuator.current() == 1.25e6
+
+    asyncio.run(main())
+
+
+def _tc(netns, *args):
+    subprocess.run(["tc", "-n", netns, *args], check=True, capture_output=True)
+
+
+def _fill(netns, packets=150):
+    """Queue ``packets`` UDP datagrams behind a 1 Mbit/s bucket (a permanent neighbour, so
+    nothing waits on ARP): more than 100 KB at once."""
+    for command in (
+        ["addr", "replace", "10.99.0.1/24", "dev", "bn0"],
+        ["link", "set", "bn0p", "up"],
+    ):
+        subprocess.run(["ip", "-n", netns, *command], check=True, capture_output=True)
+    subprocess.run(
+        ["ip", "-n", netns, "neigh", "replace", "10.99.0.2", "lladdr", "02:00:00:00:00:02",
+         "nud", "permanent", "dev", "bn0"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    script = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
+        f"for _ in range({packets}): s.sendto(b'x' * 1400, ('10.99.0.2', 9))\n"
+    )
+    subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", script], check=True)
+
+
+@pytest.fixture
+def shaped_port():
+    """``bn0`` as the lab's border port: a 1 Mbit/s tbf with a bfifo child of 200 KB."""
+    with veth_netns("bn0") as netns:
+        _tc(netns, "qdisc", "add", "dev", "bn0", "root", "handle", "1:", "tbf", "rate", "1mbit",
+            "burst", "1600", "limit", "200000")  # fmt: skip
+        _tc(netns, "qdisc", "add", "dev", "bn0", "parent", "1:1", "handle", "10:", "bfifo",
+            "limit", "200000")  # fmt: skip
+        yield netns
+
+
+@root_only
+def test_a_lower_limit_keeps_the_backlog_and_drops_arrivals_until_below_it(shaped_port):
+    async def main():
+        actuator = await TcBufferActuator.open("bn0", shaped_port)
+        try:
+            assert await actuator.current() == 200_000
+            _fill(shaped_port)
+            before = await actuator.backlog_bytes()
+            assert await actuator.apply(20_000) == 20_000
+            after = await actuator.backlog_bytes()
+            limit = await actuator.current()
+            _fill(shaped_port, 10)  # arrivals above the limit are dropped
+            refilled = await actuator.backlog_bytes()
+        finally:
+            await actuator.close()
+        return before, after, limit, refilled
+
+    before, after, limit, refilled = asyncio.run(main())
+    assert before > 100_000, before  # the queue was full well past the new limit
+    assert after >= before - 5_000, (before, after)  # kept: 1 Mbit/s drains ~125 B/ms
+    assert limit == 20_000
+    assert refilled <= after, (after, refilled)
+
+
+@root_only
+def test_a_root_bfifo_is_sized_in_place():
+    with veth_netns("bn0") as netns:
+        _tc(netns, "qdisc", "add", "dev", "bn0", "root", "handle", "5:", "bfifo", "limit", "9000")
+
+        async def main():
+            actuator = await TcBufferActuator.open("bn0", netns)
+            try:
+                await actuator.apply(64_000)
+                return await actuator.current()
+            finally:
+                await actuator.close()
+
+        assert asyncio.run(main()) == 64_000
+        shown = subprocess.run(
+            ["tc", "-n", netns, "qdisc", "show", "dev", "bn0"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        assert "qdisc bfifo 5: root" in shown and "limit 64000b" in shown, shown
+
+
+@root_only
+def test_a_port_that_cannot_be_sized_is_refused_at_start_with_the_fix():
+    with veth_netns("bn0") as netns:
+        _tc(netns, "qdisc", "add", "dev", "bn0", "root", "handle", "1:", "tbf", "rate", "1mbit",
+            "burst", "1600", "limit", "200000")  # fmt: skip
+        with pytest.raises(ActuatorError, match=r"bn0 in network namespace .* no bfifo child.*"
+                           r"tc qdisc add dev IFACE parent 1:1 handle 10: bfifo"):  # fmt: skip
+            asyncio.run(TcBufferActuator.open("bn0", netns))
+        with pytest.raises(ActuatorError, match=r"interface nope0 .* does not exist"):
+            asyncio.run(TcBufferActuator.open("nope0", netns))
+    with pytest.raises(ActuatorError, match="network namespace scidmz-gone does not exist"):
+        asyncio.run(TcBufferActuator.open("bn0", "scidmz-gone"))
+
+
+@root_only
+def test_a_buffer_below_one_frame_changes_nothing(shaped_port):
+    async def main():
+        actuator = await TcBufferActuator.open("bn0", shaped_port)
+        try:
+            with pytest.raises(ActuatorError, match="at least 1514 bytes"):
+                await actuator.apply(512)
+            return await actuator.current()
+        finally:
+            await actuator.close()
+
+    assert asyncio.run(main()) == 200_000

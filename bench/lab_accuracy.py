@@ -21,7 +21,8 @@ Targets: rates within 2 %, RTTs within 2 ms, queuing delay within 1 ms, active f
 no capture loss at 300 Mb/s with 60 flows. Loss telemetry (P4BS method 1): each class's
 resent / sent data packets within 10 % (relative) or 0.02 percentage points of the kernel's
 (``ss``: retrans / data_segs_out over the same seconds); the mean queuing delays within 1 ms
-of the backlog meter's time mean; method 2 (BR1's own loss) beside the qdisc's drops.
+of the backlog meter's time mean; method 2 (BR1's own loss) beside the kernel's byte
+accounting of BR1 (bytes received on bc/bd, less bytes sent on bn and the backlog's growth).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def render(summary: dict[str, Any], campus_rtt_settled_s: float, args: argparse.
         target = {
             "relative": f"≤ {limit:.0%}",
             "loss": f"≤ {limit:.0%} or {LOSS_POINTS * 100:g} pts",
-            "report": "none (kernel: qdisc drops / arrivals, GSO packets)",
+            "report": "none (kernel: rx bytes into BR1 − tx out − backlog growth)",
         }.get(kind, "exact" if key == "active_flows" else f"≤ {limit * 1e3:g} ms")
         lines.append(
             f"| {key} | {fmt(key, pair['collector'])} | {fmt(key, pair['kernel'])} | "

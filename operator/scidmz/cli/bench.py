@@ -76,3 +76,77 @@ def bench_control(
     written = plots(episodes, out)
     typer.echo(text)
     typer.echo(f"wrote {out / 'report.md'}, " + ", ".join(str(p) for p in written))
+
+
+@bench_app.command("buffer")
+def bench_buffer(
+    seeds: Annotated[int | None, typer.Option(help="Seeds per case (default 10, quick 3).")] = None,
+    first_seed: Annotated[int, typer.Option(help="The first seed (results on fresh seeds).")] = 1,
+    loads: Annotated[
+        str, typer.Option(help="Campus long flows N, comma-separated (quick: 100).")
+    ] = "25,50,100,250",
+    cca: Annotated[
+        str | None, typer.Option(help="Only this DTN congestion control (default: both).")
+    ] = None,
+    capacity: Annotated[
+        str, typer.Option(help="The link's capacity (10Gbps: the Science DMZ case).")
+    ] = "1Gbps",
+    quick: Annotated[bool, typer.Option(help="3 seeds, N = 100, Cubic only.")] = False,
+    workers: Annotated[
+        int, typer.Option(help="Worker processes (results do not depend on it).")
+    ] = 2,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("bench/results/buffer_sizing"),
+    from_csv: Annotated[
+        Path | None,
+        typer.Option("--from-csv", help="Render the report from a saved episodes.csv."),
+    ] = None,
+) -> None:
+    """P4BS buffer sizing against fixed buffers (BDP, Stanford, Tiny, Bloated, 100 ms) on
+    the twin with the rate loop on: f̄ (P4BS eq. 2), loss, campus queuing delay, DTN MRAE,
+    the 10 GB FCT; report.md and episodes.csv in --out."""
+    from scidmz.api.units import parse_rate
+    from scidmz.learn.buffer_bench import episodes_csv, parse_episodes, run_all
+    from scidmz.learn.buffer_report import markdown
+
+    count = seeds if seeds is not None else (3 if quick else 10)
+    try:
+        load_list = [100] if quick else [int(n) for n in loads.split(",")]
+        capacity_bps = parse_rate(capacity)
+    except ValueError as error:
+        fail(f"--loads must be integers and --capacity a rate such as 10Gbps: {error}")
+        return
+    if count < 1 or workers < 1 or first_seed < 0 or any(n < 1 for n in load_list):
+        fail("--seeds, --workers and every load must be >= 1, --first-seed >= 0")
+    if cca not in (None, "cubic", "bbr"):
+        fail(f"--cca must be cubic or bbr, not {cca!r}")
+    if not 100e6 <= capacity_bps <= 100e9:
+        fail("--capacity must be within 100Mbps..100Gbps")
+    out.mkdir(parents=True, exist_ok=True)
+    if from_csv is not None:
+        try:
+            episodes = parse_episodes(from_csv.read_text())
+        except (OSError, ValueError) as error:
+            fail(f"--from-csv {from_csv}: {error}")
+            return
+        command = f"scidmz bench buffer --from-csv {from_csv}"
+    else:
+        ccas = (cca,) if cca else (("cubic",) if quick else ("cubic", "bbr"))
+        command = (
+            "scidmz bench buffer"
+            + (" --quick" if quick else "")
+            + (f" --seeds {seeds}" if seeds else "")
+            + (f" --first-seed {first_seed}" if first_seed != 1 else "")
+            + (f" --loads {loads}" if loads != "25,50,100,250" and not quick else "")
+            + (f" --cca {cca}" if cca else "")
+            + (f" --capacity {capacity}" if capacity != "1Gbps" else "")
+        )
+        episodes = run_all(
+            range(first_seed, first_seed + count), load_list, ccas,
+            capacity_bps=capacity_bps, workers=workers,
+            progress=lambda what: typer.echo(f"  {what}", err=True),
+        )  # fmt: skip
+        (out / "episodes.csv").write_text(episodes_csv(episodes))
+    text = markdown(episodes, command)
+    (out / "report.md").write_text(text)
+    typer.echo(text)
+    typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")

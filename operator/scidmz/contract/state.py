@@ -9,7 +9,7 @@ made-up number, so the controller can decide what to do with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -71,7 +71,7 @@ class NetworkState:
     campus_queuing_delay_s: float
     active_flows: float
     measured_at_s: float
-    signals: PathSignals = PathSignals()
+    signals: PathSignals = field(default_factory=PathSignals)
 
     def vector(self) -> StateVector:
         """The seven values by name, in model order (NaN where not measured)."""

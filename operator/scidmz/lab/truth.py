@@ -183,7 +183,6 @@ def qdisc_stats(tc_json: str) -> dict[str, float]:
                 "rate_bps": float(qdisc.get("options", {}).get("rate", 0)) * 8,
                 "backlog_bytes": float(qdisc.get("backlog", 0)),
                 "drops": float(qdisc.get("drops", 0)),
-                "sent_packets": float(qdisc.get("packets", 0)),
                 "sent_bytes": float(qdisc.get("bytes", 0)),
             }
     return {"rate_bps": float("nan"), "backlog_bytes": 0.0, "drops": 0.0, "sent_bytes": 0.0}
@@ -367,6 +366,7 @@ class TruthSampler:
                 flows.values(), self._flows[prefix], interval_s, prefix, self.packets_threshold
             )
             self._flows[prefix] = flows
+        backlog_before = self._qdiscs.get("bottleneck", {}).get("backlog_bytes")
         for name, (namespace, interface) in (
             ("bottleneck", topology.BOTTLENECK),
             ("shaper", topology.CAMPUS_SHAPER),
@@ -375,10 +375,6 @@ class TruthSampler:
             before = self._qdiscs.get(name, stats)
             row[f"{name}_backlog_bytes"] = stats["backlog_bytes"]
             row[f"{name}_drops"] = stats["drops"] - before["drops"]
-            sent = stats["sent_packets"] - before["sent_packets"]
-            arrived = sent + row[f"{name}_drops"]
-            # packets as the qdisc counts them (GSO super-packets when offloads are on)
-            row[f"{name}_loss_ratio"] = row[f"{name}_drops"] / arrived if arrived > 0 else math.nan
             row[f"{name}_sent_rate_bps"] = (
                 (stats["sent_bytes"] - before["sent_bytes"]) * 8 / interval_s
             )
@@ -402,5 +398,20 @@ class TruthSampler:
             now_rx = links.get(interface, (0.0, 0.0))[0]
             before_rx = self._links.get(interface, (now_rx, 0.0))[0]
             row[f"{name}_offered_rate_bps"] = (now_rx - before_rx) * 8 / interval_s
+        # BR1's own loss in bytes: what entered it, less what left it and what it still
+        # holds (tc's drop count is of skbs, and its sent count of GSO segments)
+        entered = sum(
+            links.get(i, (0.0, 0.0))[0] - self._links.get(i, links.get(i, (0.0, 0.0)))[0]
+            for i in ("bc", "bd")
+        )
+        left = (
+            links.get("bn", (0.0, 0.0))[1] - self._links.get("bn", links.get("bn", (0.0, 0.0)))[1]
+        )
+        grown = row["bottleneck_backlog_bytes"] - (
+            backlog_before if backlog_before is not None else row["bottleneck_backlog_bytes"]
+        )
+        row["bottleneck_loss_ratio"] = (
+            min(max((entered - left - grown) / entered, 0.0), 1.0) if entered > 0 else math.nan
+        )
         self._links = links
         return row

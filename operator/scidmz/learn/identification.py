@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
 import numpy as np
 import numpy.typing as npt
 
 from scidmz.api.runtime import TelemetryConfig
-from scidmz.contract.state import STATE_VARIABLES, StateVector
+from scidmz.contract.pipeline import QD_SUM_SHIFT
+from scidmz.contract.state import STATE_VARIABLES, PathSignals, StateVector
 from scidmz.control.features import FALLBACK_STATE, fill_missing
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import Scenario
@@ -30,6 +31,7 @@ from scidmz.netsim.simulator import Simulator
 from scidmz.switch.netsim_source import NetsimSource, Wiring
 from scidmz.switch.observation import ActivityRule
 from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttBatch
+from scidmz.telemetry.loss import LossReading
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
 
 FloatArray = npt.NDArray[np.float64]
@@ -65,6 +67,8 @@ class SimSample:
     """Completion times of DTN streams that finished in the interval."""
     short_fct_s: tuple[float, ...]
     """FCTs of short campus flows that finished in the interval."""
+    signals: PathSignals = field(default_factory=PathSignals)
+    """The loss telemetry as the collector would publish it beside y(t)."""
 
 
 class SimCollector:
@@ -89,9 +93,21 @@ class SimCollector:
         self.ticks_per_sample = max(1, round(scenario.sample_time_s / tick_s))
         self.sample_time_s = scenario.sample_time_s
         self._rtt_horizon_ns = round(settings.rtt_horizon_s * 1e9)
-        self._estimator = EstimatorSettings(settings.rtt_smoothing, settings.flow_timeout_s)
+        self._estimator = EstimatorSettings(
+            settings.rtt_smoothing,
+            settings.flow_timeout_s,
+            capacity_bps=scenario.bottleneck.capacity_bps,
+        )
         self._counters = [0, 0]
         self._registers = [0, 0]
+        # the loss counters and sojourn sums, per class, as the P4 program keeps them
+        self._loss: dict[str, list[int]] = {
+            name: [0, 0]
+            for name in (
+                "ingress_packets", "ingress_bytes", "retrans_packets", "egress_packets",
+                "egress_bytes", "sojourn_sum", "sojourn_count",
+            )
+        }  # fmt: skip
         self._state, _ = estimate(
             EstimatorState(), self._poll(self.sim.now), RttBatch.of([]), [], self._estimator
         )
@@ -101,10 +117,20 @@ class SimCollector:
         return self.source.sim
 
     def _poll(self, now_s: float) -> Poll:
+        loss = self._loss
         return Poll(
             CounterReading(self._counters[0], self._counters[1], now_s),
             self._registers[0],
             self._registers[1],
+            LossReading(
+                ingress_packets=_pair(loss["ingress_packets"]),
+                ingress_bytes=_pair(loss["ingress_bytes"]),
+                retrans_packets=_pair(loss["retrans_packets"]),
+                egress_packets=_pair(loss["egress_packets"]),
+                egress_bytes=_pair(loss["egress_bytes"]),
+                sojourn_sum=_pair(loss["sojourn_sum"]),
+                sojourn_count=_pair(loss["sojourn_count"]),
+            ),
         )
 
     def measure(self) -> SimSample:
@@ -118,10 +144,18 @@ class SimCollector:
         horizon = self._rtt_horizon_ns
         for _ in range(self.ticks_per_sample):
             tick = self.source.advance_tick(self.tick_s, record_truth=False)
+            loss = self._loss
             for index in (0, 1):
                 self._counters[index] += tick.new_bytes[index]
                 if tick.queuing_delay_ns[index] > 0:
                     self._registers[index] = tick.queuing_delay_ns[index]
+                loss["ingress_packets"][index] += tick.new_packets[index]
+                loss["ingress_bytes"][index] += tick.new_bytes[index]
+                loss["retrans_packets"][index] += tick.resent_packets[index]
+                loss["egress_packets"][index] += tick.egress_packets[index]
+                loss["egress_bytes"][index] += tick.egress_bytes[index]
+                loss["sojourn_sum"][index] += tick.queuing_delay_sum_ns[index] >> QD_SUM_SHIFT
+                loss["sojourn_count"][index] += tick.egress_packets[index]
             kept = (tick.rtt_ns >= 0) & (tick.rtt_ns < horizon)
             if kept.any():
                 count = int(kept.sum())
@@ -134,7 +168,7 @@ class SimCollector:
                     )
                 )
             flow_events.extend(
-                FlowEvent(int(flow), bool(began))
+                FlowEvent(int(flow), bool(began), tick.sim_s)
                 for flow, began in zip(tick.change_flow, tick.change_started, strict=True)
             )
             if tick.events.shape[1]:
@@ -162,6 +196,7 @@ class SimCollector:
             utilisation=(dtn_bps + campus_bps) / capacity,
             dtn_done_s=tuple(dtn_done),
             short_fct_s=tuple(short_done),
+            signals=state.signals,
         )
 
 
@@ -318,3 +353,7 @@ def training_table(data: Identification) -> tuple[FloatArray, FloatArray]:
     y, u = data.y, data.u_bps
     x = np.hstack([y[2:], y[1:-1], y[:-2], u[1:-1, None]])
     return x, u[2:].copy()
+
+
+def _pair(values: list[int]) -> tuple[int, int]:
+    return values[0], values[1]

@@ -62,6 +62,19 @@ def full_link_spec() -> dict[str, Any]:
         }
     ]
     spec["failsafe"] = {"staleAfter": "3s", "rate": "400Mbps"}
+    spec["controller"]["strategy"] = "pi"  # buffer sizing needs it
+    spec["buffer"] = {
+        "actuator": {
+            "type": "tc",
+            "tc": {"nodeName": "edge-1", "interface": "eth2"},
+            "sim": {"address": "scidmz-target.default.svc:9560"},
+        },
+        "min": "10ms",
+        "max": "200ms",
+        "default": "100ms",
+        "weights": {"loss": 0.5, "delay": 0.5},
+        "changeDetector": {"lag": 50, "threshold": 10, "influence": 0.1},
+    }
     spec["telemetry"] = {
         "flowTimeout": "2s",
         "activeFlowWindow": "100ms",

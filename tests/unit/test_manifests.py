@@ -254,6 +254,17 @@ def test_switch_tls_secret_is_mounted_into_the_collector_only():
                for v in _pod(dry, "controller")["volumes"])  # fmt: skip
     config = children["ConfigMap/campus-border-config"]["data"]["config.yaml"]
     assert "tls_server_name: scidmz-target" in config
+    # and into a controller whose only sim actuator is the buffer's
+    buffered = _children(
+        link_spec(
+            actuator={"type": "dryRun"},
+            controller={"strategy": "pi"},
+            buffer={"actuator": {"type": "sim"}},
+        )
+    )
+    assert secret in _pod(buffered, "controller")["volumes"]
+    rendered = buffered["ConfigMap/campus-border-config"]["data"]["config.yaml"]
+    assert "actuator_type: sim" in rendered and "default_s: 0.1" in rendered
 
 
 def _with_tc_shaper():

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 from pydantic.alias_generators import to_snake
 
+from scidmz.api.buffer import BufferSpec
 from scidmz.api.rules import Rule
 from scidmz.api.selection import NamespaceSelection
 from scidmz.api.types import (
@@ -589,6 +590,52 @@ def _shaper_floor_within(spec: Any) -> bool:
 
 _CIDRS = "isCIDR(h.receiverPrefix)"
 
+
+def _buffer_tc_beside_the_campus_shaper(spec: BorderLinkSpec) -> bool:
+    buffer = spec.buffer
+    if buffer is None or buffer.actuator.type != "tc" or buffer.actuator.tc is None:
+        return True
+    campus = spec.actuator.tc
+    return (
+        spec.actuator.type == "tc"
+        and campus is not None
+        and campus.node_name == buffer.actuator.tc.node_name
+        and campus.interface != buffer.actuator.tc.interface
+    )
+
+
+_BUFFER_TC = "has(self.buffer) && has(self.buffer.actuator) && has(self.buffer.actuator.type)"
+BUFFER_RULES: tuple[Rule, ...] = (
+    Rule(
+        cel=f"!({_BUFFER_TC} && self.buffer.actuator.type == 'tc' && "
+        "has(self.buffer.actuator.tc)) || (has(self.actuator) && has(self.actuator.type) && "
+        "self.actuator.type == 'tc' && has(self.actuator.tc) && "
+        "self.actuator.tc.nodeName == self.buffer.actuator.tc.nodeName && "
+        "self.actuator.tc.interface != self.buffer.actuator.tc.interface)",
+        check=_buffer_tc_beside_the_campus_shaper,
+        message="buffer.actuator.tc needs actuator.type tc on the same node (the controller "
+        "runs there and sets both) and another interface than the campus shaper's",
+        violation={
+            "controller.strategy": "pi",
+            "actuator": {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}},
+            "buffer": {
+                "actuator": {"type": "tc", "tc": {"nodeName": "edge-2", "interface": "eth2"}}
+            },
+        },
+        field_path=".buffer.actuator.tc",
+    ),
+    Rule(
+        cel="!has(self.buffer) || !has(self.controller) || !has(self.controller.strategy) || "
+        "self.controller.strategy != 'mlc'",
+        check=lambda spec: spec.buffer is None or spec.controller.strategy != "mlc",
+        message="buffer needs controller.strategy pi or trivial: the MLC's inverse model was "
+        "identified at one buffer, and other buffers take its inputs out of range",
+        violation={"controller.strategy": "mlc", "buffer": {}},
+        field_path=".buffer",
+    ),
+)
+
+
 LINK_RULES: tuple[Rule, ...] = (
     Rule(
         cel=f"{_CAPACITY} > 0.0",
@@ -742,7 +789,7 @@ DtnHosts = Annotated[
 class BorderLinkSpec(ApiModel):
     """A shared border link and everything privileged about it."""
 
-    RULES = LINK_RULES
+    RULES = (*LINK_RULES, *BUFFER_RULES)
 
     capacity: Rate = Field(
         description="B_max, the capacity of the shared bottleneck link (e.g. 1Gbps).",
@@ -779,6 +826,11 @@ class BorderLinkSpec(ApiModel):
         default=False,
         description="Stop the loop (the controller applies the fail-safe rate first), keeping "
         "its configuration and the admitted policies.",
+    )
+    buffer: BufferSpec | None = Field(
+        default=None,
+        description="Size the border router's buffer while the link runs (P4BS buffer "
+        "sizing; needs controller.strategy pi or trivial). Absent: the buffer is left alone.",
     )
 
     def dtn_host(self, name: str) -> DtnHost | None:
@@ -821,6 +873,24 @@ class TrackingStatus(ApiModel):
 
     mrae: float | None = Field(default=None, description="Mean relative absolute error.")
     window: str | None = Field(default=None, description="Window the MRAE covers, e.g. 120s.")
+
+
+class BufferStatus(ApiModel):
+    """The buffer search of ``spec.buffer`` (P4BS), as the controller reports it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    in_force: str | None = Field(default=None, description="The buffer in force, e.g. 28.5ms.")
+    phase: str | None = Field(
+        default=None,
+        description="idle (the link is not full: nothing searched), expand, search, or hold "
+        "(on the best buffer found, watching for a change).",
+    )
+    best_buffer: str | None = Field(default=None, description="The best buffer tried.")
+    best_objective: float | None = Field(
+        default=None, description="Its objective f = -[w1 p/lossScale + w2 d/maxQueueDelay]."
+    )
+    searches: int | None = Field(default=None, description="Searches since the start.")
 
 
 class AdmittedPolicy(ApiModel):
@@ -877,6 +947,9 @@ class BorderLinkStatus(ApiModel):
     )
     state: LinkStateStatus | None = Field(default=None, description="Latest y(t) and u(t).")
     tracking: TrackingStatus | None = Field(default=None, description="Tracking quality.")
+    buffer: BufferStatus | None = Field(
+        default=None, description="The buffer search, with spec.buffer."
+    )
     policies: PoliciesStatus | None = Field(
         default=None, description="Attached and admitted policies."
     )

@@ -162,6 +162,37 @@ class FailsafeConfig(_Frozen):
     rate_bps: Rate
 
 
+class BufferConfig(_Frozen):
+    """``spec.buffer`` in SI units (the buffer as seconds at line rate)."""
+
+    actuator_type: ActuatorType
+    tc_interface: str | None = None
+    sim_address: HostPort | None = None
+    min_s: float = Field(gt=0, le=1)
+    max_s: float = Field(gt=0, le=1)
+    default_s: float = Field(gt=0, le=1)
+    max_queue_delay_s: float = Field(gt=0, le=1)
+    loss_scale: float = Field(gt=0, le=1)
+    loss_weight: float = Field(ge=0, le=1)
+    delay_weight: float = Field(ge=0, le=1)
+    settle_s: float = Field(ge=1, le=600)
+    measure_s: float = Field(ge=1, le=600)
+    max_iterations: int = Field(ge=1, le=50)
+    stop_ei: float = Field(ge=0, le=1)
+    utilisation_gate: float = Field(gt=0, le=1)
+    change_lag: int = Field(ge=5, le=1000)
+    change_threshold: float = Field(gt=0, le=100)
+    change_influence: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BufferConfig:
+        if not self.min_s <= self.default_s <= self.max_s:
+            raise ValueError("buffer: min_s <= default_s <= max_s must hold")
+        if self.loss_weight + self.delay_weight <= 0:
+            raise ValueError("buffer: the loss and delay weights must not both be 0")
+        return self
+
+
 class TelemetryConfig(_Frozen):
     """Estimator settings (defaults: ``TelemetrySpec``'s)."""
 
@@ -234,6 +265,7 @@ class RuntimeConfig(_Frozen):
         description="host:port of the collector's sample stream, as the controller dials it.",
     )
     security: ChannelSecurity | None = None
+    buffer: BufferConfig | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> RuntimeConfig:
@@ -301,6 +333,19 @@ class TrackingReport(BaseModel):
     window: int = Field(default=0, ge=0, description="Samples in the window.")
 
 
+class BufferReport(BaseModel):
+    """The buffer search's state (``spec.buffer``), SI units."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
+
+    buffer_s: float | None = Field(default=None, description="The buffer in force, s at B.")
+    phase: Literal["idle", "expand", "search", "hold"] = "idle"
+    best_buffer_s: float | None = None
+    best_objective: float | None = Field(default=None, description="P4BS eq. 2's f, best.")
+    trials: int = Field(default=0, ge=0, description="Trials in the current search.")
+    searches: int = Field(default=0, ge=0)
+
+
 class ControllerState(BaseModel):
     """The controller's ``/state`` (snake_case JSON, SI units like ``RuntimeConfig``): what
     the operator copies into the link's and its policies' status, and the demo and the lab
@@ -319,6 +364,7 @@ class ControllerState(BaseModel):
     dtn_rate_limit_bps: float | None = None
     tracking: TrackingReport = TrackingReport()
     state: SampleReport | None = None
+    buffer: BufferReport | None = None
 
 
 class ConfigError(ValueError):
@@ -452,6 +498,38 @@ def resolve_runtime_config(
         ),
         collector_address=collector_address,
         security=security,
+        buffer=_buffer_config(link),
+    )
+
+
+def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:
+    b = link.buffer
+    if b is None:
+        return None
+    a = b.actuator
+    return BufferConfig(
+        actuator_type=a.type,
+        tc_interface=a.tc.interface if a.tc else None,
+        sim_address=(
+            (a.sim.address if a.sim and a.sim.address else link.switch.address)
+            if a.type == "sim"
+            else None
+        ),
+        min_s=parse_duration(b.min),
+        max_s=parse_duration(b.max),
+        default_s=parse_duration(b.default),
+        max_queue_delay_s=parse_duration(b.max_queue_delay),
+        loss_scale=b.loss_scale,
+        loss_weight=b.weights.loss,
+        delay_weight=b.weights.delay,
+        settle_s=parse_duration(b.settle),
+        measure_s=parse_duration(b.measure),
+        max_iterations=b.max_iterations,
+        stop_ei=b.stop_ei,
+        utilisation_gate=b.utilisation_gate,
+        change_lag=b.change_detector.lag,
+        change_threshold=b.change_detector.threshold,
+        change_influence=b.change_detector.influence,
     )
 
 

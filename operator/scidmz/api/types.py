@@ -89,7 +89,7 @@ def _bracketed_ipv6(text: str) -> bool:
     return True
 
 
-def _duration_rule(low: str, high: str, low_open: bool = False) -> Rule:
+def duration_rule(low: str, high: str, low_open: bool = False) -> Rule:
     """``low <= d <= high`` (``low < d`` when ``low_open``) for a Duration string."""
     low_s, high_s = parse_duration(low), parse_duration(high)
 
@@ -119,12 +119,12 @@ def _rate_or(keyword: str, example: str) -> Rule:
 
 Rate = Annotated[str, Field(pattern=RATE_PATTERN, max_length=RATE_MAX_LENGTH)]
 Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=RATE_MAX_LENGTH)]
-SampleTime = Annotated[Duration, Checked(_duration_rule("100ms", "60s"))]
-TelemetryDuration = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_open=True))]
-DigestHold = Annotated[Duration, Checked(_duration_rule("1ms", "30s"))]
-StaleAfter = Annotated[Duration, Checked(_duration_rule("0s", "60m", low_open=True))]
-DesiredRtt = Annotated[Duration, Checked(_duration_rule("0s", "60s", low_open=True))]
-PinnedAfter = Annotated[Duration, Checked(_duration_rule("1s", "60m"))]
+SampleTime = Annotated[Duration, Checked(duration_rule("100ms", "60s"))]
+TelemetryDuration = Annotated[Duration, Checked(duration_rule("0s", "60m", low_open=True))]
+DigestHold = Annotated[Duration, Checked(duration_rule("1ms", "30s"))]
+StaleAfter = Annotated[Duration, Checked(duration_rule("0s", "60m", low_open=True))]
+DesiredRtt = Annotated[Duration, Checked(duration_rule("0s", "60s", low_open=True))]
+PinnedAfter = Annotated[Duration, Checked(duration_rule("1s", "60m"))]
 CidrPrefix = Annotated[
     str,
     Field(max_length=64),

@@ -161,6 +161,7 @@ def controller(
         controller_settings,
         load_model,
         open_actuator,
+        open_buffer_actuator,
         open_dtn_actuator,
     )
 
@@ -184,11 +185,13 @@ def controller(
         try:
             actuator = await open_actuator(runtime, netns, switch_tls_dir)
             dtn_actuator = await open_dtn_actuator(runtime, switch_tls_dir)
+            buffer_actuator = await open_buffer_actuator(runtime, netns, switch_tls_dir)
         except ConfigError as error:
             return str(error)
         process = ControllerProcess(
-            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls
-        )
+            settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls,
+            buffer_actuator=buffer_actuator,
+        )  # fmt: skip
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

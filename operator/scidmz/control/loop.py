@@ -49,6 +49,7 @@ from scidmz.control.antiwindup import (
     pinned_by_integral,
     step,
 )
+from scidmz.control.buffer_loop import BufferLoop
 from scidmz.control.decision import Decision
 from scidmz.control.exporter import ControllerExporter, ControllerSnapshot
 from scidmz.control.features import (
@@ -169,7 +170,9 @@ class Controller:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         dtn_actuator: Actuator | None = None,
+        buffer: BufferLoop | None = None,
     ) -> None:
+        """``buffer``: the buffer search of ``spec.buffer`` (None: the buffer is left alone)."""
         if settings.strategy == "mlc" and model is None:
             raise ValueError("the mlc strategy needs an inverse model")
         if (settings.dtn is None) != (dtn_actuator is None):
@@ -177,6 +180,7 @@ class Controller:
         self.settings = settings
         self.actuator = actuator
         self.dtn_actuator = dtn_actuator
+        self.buffer = buffer
         self.model = model
         self.registry = registry or CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry, (settings.link,))
@@ -228,6 +232,8 @@ class Controller:
         measured = from_message(sample)
         if sample.stale or not math.isfinite(measured.dtn_rate_bps):
             m.samples.labels(*m.labels, "skipped").inc()
+            if self.buffer is not None:
+                self.buffer.on_stale()
             return None
         problems = implausible(measured, self.settings.sample_bounds)
         if problems:
@@ -235,6 +241,8 @@ class Controller:
             # them ends in the fail-safe, as a silent collector would
             m.samples.labels(*m.labels, "implausible").inc()
             self._report_implausible(sample.sequence, problems, received)
+            if self.buffer is not None:
+                self.buffer.on_stale()
             return None
         m.samples.labels(*m.labels, "fresh").inc()
         await self._settle_doubts()
@@ -311,6 +319,8 @@ class Controller:
         self.decisions.append(decision)
         self._publish()
         m.loop.labels(*m.labels).observe(self._clock() - received)
+        if self.buffer is not None:  # the slow loop, after u(t) is in force
+            await self.buffer.on_sample(measured, signals_from_message(sample), decision, target)
         return decision
 
     def _base_rate(self, y: StateVector) -> float:
@@ -489,6 +499,8 @@ class Controller:
             if dtn_applied is not None:
                 self.dtn_applied_bps = dtn_applied
                 self.dtn_filter = FilterState(applied_bps=dtn_applied)
+        if self.buffer is not None:
+            await self.buffer.fail_safe()
         self._publish()
         return applied is not None and dtn_ok
 
@@ -506,6 +518,8 @@ class Controller:
             self._in_doubt.add(self.dtn_actuator)
         await self._settle_doubts()
         found = (self.applied_bps, self.dtn_applied_bps)
+        if self.buffer is not None:
+            await self.buffer.start()
         if self.applied_bps is None:
             rate = self.settings.limits.saturate(self.trivial_rate_bps, None)
             applied = await self._try(self.actuator, rate, "start")
@@ -656,4 +670,5 @@ class Controller:
                 mrae=tracking if math.isfinite(tracking) else None, window=len(self._tracking)
             ),
             state=sample,
+            buffer=self.buffer.report() if self.buffer is not None else None,
         )

@@ -8,6 +8,8 @@ import contextlib
 import logging
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from scidmz.api.runtime import (
     ConfigError,
     RuntimeConfig,
@@ -17,9 +19,11 @@ from scidmz.api.runtime import (
 )
 from scidmz.auth.mtls import MutualTls, http_server_context
 from scidmz.control.actuators import Actuator
+from scidmz.control.buffer_actuators import BufferActuator
 from scidmz.control.live_config import plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
+from scidmz.control.settings import buffer_loop
 from scidmz.metrics.http import register_build_info, serve_http
 
 log = logging.getLogger(__name__)
@@ -35,12 +39,17 @@ class ControllerProcess:
         dtn_actuator: Actuator | None = None,
         config: tuple[Path, RuntimeConfig] | None = None,
         tls: MutualTls | None = None,
+        buffer_actuator: BufferActuator | None = None,
     ) -> None:
         """``config``: the file the settings came from and its contents, watched for
         changes (None: not watched); ``tls``: this controller's certificate, for its
         /metrics and /state (None: plaintext, development only)."""
         self.tls = tls
-        self.controller = Controller(settings, actuator, model, dtn_actuator=dtn_actuator)
+        registry = CollectorRegistry()
+        buffer = buffer_loop(config[1], buffer_actuator, registry) if config is not None else None
+        self.controller = Controller(
+            settings, actuator, model, registry, dtn_actuator=dtn_actuator, buffer=buffer
+        )
         self.http_port = http_port
         self.config = config
         self.reload_requested = asyncio.Event()
@@ -111,6 +120,8 @@ class ControllerProcess:
         await self.controller.actuator.close()
         if self.controller.dtn_actuator is not None:
             await self.controller.dtn_actuator.close()
+        if self.controller.buffer is not None:
+            await self.controller.buffer.close()
 
     async def _watch_config(self, path: Path, started_with: RuntimeConfig) -> None:
         """Poll ``path`` every sample time (or at once on ``reload_requested``); a change

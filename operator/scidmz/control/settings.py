@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from prometheus_client import CollectorRegistry
+
 from scidmz.api.runtime import (
     ConfigError,
     RuntimeConfig,
@@ -31,6 +33,8 @@ from scidmz.control.actuators import (
     TcActuator,
 )
 from scidmz.control.antiwindup import ControlConfigError, Gains, Limits
+from scidmz.control.buffer_actuators import BufferActuator
+from scidmz.control.buffer_loop import BufferLoop
 from scidmz.control.features import PolicyTarget, Setpoint
 from scidmz.control.loop import ControllerSettings, DtnControl
 from scidmz.control.model import InverseModel, ModelError
@@ -165,6 +169,51 @@ async def open_actuator(
         return await TcActuator.open(a.tc_interface, netns)
     except ActuatorError as error:
         raise ConfigError(str(error)) from None
+
+
+async def open_buffer_actuator(
+    config: RuntimeConfig, netns: str | None = None, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> BufferActuator | None:
+    """The buffer actuator of ``spec.buffer``, or None without one. A tc buffer is a port
+    of the node the controller runs on (the API requires the campus shaper's node)."""
+    from scidmz.control.buffer_actuators import (
+        DryRunBufferActuator,
+        SimBufferActuator,
+        TcBufferActuator,
+    )
+
+    b = config.buffer
+    if b is None:
+        return None
+    if b.actuator_type == "dryRun":
+        return DryRunBufferActuator()
+    if b.actuator_type == "sim":
+        address = b.sim_address or config.switch.address
+        return SimBufferActuator(
+            address, channel=_simulator_channel(config, address, switch_tls_dir)
+        )
+    if not b.tc_interface:
+        raise ConfigError("buffer.actuator.tc.interface is required for the tc buffer actuator")
+    try:
+        return await TcBufferActuator.open(b.tc_interface, netns)
+    except ActuatorError as error:
+        raise ConfigError(f"buffer: {error}") from None
+
+
+def buffer_loop(
+    config: RuntimeConfig, actuator: BufferActuator | None, registry: CollectorRegistry
+) -> BufferLoop | None:
+    """The controller's buffer search over ``actuator`` (None without ``spec.buffer``)."""
+    if config.buffer is None or actuator is None:
+        return None
+    return BufferLoop(
+        config.buffer,
+        actuator,
+        config.bottleneck_capacity_bps,
+        config.sample_time_s,
+        config.link,
+        registry,
+    )
 
 
 async def open_dtn_actuator(

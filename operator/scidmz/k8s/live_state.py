@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scidmz.api.link import LinkStateStatus, TrackingStatus
+from scidmz.api.link import BufferStatus, LinkStateStatus, TrackingStatus
 from scidmz.api.policy import PolicyStateStatus
 from scidmz.api.runtime import ControllerState
 from scidmz.api.units import format_duration, format_rate
@@ -34,11 +34,12 @@ def _duration(value: Any) -> str | None:
 
 
 def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
-    """The link's ``{"state": {...}, "tracking": {...}}`` (camelCase), empty parts left
-    out."""
+    """The link's ``{"state": {...}, "tracking": {...}, "buffer": {...}}`` (camelCase),
+    empty parts left out."""
     return {
         **_state(controller),
         **_tracking(controller, sample_time_s),
+        **_buffer(controller),
     }
 
 
@@ -98,3 +99,18 @@ def _tracking(controller: ControllerState, sample_time_s: float) -> dict[str, An
             mrae=round(mrae, 4), window=format_duration(window * sample_time_s)
         ).model_dump(by_alias=True, exclude_none=True)
     return result
+
+
+def _buffer(controller: ControllerState) -> dict[str, Any]:
+    report = controller.buffer
+    if report is None:
+        return {}
+    best = _finite(report.best_objective)
+    status = BufferStatus(
+        in_force=_duration(report.buffer_s),
+        phase=report.phase,
+        best_buffer=_duration(report.best_buffer_s),
+        best_objective=round(best, 4) if best is not None else None,
+        searches=report.searches,
+    )
+    return {"buffer": status.model_dump(by_alias=True, exclude_none=True)}

@@ -444,8 +444,10 @@ def build_controller_deployment(
         _on_host_network_of(config.actuator.tc_node_name, work.tolerations) if uses_tc else {}
     )
     deployment = _deployment(ref, CONTROLLER, config, settings, container, pod_extra, work)
-    if config.actuator.type == "sim" or (
-        config.actuator.dtn is not None and config.actuator.dtn.type == "sim"
+    if (
+        config.actuator.type == "sim"
+        or (config.actuator.dtn is not None and config.actuator.dtn.type == "sim")
+        or (config.buffer is not None and config.buffer.actuator_type == "sim")
     ):
         _mount_switch_tls(deployment, config)  # the simulator answers on the switch's port
     return deployment

@@ -30,6 +30,13 @@ BOTTLENECK_LOSS_RATIO = "scidmz_bottleneck_loss_ratio"
 MEAN_QUEUING_DELAY = "scidmz_mean_queuing_delay_seconds"
 LONG_FLOWS = "scidmz_long_flows"
 
+# ---- the buffer search (controller, spec.buffer) ------------------------------------------
+BUFFER = "scidmz_buffer_seconds"
+BUFFER_PHASE = "scidmz_buffer_search_phase"
+BUFFER_OBJECTIVE = "scidmz_buffer_search_best_objective"
+BUFFER_TRIALS = "scidmz_buffer_trials_total"
+BUFFER_ERRORS = "scidmz_buffer_actuator_errors_total"
+
 # ---- the collector's own health -----------------------------------------------------------
 POLL_DURATION = "scidmz_collector_poll_seconds"
 P4RUNTIME_ERRORS = "scidmz_p4runtime_errors_total"

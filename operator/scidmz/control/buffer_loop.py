@@ -1,0 +1,200 @@
+"""The buffer search inside the controller: the slow second loop of ``spec.buffer``.
+
+Each fresh sample (after the rate decision it led to) goes to the
+:class:`~scidmz.control.buffer_search.BufferTuner`; a buffer it chooses goes to the buffer
+actuator. The rate loop is never held up by it: a failed change is logged, counted and
+tried again with the next sample, and the trial running starts over. Stale telemetry
+stops the search (nothing moves); the fail-safe sets the administrator's default buffer.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from scidmz.api.runtime import BufferConfig, BufferReport
+from scidmz.contract.state import PathSignals, StateVector
+from scidmz.control.actuators import ActuatorError
+from scidmz.control.buffer_actuators import BufferActuator
+from scidmz.control.buffer_search import BufferTuner, TunerSettings, tuner_sample
+from scidmz.control.decision import Decision
+from scidmz.metrics import names
+
+log = logging.getLogger(__name__)
+
+PHASES = ("idle", "expand", "search", "hold")
+
+
+def tuner_settings(
+    config: BufferConfig, capacity_bps: float, sample_time_s: float
+) -> TunerSettings:
+    """``spec.buffer`` as the tuner's settings (trial lengths in whole samples)."""
+    return TunerSettings(
+        capacity_bps=capacity_bps,
+        min_s=config.min_s,
+        max_s=config.max_s,
+        default_s=config.default_s,
+        max_queue_delay_s=config.max_queue_delay_s,
+        loss_scale=config.loss_scale,
+        w_loss=config.loss_weight,
+        w_delay=config.delay_weight,
+        settle_samples=max(1, math.ceil(config.settle_s / sample_time_s - 1e-9)),
+        measure_samples=max(1, math.ceil(config.measure_s / sample_time_s - 1e-9)),
+        max_iterations=config.max_iterations,
+        stop_ei=config.stop_ei,
+        utilisation_gate=config.utilisation_gate,
+        z_lag=config.change_lag,
+        z_threshold=config.change_threshold,
+        z_influence=config.change_influence,
+    )
+
+
+@dataclass(frozen=True)
+class BufferMetrics:
+    buffer: Gauge
+    phase: Gauge
+    best: Gauge
+    trials: Counter
+    errors: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry, link: str) -> BufferMetrics:
+        def gauge(name: str, doc: str, *by: str) -> Gauge:
+            return Gauge(name, doc, ["link", *by], registry=registry)
+
+        metrics = cls(
+            buffer=gauge(names.BUFFER, "The border router's buffer in force, as time at B."),
+            phase=gauge(names.BUFFER_PHASE, "1 for the buffer search's phase.", "phase"),
+            best=gauge(names.BUFFER_OBJECTIVE, "The best objective f of this search (eq. 2)."),
+            trials=Counter(
+                names.BUFFER_TRIALS,
+                "Buffer trials scored.",
+                ["link", "feasible"],
+                registry=registry,
+            ),
+            errors=Counter(
+                names.BUFFER_ERRORS, "Failed buffer changes.", ["link"], registry=registry
+            ),
+        )
+        for phase in PHASES:
+            metrics.phase.labels(link, phase).set(0)
+        for feasible in ("true", "false"):
+            metrics.trials.labels(link, feasible)
+        metrics.errors.labels(link)
+        return metrics
+
+
+class BufferLoop:
+    """The tuner and its actuator, driven by the controller's samples."""
+
+    def __init__(
+        self,
+        config: BufferConfig,
+        actuator: BufferActuator,
+        capacity_bps: float,
+        sample_time_s: float,
+        link: str,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.config = config
+        self.actuator = actuator
+        self.capacity_bps = capacity_bps
+        self.tuner = BufferTuner(tuner_settings(config, capacity_bps, sample_time_s))
+        self.in_force_s: float | None = None
+        self._pending_s: float | None = config.default_s
+        self._scored = 0
+        self._link = link
+        self.metrics = BufferMetrics.create(registry, link)
+        self._publish()
+
+    def _bytes(self, buffer_s: float) -> float:
+        return buffer_s * self.capacity_bps / 8
+
+    async def _set(self, buffer_s: float) -> None:
+        self._pending_s = buffer_s
+        try:
+            applied = await self.actuator.apply(self._bytes(buffer_s))
+        except ActuatorError as error:
+            self.metrics.errors.labels(self._link).inc()
+            log.warning(
+                "buffer %.1f ms not set (%s); retried with the next sample", buffer_s * 1e3, error
+            )
+            self.tuner.observe(None)  # the trial's buffer is not in force: start it over
+            return
+        self._pending_s = None
+        self.in_force_s = applied * 8 / self.capacity_bps
+        self._publish()
+
+    async def start(self) -> None:
+        """The default buffer, before the search begins."""
+        await self._set(self.config.default_s)
+
+    async def on_sample(
+        self,
+        state: StateVector,
+        signals: PathSignals,
+        decision: Decision | None,
+        target_bps: float,
+    ) -> None:
+        """One fresh sample after the rate decision it led to."""
+        if self._pending_s is not None:
+            await self._set(self._pending_s)
+            if self._pending_s is not None:
+                return
+        saturated = bool(decision and decision.output and decision.output.saturated)
+        chosen = self.tuner.observe(
+            tuner_sample(state, signals, target_bps, self.capacity_bps, saturated)
+        )
+        self._count_trials()
+        if chosen is not None and chosen != self.in_force_s:
+            log.info("buffer search (%s): %.1f ms", self.tuner.phase, chosen * 1e3)
+            await self._set(chosen)
+        self._publish()
+
+    def on_stale(self) -> None:
+        """No usable sample: nothing moves, and the trial running starts over."""
+        self.tuner.observe(None)
+
+    async def fail_safe(self) -> None:
+        """The administrator's default buffer; the search starts again afresh."""
+        self.tuner = BufferTuner(self.tuner.settings)
+        self._scored = 0
+        if self.in_force_s != self.config.default_s:
+            await self._set(self.config.default_s)
+        self._publish()
+
+    def _count_trials(self) -> None:
+        trials = self.tuner.trials
+        if len(trials) < self._scored:  # a new search began
+            self._scored = 0
+        for trial in trials[self._scored :]:
+            self.metrics.trials.labels(self._link, "true" if trial.feasible else "false").inc()
+        self._scored = len(trials)
+
+    def _publish(self) -> None:
+        m, link = self.metrics, self._link
+        if self.in_force_s is not None:
+            m.buffer.labels(link).set(self.in_force_s)
+        for phase in PHASES:
+            m.phase.labels(link, phase).set(1.0 if self.tuner.phase == phase else 0.0)
+        best = self.tuner.best
+        if best is not None:
+            m.best.labels(link).set(best.f)
+
+    def report(self) -> BufferReport:
+        """For the controller's /state."""
+        best = self.tuner.best
+        return BufferReport(
+            buffer_s=self.in_force_s,
+            phase=self.tuner.phase,
+            best_buffer_s=best.buffer_s if best is not None else None,
+            best_objective=best.f if best is not None else None,
+            trials=len(self.tuner.trials),
+            searches=self.tuner.searches,
+        )
+
+    async def close(self) -> None:
+        await self.actuator.close()

@@ -1,0 +1,237 @@
+"""The buffer search inside the controller (``spec.buffer``): the default buffer at start,
+a search driven by the controller's samples, stale samples, the fail-safe, a failing
+actuator, /state and the metrics; and ``spec.buffer`` rendered into the runtime config."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from scidmz.api.runtime import BufferConfig
+from scidmz.contract.codec import to_message
+from scidmz.contract.state import NetworkState, PathSignals
+from scidmz.control.actuators import ActuatorError, DryRunActuator
+from scidmz.control.antiwindup import Gains, Limits
+from scidmz.control.buffer_actuators import DryRunBufferActuator
+from scidmz.control.buffer_loop import BufferLoop, tuner_settings
+from scidmz.control.features import Setpoint
+from scidmz.control.loop import Controller, ControllerSettings
+from scidmz.metrics import names
+from tests.loops import link_spec, render
+
+MBPS = 1e6
+CAPACITY = 1000 * MBPS
+SETTINGS = ControllerSettings(
+    link="p",
+    strategy="pi",
+    setpoint=Setpoint(target_rate_bps=600 * MBPS, capacity_bps=CAPACITY),
+    gains=Gains(0.3, 1.5, 1.5),
+    limits=Limits(0.0, CAPACITY, 200 * MBPS),
+    sample_time_s=1.0,
+    stale_after_s=3.0,
+    failsafe_rate_bps=400 * MBPS,
+    collector_address="127.0.0.1:1",
+)
+CONFIG = BufferConfig(
+    actuator_type="dryRun", min_s=0.01, max_s=0.2, default_s=0.1, max_queue_delay_s=0.2,
+    loss_scale=0.05, loss_weight=0.5, delay_weight=0.5, settle_s=2, measure_s=2,
+    max_iterations=3, stop_ei=1e-3, utilisation_gate=0.98, change_lag=50,
+    change_threshold=10, change_influence=0.1,
+)  # fmt: skip
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _sample(sequence: int, buffer_s: float, stale: bool = False):
+    """A full link whose queue fills the buffer in force and whose loss falls with it."""
+    signals = PathSignals(
+        dtn_retransmission_ratio=0.03 * math.exp(-buffer_s / 0.015),
+        campus_retransmission_ratio=0.03 * math.exp(-buffer_s / 0.015),
+        bottleneck_loss_ratio=0.0,
+        dtn_mean_queuing_delay_s=0.9 * buffer_s,
+        campus_mean_queuing_delay_s=0.9 * buffer_s,
+        long_flows=100.0,
+    )
+    state = NetworkState(
+        600 * MBPS, 390 * MBPS, 0.1 + 0.9 * buffer_s, 0.01 + 0.9 * buffer_s, 0.9 * buffer_s,
+        0.9 * buffer_s, 108, 0.0, signals,
+    )  # fmt: skip
+    return to_message(state, sequence, 0.0, 1.0, stale, "p")
+
+
+def _controller(buffer_actuator):
+    registry = CollectorRegistry()
+    loop = BufferLoop(CONFIG, buffer_actuator, CAPACITY, 1.0, "p", registry)
+    clock = Clock()
+    return Controller(SETTINGS, DryRunActuator(), None, registry, clock, buffer=loop), clock
+
+
+def test_the_controller_starts_at_the_default_buffer_then_searches_and_holds():
+    async def main():
+        actuator = DryRunBufferActuator()
+        controller, clock = _controller(actuator)
+        await controller.adopt_rates_in_force()
+        assert actuator.applied == [int(0.1 * CAPACITY / 8)]  # the default, 100 ms
+        for sequence in range(1, 80):
+            clock.now += 1.0
+            in_force = actuator.applied[-1] * 8 / CAPACITY
+            await controller.on_sample(_sample(sequence, in_force))
+        return controller, actuator
+
+    controller, actuator = asyncio.run(main())
+    buffer = controller.buffer
+    assert buffer is not None and buffer.tuner.phase == "hold"
+    assert len(set(actuator.applied)) >= 4  # expanded, searched, held
+    state = controller.state().buffer
+    assert state is not None and state.phase == "hold" and state.searches == 1
+    assert state.buffer_s == pytest.approx(state.best_buffer_s)
+    assert 0.01 <= state.buffer_s < 0.1  # less delay than the default at little loss
+    value = controller.registry.get_sample_value
+    assert value(names.BUFFER, {"link": "p"}) == pytest.approx(state.buffer_s)
+    assert value(names.BUFFER_PHASE, {"link": "p", "phase": "hold"}) == 1
+    assert value(names.BUFFER_TRIALS, {"link": "p", "feasible": "true"}) >= 3
+    assert value(names.BUFFER_OBJECTIVE, {"link": "p"}) == pytest.approx(state.best_objective)
+
+
+def test_stale_samples_move_nothing_and_the_failsafe_sets_the_default_buffer():
+    async def main():
+        actuator = DryRunBufferActuator()
+        controller, clock = _controller(actuator)
+        await controller.adopt_rates_in_force()
+        clock.now += 1.0
+        await controller.on_sample(_sample(1, 0.1))  # busy: the search sets one BDP
+        moved = list(actuator.applied)
+        for sequence in range(2, 6):
+            clock.now += 1.0
+            await controller.on_sample(_sample(sequence, 0.1, stale=True))
+        assert actuator.applied == moved  # nothing moves on stale samples
+        clock.now += 3.0
+        assert await controller.check_staleness()
+        return controller, actuator, moved
+
+    controller, actuator, moved = asyncio.run(main())
+    assert len(moved) == 2 and moved[1] != moved[0]
+    assert actuator.applied[-1] == int(0.1 * CAPACITY / 8)  # back to the default
+    assert controller.buffer is not None and controller.buffer.tuner.phase == "idle"
+
+
+class FlakyBuffer(DryRunBufferActuator):
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 2
+
+    async def apply(self, buffer_bytes: float) -> float:
+        if self.failures:
+            self.failures -= 1
+            raise ActuatorError("tc buffer on eth2: device busy")
+        return await super().apply(buffer_bytes)
+
+
+def test_a_failed_buffer_change_is_counted_and_retried_and_u_still_moves():
+    async def main():
+        actuator = FlakyBuffer()
+        controller, clock = _controller(actuator)
+        await controller.adopt_rates_in_force()  # fails once
+        decisions = []
+        for sequence in range(1, 4):
+            clock.now += 1.0
+            decisions.append(await controller.on_sample(_sample(sequence, 0.1)))
+        return controller, actuator, decisions
+
+    controller, actuator, decisions = asyncio.run(main())
+    assert all(d is not None for d in decisions)  # the rate loop was never held up
+    errors = controller.registry.get_sample_value(names.BUFFER_ERRORS, {"link": "p"})
+    assert errors == 2
+    assert actuator.applied[0] == int(0.1 * CAPACITY / 8)  # the default, once it took
+
+
+def test_spec_buffer_renders_in_si_units_and_trials_in_samples():
+    link = link_spec()
+    link["controller"] = {**link.get("controller", {}), "strategy": "pi"}
+    link["actuator"] = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
+    link["buffer"] = {
+        "actuator": {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth2"}},
+        "settle": "2500ms",
+        "measure": "5s",
+    }
+    config = render(link)
+    b = config.buffer
+    assert b is not None and b.actuator_type == "tc" and b.tc_interface == "eth2"
+    assert (b.min_s, b.max_s, b.default_s) == (0.01, 0.2, 0.1)
+    settings = tuner_settings(b, config.bottleneck_capacity_bps, config.sample_time_s)
+    assert (settings.settle_samples, settings.measure_samples) == (3, 5)  # ceil(2.5 s / 1 s)
+    assert settings.capacity_bps == config.bottleneck_capacity_bps
+
+
+def test_the_links_status_shows_the_search_in_api_units():
+    from scidmz.api.runtime import BufferReport, ControllerState
+    from scidmz.k8s.live_state import live_status
+
+    state = ControllerState(
+        link="p", strategy="pi", failsafe_active=False,
+        buffer=BufferReport(buffer_s=0.0285, phase="hold", best_buffer_s=0.0285,
+                            best_objective=-0.10712, trials=5, searches=1),
+    )  # fmt: skip
+    assert live_status(state, 1.0)["buffer"] == {
+        "inForce": "28.5ms", "phase": "hold", "bestBuffer": "28.5ms",
+        "bestObjective": -0.1071, "searches": 1,
+    }  # fmt: skip
+    without = ControllerState(link="p", strategy="pi", failsafe_active=False)
+    assert "buffer" not in live_status(without, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("buffer", "names"),
+    [
+        ({"min": "2s"}, ("buffer.min", "between 1ms and 1s")),
+        ({"max": "0s"}, ("buffer.max", "between 1ms and 1s")),
+        ({"min": "150ms", "max": "50ms", "default": "100ms"}, ("buffer.min must not exceed",)),
+        ({"default": "300ms"}, ("buffer.default must lie within",)),
+        ({"actuator": {"type": "ovs"}}, ("buffer.actuator.type", "'tc', 'sim' or 'dryRun'")),
+        ({"actuator": {"type": "tc"}}, ("buffer.actuator.tc (nodeName, interface) is required",)),
+        (
+            {"actuator": {"type": "tc", "tc": {"nodeName": "edge-2", "interface": "eth2"}}},
+            ("buffer.actuator.tc needs actuator.type tc on the same node",),
+        ),
+        (
+            {"actuator": {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}},
+            ("another interface than the campus shaper's",),
+        ),
+        ({"weights": {"loss": 0, "delay": 0}}, ("must not both be 0",)),
+    ],
+)
+def test_bad_buffer_settings_are_refused_naming_the_field(buffer, names):
+    from pydantic import ValidationError
+
+    from scidmz.api.link import parse_link_spec
+
+    link = link_spec()
+    link["controller"] = {**link.get("controller", {}), "strategy": "pi"}
+    link["actuator"] = {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "eth1"}}
+    link["buffer"] = buffer
+    with pytest.raises(ValidationError) as refused:
+        parse_link_spec(link)
+    text = str(refused.value).replace("\n  ", ".").replace("\n", " ")
+    for name in names:
+        assert name in text, text
+
+
+def test_buffer_sizing_is_refused_beside_the_mlc():
+    from pydantic import ValidationError
+
+    from scidmz.api.link import parse_link_spec
+
+    link = link_spec()
+    link["controller"] = {**link.get("controller", {}), "strategy": "mlc"}
+    link["buffer"] = {}
+    with pytest.raises(ValidationError, match="buffer needs controller.strategy pi or trivial"):
+        parse_link_spec(link)

@@ -233,5 +233,5 @@ def test_buffer_sizing_is_refused_beside_the_mlc():
     link = link_spec()
     link["controller"] = {**link.get("controller", {}), "strategy": "mlc"}
     link["buffer"] = {}
-    with pytest.raises(ValidationError, match="buffer needs controller.strategy pi or trivial"):
+    with pytest.raises(ValidationError, match=r"buffer needs controller\.strategy pi or trivial"):
         parse_link_spec(link)

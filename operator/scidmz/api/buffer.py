@@ -14,6 +14,8 @@ from scidmz.api.types import (
     ApiModel,
     Duration,
     HostPort,
+    Interface,
+    ObjectName,
     duration_rule,
     tc_settings_required,
 )
@@ -27,19 +29,13 @@ TrialDuration = Annotated[Duration, Checked(duration_rule("1s", "10m"))]
 class BufferTc(ApiModel):
     """The router port whose bfifo qdisc's limit is the buffer."""
 
-    node_name: str = Field(
-        min_length=1,
-        max_length=253,
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    node_name: ObjectName = Field(
         description="Node that owns the interface: the campus actuator's (the controller sets "
-        "both from there).",
+        "both from there)."
     )
-    interface: str = Field(
-        min_length=1,
-        max_length=15,
-        pattern=r"^[A-Za-z0-9_.:-]+$",
+    interface: Interface = Field(
         description="Interface whose root bfifo (or root tbf's bfifo child) holds the queue, "
-        "e.g. eth2. Not the campus shaper's interface.",
+        "e.g. eth2. Not the campus shaper's interface."
     )
 
 

@@ -36,6 +36,7 @@ from scidmz.api.types import (
     DtnFailsafeRate,
     FailsafeRate,
     HostPort,
+    Interface,
     ObjectName,
     PinnedAfter,
     Port,
@@ -330,11 +331,8 @@ class TcActuator(ApiModel):
     """Linux tc token bucket on a node's interface, set by a pod on that node's network."""
 
     node_name: ObjectName = Field(description="Node that owns the interface.")
-    interface: str = Field(
-        min_length=1,
-        max_length=15,
-        pattern=r"^[A-Za-z0-9_.:-]+$",
-        description="Interface whose egress tbf qdisc carries the rate, e.g. eth1.",
+    interface: Interface = Field(
+        description="Interface whose egress tbf qdisc carries the rate, e.g. eth1."
     )
     tolerations: list[Toleration] = Field(
         default_factory=list,

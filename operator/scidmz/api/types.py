@@ -214,4 +214,6 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 """A DNS-1123 label: a namespace's name, a DTN host's name on its link."""
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+Interface = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
+"""A Linux interface name (IFNAMSIZ: 15 characters)."""
 """A DNS-1123 subdomain: the name of most Kubernetes objects."""

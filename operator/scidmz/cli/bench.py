@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
 from scidmz.cli.common import fail
 
 bench_app = typer.Typer(help="Benchmarks that print their figures.", no_args_is_help=True)
+
+T = TypeVar("T")
+
+
+def saved_episodes(path: Path, parse: Callable[[str], list[T]]) -> list[T]:
+    """A saved episodes.csv, parsed; an unreadable or malformed one ends the command
+    naming it (exit 2)."""
+    try:
+        return parse(path.read_text())
+    except (OSError, ValueError) as error:
+        fail(f"--from-csv {path}: {error}")
 
 
 @bench_app.command("control")
@@ -52,11 +64,7 @@ def bench_control(
         fail(f"--cca must be cubic or bbr, not {cca!r}")
     out.mkdir(parents=True, exist_ok=True)
     if from_csv is not None:
-        try:
-            episodes = parse_episodes(from_csv.read_text())
-        except (OSError, ValueError) as error:
-            fail(f"--from-csv {from_csv}: {error}")
-            return
+        episodes = saved_episodes(from_csv, parse_episodes)
         command = f"scidmz bench control --from-csv {from_csv}"
     else:
         command = (
@@ -123,11 +131,7 @@ def bench_buffer(
         fail("--capacity must be within 100Mbps..100Gbps")
     out.mkdir(parents=True, exist_ok=True)
     if from_csv is not None:
-        try:
-            episodes = parse_episodes(from_csv.read_text())
-        except (OSError, ValueError) as error:
-            fail(f"--from-csv {from_csv}: {error}")
-            return
+        episodes = saved_episodes(from_csv, parse_episodes)
         command = f"scidmz bench buffer --from-csv {from_csv}"
     else:
         ccas = (cca,) if cca else (("cubic",) if quick else ("cubic", "bbr"))

@@ -1,11 +1,11 @@
 """P4BS buffer sizing against fixed buffers on the twin, with the rate loop on
 (``scidmz bench buffer``).
 
-Each episode: a 10 GB DTN transfer (``cca``, 8 streams, 100 ms) at R* = 600 Mb/s beside
-``load`` long campus flows (Cubic, 10 ms) on a 1 Gb/s link (``capacity_bps`` for the
-Science DMZ case), the rate loop (``pi``, the pairing seed 003's spec asks for until the
-inverse model is identified across buffers; with the DTN host's cap for a BBR DTN)
-holding the DTN at R*, and one buffer arm:
+Each episode: a 10 GB DTN transfer (``cca``, 8 streams, 100 ms; 100 GB at 10 Gb/s) at
+R* = 0.6 B beside ``load`` long campus flows (Cubic, 10 ms) on a 1 Gb/s link
+(``capacity_bps`` for the Science DMZ case), the rate loop (``pi``, the pairing seed
+003's spec asks for until the inverse model is identified across buffers; with the DTN
+host's cap for a BBR DTN) holding the DTN at R*, and one buffer arm:
 
 * ``bdp``: C·RTT, RTT the mean of the long flows' base RTTs (ours: the authors' code takes
   a measured SRTT; with two RTT populations the flows' mean is the closest reading);
@@ -46,6 +46,8 @@ ARMS = ("bdp", "stanford", "tiny", "bloated", "100ms", "p4bs")
 LOADS = (25, 50, 100, 250)
 TARGET_BPS = 600e6
 TRANSFER_BYTES = 10e9
+"""At 1 Gb/s; the transfer scales with the capacity (100 GB at 10 Gb/s) so that every
+episode lasts about as long as the search needs (~135 s at R* = 0.6 B)."""
 WARMUP = 20
 LIMIT_S = 900.0
 DTN_STREAMS = 8
@@ -98,7 +100,7 @@ def scenario(cca: str, load: int, seed: int, buffer_s: float, capacity_bps: floa
             "dtn": {
                 "congestion_control": cca,
                 "streams": DTN_STREAMS,
-                "transfer_bytes": TRANSFER_BYTES,
+                "transfer_bytes": TRANSFER_BYTES * capacity_bps / 1e9,
             },
             "campus": {"long_flows": load},
         }

@@ -46,7 +46,7 @@ def markdown(episodes: Sequence[BufferEpisode], command: str) -> str:
     lines = [
         "# Buffer sizing on the twin: P4BS against fixed buffers, the rate loop on",
         "",
-        f"`{command}`: {capacity / 1e9:g} Gb/s, a 10 GB DTN transfer at R* = "
+        f"`{command}`: {capacity / 1e9:g} Gb/s, a {10 * capacity / 1e9:g} GB DTN transfer at R* = "
         f"{0.6 * capacity / 1e9:g} Gb/s (8 streams, 100 ms), N long campus flows (Cubic, "
         f"10 ms), seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}). The rate loop is `pi` (with "
         "the DTN host's cap for a BBR DTN). Per episode, over the transfer after a 20 s "

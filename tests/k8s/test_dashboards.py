@@ -67,6 +67,7 @@ def test_every_dashboard_and_alert_query_returns_data(operator, tmp_path):
     spec = plaintext_link_spec(
         sampleTime="500ms", campus={"remotePrefix": "198.51.100.0/24"},
         actuator={"type": "sim"}, controller={"strategy": "pi"}, dtnHosts=[host],
+        buffer={"actuator": {"type": "sim"}},  # the buffer search's series too
     )  # fmt: skip
     switch, grpc_port, collector_http, controller_http, prom = (free_port() for _ in range(5))
     rendered = render(spec, collector="unused:1")

@@ -64,8 +64,9 @@ PRR_DELIVERED = 66  # PRR: bytes acknowledged since it began ...
 PRR_OUT = 67  # ... and bytes sent since
 LOST_NOW = 68  # BBR loss recovery: bytes declared lost since BBR last set its window
 CONSERVE_UNTIL = 69  # BBR loss recovery: packet conservation until then (s): its first round
-RESEND_OWED = 70  # bytes declared lost and not yet sent again (they go out before new data)
-N_FLOW_F = 71
+RESEND_OWED = 70  # bytes declared lost and not yet sent again (they go out before new data),
+RESEND_FROM = 71  # ... as of SENT = this: sends since then paid it off first (kernel.settle_resent)
+N_FLOW_F = 72
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -133,7 +134,8 @@ SHAPER_DROPS_EWMA = 21  # the same at the campus shaper
 SHAPER_ARRIVALS_EWMA = 22
 DTN_POOL = 23  # a pooled transfer's bytes no DTN stream has taken yet (0: none, or static)
 RESENT_DTN = 24  # bytes the DTN's streams sent again after declaring them lost (cumulative)
-RESENT_CAMPUS = 25  # the same for campus flows, counted as they leave the sender
+RESENT_CAMPUS = 25  # the same for campus flows, counted as they leave the sender (both as
+# of the last settle_resent: at a loss, a column's reuse, and every read)
 N_GLOB_F = 26
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------

@@ -19,7 +19,13 @@ import numpy.typing as npt
 from scidmz.contract.tbf import tbf_size
 from scidmz.netsim import layout
 from scidmz.netsim.arena import Part, carve
-from scidmz.netsim.kernel import POOL_BLOCK_BYTES, SCRATCH_ROWS, advance, init_flow
+from scidmz.netsim.kernel import (
+    POOL_BLOCK_BYTES,
+    SCRATCH_ROWS,
+    advance,
+    init_flow,
+    settle_all_resent,
+)
 from scidmz.netsim.records import FlowEvent, FlowTable, Sample, TapView
 from scidmz.netsim.scenario import Scenario, ScenarioError
 
@@ -499,9 +505,15 @@ class Simulator:
             srtt_s=f[layout.SRTT].copy(),
         )
 
+    def resent_bytes(self) -> tuple[float, float]:
+        """(DTN, campus) bytes sent again after being declared lost, so far (cumulative)."""
+        settle_all_resent(self.flow_f, self.glob_f, self.layout.n_campus)
+        return float(self.glob_f[layout.RESENT_DTN]), float(self.glob_f[layout.RESENT_CAMPUS])
+
     def tap_view(self) -> TapView:
         """What the P4 pipeline at the tap holds now (counters, registers, per-flow RTT)."""
         f, g = self.flow_f, self.glob_f
+        resent = self.resent_bytes()
         return TapView(
             time_s=self.now,
             dtn_bytes=float(g[layout.TAP_BYTES_DTN]),
@@ -510,8 +522,8 @@ class Simulator:
             campus_packets=float(g[layout.TAP_PACKETS_CAMPUS]),
             dtn_queuing_delay_s=float(g[layout.QD_DTN_LAST]),
             campus_queuing_delay_s=float(g[layout.QD_CAMPUS_LAST]),
-            dtn_resent_bytes=float(g[layout.RESENT_DTN]),
-            campus_resent_bytes=float(g[layout.RESENT_CAMPUS]),
+            dtn_resent_bytes=resent[0],
+            campus_resent_bytes=resent[1],
             serial=self.flow_i[layout.SERIAL].copy(),
             traffic_class=self.flow_i[layout.CLASS].copy(),
             active=self.flow_i[layout.TAP_ACTIVE].astype(bool),

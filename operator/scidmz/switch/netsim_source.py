@@ -286,7 +286,7 @@ class NetsimSource:
         new_packets = _deltas(packets, self._tap_packets)
         self._tap_bytes = totals
         self._tap_packets = packets
-        resent = (float(g[layout.RESENT_DTN]), float(g[layout.RESENT_CAMPUS]))
+        resent = sim.resent_bytes()
         resent_before, self._resent = self._resent, resent
         delays = (
             _register_ns(new_bytes[0], float(g[layout.QD_DTN_LAST])),

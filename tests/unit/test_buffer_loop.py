@@ -122,6 +122,7 @@ def test_stale_samples_move_nothing_and_the_failsafe_sets_the_default_buffer():
     assert len(moved) == 2 and moved[1] != moved[0]
     assert actuator.applied[-1] == int(0.1 * CAPACITY / 8)  # back to the default
     assert controller.buffer is not None and controller.buffer.tuner.phase == "idle"
+    assert controller.state().buffer.searches == 1  # the count survives the fail-safe
 
 
 class FlakyBuffer(DryRunBufferActuator):

@@ -105,7 +105,6 @@ class BufferLoop:
         self.tuner = BufferTuner(tuner_settings(config, capacity_bps, sample_time_s))
         self.in_force_s: float | None = None
         self._pending_s: float | None = config.default_s
-        self._scored = 0
         self._link = link
         self.metrics = BufferMetrics.create(registry, link)
         self._publish()
@@ -145,10 +144,13 @@ class BufferLoop:
             if self._pending_s is not None:
                 return
         saturated = bool(decision and decision.output and decision.output.saturated)
+        trials = len(self.tuner.trials)
         chosen = self.tuner.observe(
             tuner_sample(state, signals, target_bps, self.capacity_bps, saturated)
         )
-        self._count_trials()
+        if len(self.tuner.trials) > trials:  # a sample scores at most one trial
+            feasible = self.tuner.trials[-1].feasible
+            self.metrics.trials.labels(self._link, "true" if feasible else "false").inc()
         if chosen is not None and chosen != self.in_force_s:
             log.info("buffer search (%s): %.1f ms", self.tuner.phase, chosen * 1e3)
             await self._set(chosen)
@@ -160,19 +162,10 @@ class BufferLoop:
 
     async def fail_safe(self) -> None:
         """The administrator's default buffer; the search starts again afresh."""
-        self.tuner = BufferTuner(self.tuner.settings)
-        self._scored = 0
+        self.tuner.reset()
         if self.in_force_s != self.config.default_s:
             await self._set(self.config.default_s)
         self._publish()
-
-    def _count_trials(self) -> None:
-        trials = self.tuner.trials
-        if len(trials) < self._scored:  # a new search began
-            self._scored = 0
-        for trial in trials[self._scored :]:
-            self.metrics.trials.labels(self._link, "true" if trial.feasible else "false").inc()
-        self._scored = len(trials)
 
     def _publish(self) -> None:
         m, link = self.metrics, self._link

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.contract.state import PathSignals, StateVector
+from scidmz.control.quality import finite_mean
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -179,6 +180,20 @@ class TunerSettings:
     def clamp(self, buffer_s: float) -> float:
         return min(max(buffer_s, self.min_s), self.max_s)
 
+    def objective(self, loss: float, delay_s: float) -> float:
+        """Eq. (2) with these weights and scales; an unmeasured term counts as 0."""
+        return objective(
+            _zero(loss), _zero(delay_s), self.loss_scale, self.max_queue_delay_s,
+            self.w_loss, self.w_delay,
+        )  # fmt: skip
+
+    def busy(self, sample: TunerSample) -> bool:
+        """The link is full enough to search (the utilisation gate)."""
+        return math.isfinite(sample.utilisation) and sample.utilisation >= self.utilisation_gate
+
+    def detector(self) -> ZScore:
+        return ZScore(self.z_lag, self.z_threshold, self.z_influence)
+
 
 @dataclass(frozen=True)
 class TunerSample:
@@ -227,8 +242,16 @@ class BufferTuner:
     def __post_init__(self) -> None:
         if math.isnan(self.buffer_s):
             self.buffer_s = self.settings.clamp(self.settings.default_s)
-        s = self.settings
-        self._detector = ZScore(s.z_lag, s.z_threshold, s.z_influence)
+
+    def reset(self) -> None:
+        """Back to IDLE at the default buffer, the search's trials forgotten (the count of
+        searches is kept)."""
+        self.phase = "idle"
+        self.buffer_s = self.settings.clamp(self.settings.default_s)
+        self.trials = []
+        self.bounds_s = (math.nan, math.nan)
+        self.iterations = 0
+        self.observe(None)
 
     @property
     def best(self) -> Trial | None:
@@ -242,11 +265,8 @@ class BufferTuner:
             self._age = 0
             return None
         s = self.settings
-        busy = math.isfinite(sample.utilisation) and sample.utilisation >= s.utilisation_gate
         if self.phase == "idle":
-            if not busy:
-                return None
-            return self._start(sample)
+            return self._start(sample) if s.busy(sample) else None
         if self.phase == "hold":
             return self._watch(sample)
         self._age += 1
@@ -299,18 +319,15 @@ class BufferTuner:
                 return self._set(candidate)
         best = self.best
         self.phase = "hold"
-        self._detector = ZScore(s.z_lag, s.z_threshold, s.z_influence)
+        self._detector = s.detector()
         self._smoothed_f = math.nan
         return self._set(best.buffer_s if best is not None else self.buffer_s)
 
     def _watch(self, sample: TunerSample) -> float | None:
         s = self.settings
-        if not (math.isfinite(sample.utilisation) and sample.utilisation >= s.utilisation_gate):
+        if not s.busy(sample):
             return None
-        f = objective(
-            _zero(sample.loss), _zero(sample.mean_delay_s), s.loss_scale, s.max_queue_delay_s,
-            s.w_loss, s.w_delay,
-        )  # fmt: skip
+        f = s.objective(sample.loss, sample.mean_delay_s)
         smoothed = f if math.isnan(self._smoothed_f) else (
             s.f_smoothing * self._smoothed_f + (1 - s.f_smoothing) * f
         )  # fmt: skip
@@ -325,22 +342,15 @@ class BufferTuner:
 
     def _score(self, window: list[TunerSample]) -> Trial:
         s = self.settings
-        loss = _mean([x.loss for x in window])
-        delay = _mean([x.mean_delay_s for x in window])
-        dtn = _mean([x.dtn_rate_bps for x in window])
-        target = _mean([x.target_bps for x in window])
+        loss = finite_mean([x.loss for x in window])
+        delay = finite_mean([x.mean_delay_s for x in window])
+        dtn = finite_mean([x.dtn_rate_bps for x in window])
+        target = finite_mean([x.target_bps for x in window])
         feasible = not any(x.saturated for x in window) and not (
             math.isfinite(target) and target > 0 and not dtn >= s.dtn_floor * target
         )
-        f = objective(
-            _zero(loss), _zero(delay), s.loss_scale, s.max_queue_delay_s, s.w_loss, s.w_delay
-        )
+        f = s.objective(loss, delay)
         return Trial(self.buffer_s, f if feasible else INFEASIBLE_F, loss, delay, feasible)
-
-
-def _mean(values: list[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return sum(finite) / len(finite) if finite else math.nan
 
 
 def _zero(value: float) -> float:

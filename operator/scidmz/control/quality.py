@@ -1,8 +1,10 @@
-"""Tracking quality of the DTN rate: MRAE (paper eq. 3) and IAE (eq. 2), pure."""
+"""Tracking quality of the DTN rate: MRAE (paper eq. 3) and IAE (eq. 2), pure; and the mean
+of the values that were measured."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 
@@ -28,3 +30,9 @@ def iae(targets_bps: Sequence[float], rates_bps: Sequence[float], dt_s: float) -
         for target, rate in zip(targets_bps, rates_bps, strict=True)
         if math.isfinite(rate) and math.isfinite(target)
     )
+
+
+def finite_mean(values: Sequence[float]) -> float:
+    """The mean of the finite values (NaN marks one not measured); NaN if there is none."""
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.fmean(finite) if finite else math.nan

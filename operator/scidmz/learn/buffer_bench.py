@@ -24,21 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import math
-import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields
 
-from scidmz.api.runtime import default_integral_band_bps
-from scidmz.control.buffer_search import (
-    BufferTuner,
-    TunerSettings,
-    objective,
-    tuner_sample,
-)
-from scidmz.control.quality import mrae
+from scidmz.control.buffer_search import BufferTuner, TunerSettings, tuner_sample
+from scidmz.control.quality import finite_mean, mrae
 from scidmz.control.settings import default_models_dir
-from scidmz.learn.closed_loop import SimLoop, bench_settings
+from scidmz.learn.evaluation import Arm, make_loop
 from scidmz.learn.gains import load_gains
 from scidmz.netsim.scenario import Scenario
 
@@ -111,17 +104,15 @@ def episode(arm: str, cca: str, load: int, seed: int, capacity_bps: float = 1e9)
     """One episode (see the module docstring)."""
     start_s = 0.100 if arm == "p4bs" else fixed_buffer_s(arm, load, capacity_bps)
     sim_scenario = scenario(cca, load, seed, start_s, capacity_bps)
-    gains = load_gains(default_models_dir(), cca)
     target = TARGET_BPS * capacity_bps / 1e9
-    settings = bench_settings(
-        "pi", target, capacity_bps, gains.pi.as_tuple(), sim_scenario.sample_time_s,
-        # a BBR DTN ignores the campus's shaping: its host's cap holds it (the control
-        # bench's pi+dtn arm); shaping the campus alone pins u at 0 and every trial fails
-        dtn_gains=gains.dtn.as_tuple() if cca == "bbr" else None,
-        integral_band_bps=default_integral_band_bps(cca, capacity_bps),
-    )  # fmt: skip
-    loop = SimLoop(sim_scenario, settings)
-    tuner = BufferTuner(TunerSettings(capacity_bps=capacity_bps)) if arm == "p4bs" else None
+    # a BBR DTN ignores the campus's shaping: its host's cap holds it (the control bench's
+    # pi+dtn arm); shaping the campus alone pins u at 0 and every trial fails
+    arm_loop = Arm("pi", dtn_actuator=cca == "bbr")
+    loop = make_loop(
+        arm_loop, cca, sim_scenario, target, load_gains(default_models_dir(), cca), None
+    )
+    search = TunerSettings(capacity_bps=capacity_bps)
+    tuner = BufferTuner(search) if arm == "p4bs" else None
     streams = loop.sim.layout.n_dtn
     done: list[float] = []
     scores: list[float] = []
@@ -151,7 +142,7 @@ def episode(arm: str, cca: str, load: int, seed: int, capacity_bps: float = 1e9)
                     loop.sim.set_bottleneck_buffer(chosen * capacity_bps / 8)
             if k < WARMUP:
                 continue
-            scores.append(objective(_zero(sample.loss), _zero(sample.mean_delay_s)))
+            scores.append(search.objective(sample.loss, sample.mean_delay_s))
             losses.append(sample.loss)
             campus_qd.append(signals.campus_mean_queuing_delay_s)
             buffers.append(loop.sim.bottleneck_buffer_bytes * 8 / capacity_bps)
@@ -162,19 +153,11 @@ def episode(arm: str, cca: str, load: int, seed: int, capacity_bps: float = 1e9)
     fct = max(done) if len(done) >= streams else math.nan
     return BufferEpisode(
         arm=arm, cca=cca, load=load, seed=seed,
-        objective=_mean(scores), loss=_mean(losses), campus_qd_ms=_mean(campus_qd) * 1e3,
+        objective=finite_mean(scores), loss=finite_mean(losses),
+        campus_qd_ms=finite_mean(campus_qd) * 1e3,
         dtn_mrae=mrae(targets, rates) if targets else math.nan, fct_s=fct,
-        buffer_ms=_mean(buffers) * 1e3, capacity_bps=capacity_bps,
+        buffer_ms=finite_mean(buffers) * 1e3, capacity_bps=capacity_bps,
     )  # fmt: skip
-
-
-def _zero(value: float) -> float:
-    return value if math.isfinite(value) else 0.0
-
-
-def _mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.mean(finite) if finite else math.nan
 
 
 def _one(job: tuple[str, str, int, int, float]) -> BufferEpisode:

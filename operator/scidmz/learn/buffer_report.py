@@ -4,21 +4,16 @@ targets of seed 003's spec, from the episodes (pure: text in, text out)."""
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 
+from scidmz.control.quality import finite_mean
 from scidmz.learn.buffer_bench import ARMS, BufferEpisode
 
 BEST_SEEDS = 0.8
 """Target: P4BS best on f̄ on at least 8 seeds in 10 at every load."""
 CAMPUS_QD_MS = 30.0
 MRAE_POINTS = 0.005
-
-
-def _mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if math.isfinite(v)]
-    return statistics.mean(finite) if finite else math.nan
 
 
 def p4bs_best(episodes: Sequence[BufferEpisode]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -60,7 +55,7 @@ def markdown(episodes: Sequence[BufferEpisode], command: str) -> str:
     ]
     for cca, load in cases:
         row = [
-            _mean([e.objective for e in episodes if (e.cca, e.load, e.arm) == (cca, load, a)])
+            finite_mean([e.objective for e in episodes if (e.cca, e.load, e.arm) == (cca, load, a)])
             for a in arms
         ]
         best = max((v for v in row if math.isfinite(v)), default=math.nan)
@@ -76,7 +71,7 @@ def markdown(episodes: Sequence[BufferEpisode], command: str) -> str:
     for cca, load in cases:
 
         def of(arm: str, field: str, cca: str = cca, load: int = load) -> float:
-            return _mean(
+            return finite_mean(
                 [getattr(e, field) for e in episodes if (e.cca, e.load, e.arm) == (cca, load, arm)]
             )
 
@@ -110,12 +105,12 @@ def markdown(episodes: Sequence[BufferEpisode], command: str) -> str:
         for arm in arms:
             chosen = [e for e in episodes if (e.cca, e.load, e.arm) == (cca, load, arm)]
             lines.append(
-                f"| {cca} | {load} | {arm} | {_mean([e.objective for e in chosen]):.3f} | "
-                f"{_mean([e.loss for e in chosen]):.3%} | "
-                f"{_mean([e.campus_qd_ms for e in chosen]):.1f} | "
-                f"{_mean([e.dtn_mrae for e in chosen]):.3f} | "
-                f"{_mean([e.fct_s for e in chosen]):.1f} | "
-                f"{_mean([e.buffer_ms for e in chosen]):.1f} |"
+                f"| {cca} | {load} | {arm} | {finite_mean([e.objective for e in chosen]):.3f} | "
+                f"{finite_mean([e.loss for e in chosen]):.3%} | "
+                f"{finite_mean([e.campus_qd_ms for e in chosen]):.1f} | "
+                f"{finite_mean([e.dtn_mrae for e in chosen]):.3f} | "
+                f"{finite_mean([e.fct_s for e in chosen]):.1f} | "
+                f"{finite_mean([e.buffer_ms for e in chosen]):.1f} |"
             )
     return "\n".join(lines) + "\n"
 

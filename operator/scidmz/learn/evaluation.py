@@ -104,12 +104,13 @@ def make_loop(
     model: InverseModel | None,
 ) -> SimLoop:
     strategy_gains = gains.mlc if arm.strategy == "mlc" else gains.pi
+    capacity = scenario.bottleneck.capacity_bps
     settings = bench_settings(
-        arm.strategy, target_bps, CAPACITY_BPS, strategy_gains.as_tuple(),
+        arm.strategy, target_bps, capacity, strategy_gains.as_tuple(),
         scenario.sample_time_s,
         dtn_gains=gains.dtn.as_tuple() if arm.dtn_actuator else None,
         desired_state_mode=arm.desired_state_mode,
-        integral_band_bps=default_integral_band_bps(cca, CAPACITY_BPS),
+        integral_band_bps=default_integral_band_bps(cca, capacity),
     )  # fmt: skip
     if arm.strategy == "mlc" and model is None:
         raise ValueError(f"the mlc arm needs the {cca} inverse model")

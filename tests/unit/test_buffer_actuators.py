@@ -148,7 +148,9 @@ def test_a_port_that_cannot_be_sized_is_refused_at_start_with_the_fix():
         with pytest.raises(ActuatorError, match=r"bn0 in network namespace .* no bfifo child.*"
                            r"tc qdisc add dev IFACE parent 1:1 handle 10: bfifo"):  # fmt: skip
             asyncio.run(TcBufferActuator.open("bn0", netns))
-        with pytest.raises(ActuatorError, match=r"interface nope0 .* does not exist"):
+        with pytest.raises(
+            ActuatorError, match=r"interface nope0 does not exist in network namespace scidmz-"
+        ):
             asyncio.run(TcBufferActuator.open("nope0", netns))
     with pytest.raises(ActuatorError, match="network namespace scidmz-gone does not exist"):
         asyncio.run(TcBufferActuator.open("bn0", "scidmz-gone"))

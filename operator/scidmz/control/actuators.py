@@ -223,6 +223,27 @@ async def _largest_packet_bytes(ipr: object) -> int:
     return max([LARGEST_PACKET_BYTES, *sizes])
 
 
+async def open_interface(interface: str, netns: str | None, what: str) -> tuple[Any, int]:
+    """A netlink socket (in ``netns``, if given) and the index of ``interface`` there;
+    ``ActuatorError`` naming what is missing (the namespace, the interface, the rights)."""
+    from pyroute2 import AsyncIPRoute
+
+    if netns and not named_netns_exists(netns):
+        raise ActuatorError(f"network namespace {netns} does not exist")
+    ipr = AsyncIPRoute(netns=netns) if netns else AsyncIPRoute()
+    try:
+        await ipr.setup_endpoint()
+        links = await ipr.link_lookup(ifname=interface)
+    except Exception as error:  # a missing namespace, no CAP_NET_ADMIN, ...
+        ipr.close()
+        raise ActuatorError(f"{what}: {error}") from None
+    if not links:
+        ipr.close()
+        where = f" in network namespace {netns}" if netns else ""
+        raise ActuatorError(f"interface {interface} does not exist{where}")
+    return ipr, links[0]
+
+
 class TcActuator:
     """The campus aggregate's token bucket: the root tbf qdisc of ``interface`` (created
     if absent, replaced in place after: `tc qdisc change` semantics, ~ms to apply).
@@ -244,22 +265,8 @@ class TcActuator:
 
     @classmethod
     async def open(cls, interface: str, netns: str | None = None) -> TcActuator:
-        from pyroute2 import AsyncIPRoute
-
-        if netns and not named_netns_exists(netns):
-            raise ActuatorError(f"network namespace {netns} does not exist")
-        ipr = AsyncIPRoute(netns=netns) if netns else AsyncIPRoute()
-        try:
-            await ipr.setup_endpoint()
-            links = await ipr.link_lookup(ifname=interface)
-        except Exception as error:  # a missing namespace, no CAP_NET_ADMIN, ...
-            ipr.close()
-            raise ActuatorError(f"tc actuator: {error}") from None
-        if not links:
-            ipr.close()
-            where = f" in network namespace {netns}" if netns else ""
-            raise ActuatorError(f"interface {interface} does not exist{where}")
-        return cls(interface, ipr, links[0], await _largest_packet_bytes(ipr))
+        ipr, index = await open_interface(interface, netns, "tc actuator")
+        return cls(interface, ipr, index, await _largest_packet_bytes(ipr))
 
     async def apply(self, rate_bps: float) -> float:
         if not math.isfinite(rate_bps) or rate_bps < 0:

@@ -18,8 +18,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from scidmz.contract.netns import named_netns_exists
-from scidmz.control.actuators import TC_H_ROOT, ActuatorError, GrpcClient, read_ground_truth
+from scidmz.control.actuators import (
+    TC_H_ROOT,
+    ActuatorError,
+    GrpcClient,
+    open_interface,
+    read_ground_truth,
+)
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -152,28 +157,15 @@ class TcBufferActuator:
 
     @classmethod
     async def open(cls, interface: str, netns: str | None = None) -> TcBufferActuator:
-        from pyroute2 import AsyncIPRoute
-
-        if netns and not named_netns_exists(netns):
-            raise ActuatorError(f"network namespace {netns} does not exist")
-        ipr = AsyncIPRoute(netns=netns) if netns else AsyncIPRoute()
-        where = f"{interface} in network namespace {netns}" if netns else interface
-        try:
-            await ipr.setup_endpoint()
-            # pyroute2 0.9 encodes pfifo but not bfifo; both take `struct tc_fifo_qopt`.
-            plugins = await ipr.tc("modules")
-            plugins.setdefault("bfifo", plugins["pfifo"])
-            links = await ipr.link_lookup(ifname=interface)
-        except Exception as error:  # a missing namespace, no CAP_NET_ADMIN, ...
-            ipr.close()
-            raise ActuatorError(f"tc buffer actuator: {error}") from None
-        if not links:
-            ipr.close()
-            raise ActuatorError(f"interface {where} does not exist")
-        actuator = cls(interface, ipr, links[0])
+        ipr, index = await open_interface(interface, netns, "tc buffer actuator")
+        # pyroute2 0.9 encodes pfifo but not bfifo; both take `struct tc_fifo_qopt`.
+        plugins = await ipr.tc("modules")
+        plugins.setdefault("bfifo", plugins["pfifo"])
+        actuator = cls(interface, ipr, index)
         fifo = await actuator._fifo()
         if isinstance(fifo, str):
             ipr.close()
+            where = f"{interface} in network namespace {netns}" if netns else interface
             raise ActuatorError(f"{where} has no buffer to size: {fifo}")
         return actuator
 

@@ -100,12 +100,14 @@ class SimCollector:
         )
         self._counters = [0, 0]
         self._registers = [0, 0]
-        # the loss counters and sojourn sums, per class, as the P4 program keeps them
+        # the loss counters and sojourn sums, per class, as the P4 program keeps them (its
+        # ingress bytes are _counters; its sojourn count adds one per departure, as
+        # egress_packets does)
         self._loss: dict[str, list[int]] = {
             name: [0, 0]
             for name in (
-                "ingress_packets", "ingress_bytes", "retrans_packets", "egress_packets",
-                "egress_bytes", "sojourn_sum", "sojourn_count",
+                "ingress_packets", "retrans_packets", "egress_packets", "egress_bytes",
+                "sojourn_sum",
             )
         }  # fmt: skip
         self._state, _ = estimate(
@@ -124,12 +126,12 @@ class SimCollector:
             self._registers[1],
             LossReading(
                 ingress_packets=_pair(loss["ingress_packets"]),
-                ingress_bytes=_pair(loss["ingress_bytes"]),
+                ingress_bytes=_pair(self._counters),
                 retrans_packets=_pair(loss["retrans_packets"]),
                 egress_packets=_pair(loss["egress_packets"]),
                 egress_bytes=_pair(loss["egress_bytes"]),
                 sojourn_sum=_pair(loss["sojourn_sum"]),
-                sojourn_count=_pair(loss["sojourn_count"]),
+                sojourn_count=_pair(loss["egress_packets"]),
             ),
         )
 
@@ -150,12 +152,10 @@ class SimCollector:
                 if tick.queuing_delay_ns[index] > 0:
                     self._registers[index] = tick.queuing_delay_ns[index]
                 loss["ingress_packets"][index] += tick.new_packets[index]
-                loss["ingress_bytes"][index] += tick.new_bytes[index]
                 loss["retrans_packets"][index] += tick.resent_packets[index]
                 loss["egress_packets"][index] += tick.egress_packets[index]
                 loss["egress_bytes"][index] += tick.egress_bytes[index]
                 loss["sojourn_sum"][index] += tick.queuing_delay_sum_ns[index] >> QD_SUM_SHIFT
-                loss["sojourn_count"][index] += tick.egress_packets[index]
             kept = (tick.rtt_ns >= 0) & (tick.rtt_ns < horizon)
             if kept.any():
                 count = int(kept.sum())

@@ -236,3 +236,11 @@ def test_buffer_sizing_is_refused_beside_the_mlc():
     link["buffer"] = {}
     with pytest.raises(ValidationError, match=r"buffer needs controller\.strategy pi or trivial"):
         parse_link_spec(link)
+
+
+def test_a_buffer_actuator_without_its_config_is_refused_not_ignored():
+    from scidmz.control.service import ControllerProcess
+
+    with pytest.raises(ValueError, match="needs the runtime config"):
+        ControllerProcess(SETTINGS, DryRunActuator(), None, 0,
+                          buffer_actuator=DryRunBufferActuator())  # fmt: skip

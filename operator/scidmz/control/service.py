@@ -46,6 +46,8 @@ class ControllerProcess:
         /metrics and /state (None: plaintext, development only)."""
         self.tls = tls
         registry = CollectorRegistry()
+        if buffer_actuator is not None and config is None:
+            raise ValueError("a buffer actuator needs the runtime config (its spec.buffer)")
         buffer = buffer_loop(config[1], buffer_actuator, registry) if config is not None else None
         self.controller = Controller(
             settings, actuator, model, registry, dtn_actuator=dtn_actuator, buffer=buffer

@@ -314,7 +314,9 @@ class TapState:
             horizon = int(pre["timestamp_ns"].max()) - _PRE_HISTORY_NS
             pre = pre[pre["timestamp_ns"].astype(np.int64) >= horizon]
         last_sojourn: dict[tuple[int, int], int] = {}
-        departed: dict[tuple[int, int], list[int]] = {}  # bytes, packets, sojourn sum (ns)
+        # per group: bytes, packets, resent bytes, resent packets, then of what left BR1:
+        # bytes, packets, the sum of their sojourns (ns)
+        groups: dict[tuple[int, int], list[int]] = {}
         if leaving.shape[0] and pre.shape[0]:
             pre_keys = _frame_keys(pre)
             order = np.argsort(pre_keys, kind="stable")
@@ -334,29 +336,26 @@ class TapState:
             ):  # fmt: skip
                 if q >= 0:
                     last_sojourn[(r, d)] = q  # leaving frames are in time order: the last wins
-                    left = departed.setdefault((r, d), [0, 0, 0])
-                    left[0] += b
-                    left[1] += p
-                    left[2] += q * p
+                    left = groups.setdefault((r, d), [0] * 7)
+                    left[4] += b
+                    left[5] += p
+                    left[6] += q * p
             # a frame leaves once: forget what matched
             keep = np.ones(pre.shape[0], dtype=bool)
             keep[order[at[found]]] = False
             pre = pre[keep]
         self._pre = pre
-        groups: dict[tuple[int, int], list[int]] = {}  # bytes, packets, resent bytes, packets
         for r, d, b, p, again in zip(
             entering["role"].tolist(), entering["daddr"].tolist(),
             entering["ip_bytes"].tolist(), entering["segments"].tolist(), resent.tolist(),
             strict=True,
         ):  # fmt: skip
-            totals = groups.setdefault((r, d), [0, 0, 0, 0])
+            totals = groups.setdefault((r, d), [0] * 7)
             totals[0] += b
             totals[1] += p
             if again:
                 totals[2] += b
                 totals[3] += p
-        for key in last_sojourn:
-            groups.setdefault(key, [0, 0, 0, 0])
         w = self.wiring
         return tuple(
             Traffic(
@@ -367,9 +366,9 @@ class TapState:
                 queuing_delay_ns=last_sojourn.get((r, d), 0),
                 retrans_bytes=totals[2],
                 retrans_packets=totals[3],
-                egress_bytes=departed.get((r, d), [0, 0, 0])[0],
-                egress_packets=departed.get((r, d), [0, 0, 0])[1],
-                queuing_delay_sum_ns=departed.get((r, d), [0, 0, 0])[2],
+                egress_bytes=totals[4],
+                egress_packets=totals[5],
+                queuing_delay_sum_ns=totals[6],
             )
             for (r, d), totals in sorted(groups.items())
         )

@@ -75,12 +75,6 @@ def _count(counter: U64Array | None, index: int, count_bytes: int, packets: int)
         counter[index, 1] += np.uint64(packets)
 
 
-def _add(register: U64Array | None, index: int, amount: int, bitwidth: int) -> None:
-    """A register cell += amount, wrapping at its width as the program's would."""
-    if register is not None and index < register.shape[0]:
-        register[index] = np.uint64((int(register[index]) + amount) % (1 << bitwidth))
-
-
 def _lookup(routes: tuple[Route, ...], address: Address) -> Route | None:
     for route in routes:  # sorted longest prefix first
         if address.version == route.network.version and address in route.network:
@@ -104,6 +98,9 @@ class Dataplane:
             r.preamble.id: np.zeros(r.size, dtype=np.uint64) for r in p4info.registers
         }
         self.register_ids = ids_by_name(p4info.registers)
+        self.register_bits = {
+            r.preamble.id: r.type_spec.bitstring.bit.bitwidth for r in p4info.registers
+        }
         self.counters: dict[int, U64Array] = {
             c.preamble.id: np.zeros((c.size, 2), dtype=np.uint64) for c in p4info.counters
         }
@@ -236,10 +233,8 @@ class Dataplane:
         class_retrans = self._counter("class_retrans")
         class_egress = self._counter("class_egress")
         qd = self.registers.get(self.register_ids.get(qualified("queuing_delay_ns"), -1))
-        qd_sum = self.registers.get(
-            self.register_ids.get(qualified("queuing_delay_sum_1024ns"), -1)
-        )
-        qd_count = self.registers.get(self.register_ids.get(qualified("queuing_delay_count"), -1))
+        qd_sum = self.register_ids.get(qualified("queuing_delay_sum_1024ns"), -1)
+        qd_count = self.register_ids.get(qualified("queuing_delay_count"), -1)
         for traffic in observation.traffic:
             if self.roles.get(traffic.port) not in INGRESS_ROLES:
                 continue
@@ -253,8 +248,8 @@ class Dataplane:
             _count(class_retrans, route.class_id, traffic.retrans_bytes, traffic.retrans_packets)
             if bottleneck_tapped and traffic.egress_packets > 0:
                 _count(class_egress, route.class_id, traffic.egress_bytes, traffic.egress_packets)
-                _add(qd_sum, route.class_id, traffic.queuing_delay_sum_ns >> QD_SUM_SHIFT, 48)
-                _add(qd_count, route.class_id, traffic.egress_packets, 32)
+                self._add(qd_sum, route.class_id, traffic.queuing_delay_sum_ns >> QD_SUM_SHIFT)
+                self._add(qd_count, route.class_id, traffic.egress_packets)
             if (
                 bottleneck_tapped
                 and traffic.queuing_delay_ns > 0
@@ -265,6 +260,14 @@ class Dataplane:
         if bottleneck_tapped:
             self._rtt_digests(observation, now_ns)
         self._flow_digests(observation, now_ns)
+
+    def _add(self, register_id: int, index: int, amount: int) -> None:
+        """A register cell += amount, wrapping at its width (from the P4Info) as the
+        program's would."""
+        register = self.registers.get(register_id)
+        if register is not None and index < register.shape[0]:
+            wrap = 1 << self.register_bits[register_id]
+            register[index] = np.uint64((int(register[index]) + amount) % wrap)
 
     def _counter(self, name: str) -> U64Array | None:
         return self.counters.get(self.counter_ids.get(qualified(name), -1))

@@ -33,7 +33,12 @@ from scidmz.control.actuators import (
     TcActuator,
 )
 from scidmz.control.antiwindup import ControlConfigError, Gains, Limits
-from scidmz.control.buffer_actuators import BufferActuator
+from scidmz.control.buffer_actuators import (
+    BufferActuator,
+    DryRunBufferActuator,
+    SimBufferActuator,
+    TcBufferActuator,
+)
 from scidmz.control.buffer_loop import BufferLoop
 from scidmz.control.features import PolicyTarget, Setpoint
 from scidmz.control.loop import ControllerSettings, DtnControl
@@ -176,12 +181,6 @@ async def open_buffer_actuator(
 ) -> BufferActuator | None:
     """The buffer actuator of ``spec.buffer``, or None without one. A tc buffer is a port
     of the node the controller runs on (the API requires the campus shaper's node)."""
-    from scidmz.control.buffer_actuators import (
-        DryRunBufferActuator,
-        SimBufferActuator,
-        TcBufferActuator,
-    )
-
     b = config.buffer
     if b is None:
         return None

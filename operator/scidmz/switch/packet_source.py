@@ -313,10 +313,8 @@ class TapState:
         if pre.shape[0]:
             horizon = int(pre["timestamp_ns"].max()) - _PRE_HISTORY_NS
             pre = pre[pre["timestamp_ns"].astype(np.int64) >= horizon]
-        last_sojourn: dict[tuple[int, int], int] = {}
-        # per group: bytes, packets, resent bytes, resent packets, then of what left BR1:
-        # bytes, packets, the sum of their sojourns (ns)
-        groups: dict[tuple[int, int], list[int]] = {}
+        left = np.zeros(0, dtype=RECORD)
+        waited: np.ndarray = np.zeros(0, dtype=np.int64)
         if leaving.shape[0] and pre.shape[0]:
             pre_keys = _frame_keys(pre)
             order = np.argsort(pre_keys, kind="stable")
@@ -329,49 +327,66 @@ class TapState:
             sojourn = leaving["timestamp_ns"][found].astype(np.int64) - matched[
                 "timestamp_ns"
             ].astype(np.int64)
-            out = leaving[found]
-            for r, d, q, b, p in zip(
-                matched["role"].tolist(), matched["daddr"].tolist(), sojourn.tolist(),
-                out["ip_bytes"].tolist(), out["segments"].tolist(), strict=True,
-            ):  # fmt: skip
-                if q >= 0:
-                    last_sojourn[(r, d)] = q  # leaving frames are in time order: the last wins
-                    left = groups.setdefault((r, d), [0] * 7)
-                    left[4] += b
-                    left[5] += p
-                    left[6] += q * p
+            ok = sojourn >= 0
+            # each leaving frame as the group it entered as (role, destination), in time order
+            left = leaving[found][ok]
+            left["role"], left["daddr"] = matched["role"][ok], matched["daddr"][ok]
+            waited = sojourn[ok]
             # a frame leaves once: forget what matched
             keep = np.ones(pre.shape[0], dtype=bool)
             keep[order[at[found]]] = False
             pre = pre[keep]
         self._pre = pre
-        for r, d, b, p, again in zip(
-            entering["role"].tolist(), entering["daddr"].tolist(),
-            entering["ip_bytes"].tolist(), entering["segments"].tolist(), resent.tolist(),
-            strict=True,
-        ):  # fmt: skip
-            totals = groups.setdefault((r, d), [0] * 7)
-            totals[0] += b
-            totals[1] += p
-            if again:
-                totals[2] += b
-                totals[3] += p
+        return self._groups(entering, resent, left, waited)
+
+    def _groups(
+        self, entering: np.ndarray, resent: np.ndarray, left: np.ndarray, waited: np.ndarray
+    ) -> tuple[Traffic, ...]:
+        """Per (side, destination), vectorised: what entered and what of it was resent,
+        what left BR1 (``left``, with ``waited`` its sojourns, in time order) and the last
+        of those sojourns."""
+        entering_keys, left_keys = _group_keys(entering), _group_keys(left)
+        keys = np.unique(np.concatenate([entering_keys, left_keys]))
+        into, out = np.searchsorted(keys, entering_keys), np.searchsorted(keys, left_keys)
+        size, segments = entering["ip_bytes"].astype(np.int64), entering["segments"]
+        left_segments = left["segments"].astype(np.int64)
+
+        def total(where: np.ndarray, values: np.ndarray) -> list[int]:
+            # exact: float64 holds these integer sums (far below 2^53) without rounding
+            sums = np.bincount(where, weights=values, minlength=keys.shape[0])
+            return [int(v) for v in sums]
+
+        columns = (
+            total(into, size), total(into, segments),
+            total(into, size * resent), total(into, segments * resent),
+            total(out, left["ip_bytes"]), total(out, left_segments),
+            total(out, waited * left_segments),
+        )  # fmt: skip
+        last = np.zeros(keys.shape[0], dtype=np.int64)
+        if out.shape[0]:  # the last frame of a group to leave gives its register
+            groups, from_end = np.unique(out[::-1], return_index=True)
+            last[groups] = waited[::-1][from_end]
         w = self.wiring
         return tuple(
             Traffic(
-                port=w.dtn_port if r == ROLE_DTN_IN else w.campus_port,
-                destination=address(d),
-                bytes=totals[0],
-                packets=totals[1],
-                queuing_delay_ns=last_sojourn.get((r, d), 0),
-                retrans_bytes=totals[2],
-                retrans_packets=totals[3],
-                egress_bytes=totals[4],
-                egress_packets=totals[5],
-                queuing_delay_sum_ns=totals[6],
+                port=w.dtn_port if key >> 32 == ROLE_DTN_IN else w.campus_port,
+                destination=address(key & 0xFFFFFFFF),
+                bytes=columns[0][k],
+                packets=columns[1][k],
+                queuing_delay_ns=int(last[k]),
+                retrans_bytes=columns[2][k],
+                retrans_packets=columns[3][k],
+                egress_bytes=columns[4][k],
+                egress_packets=columns[5][k],
+                queuing_delay_sum_ns=columns[6][k],
             )
-            for (r, d), totals in sorted(groups.items())
+            for k, key in enumerate(keys.tolist())
         )
+
+
+def _group_keys(frames: np.ndarray) -> np.ndarray:
+    """(side, destination) of a frame as one 64-bit key that sorts as the pair does."""
+    return (frames["role"].astype(np.uint64) << np.uint64(32)) | frames["daddr"].astype(np.uint64)
 
 
 def _frame_keys(frames: np.ndarray) -> np.ndarray:

@@ -23,62 +23,37 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
-from tests.netns import veth_netns
+from tests.netns import shaped_port, udp_burst, veth_netns
 
 from scidmz.control.buffer_actuators import TcBufferActuator
 
 RESULTS = Path(__file__).parent / "results" / "buffer_change.md"
-NEW_LIMIT = 20_000
 
 
 def tc(netns: str, *args: str) -> None:
-    subprocess.run(["tc", "-n", netns, *args], check=True, capture_output=True)
+    """``tc qdisc ARGS`` in ``netns``."""
+    subprocess.run(["tc", "-n", netns, "qdisc", *args], check=True, capture_output=True)
 
 
-def build(netns: str) -> None:
-    for command in (
-        ["addr", "replace", "10.99.0.1/24", "dev", "bn0"],
-        ["link", "set", "bn0p", "up"],
-        ["neigh", "replace", "10.99.0.2", "lladdr", "02:00:00:00:00:02", "nud", "permanent",
-         "dev", "bn0"],
-    ):  # fmt: skip
-        subprocess.run(["ip", "-n", netns, *command], check=True, capture_output=True)
-    # the last repeat's qdiscs, if any: none the first time
-    subprocess.run(
-        ["tc", "-n", netns, "qdisc", "del", "dev", "bn0", "root"], check=False, capture_output=True
-    )
-    tc(netns, "qdisc", "add", "dev", "bn0", "root", "handle", "1:", "tbf", "rate", "1mbit",
-       "burst", "1600", "limit", "200000")  # fmt: skip
-    tc(netns, "qdisc", "add", "dev", "bn0", "parent", "1:1", "handle", "10:", "bfifo",
-       "limit", "200000")  # fmt: skip
-
-
-def fill(netns: str) -> None:
-    script = (
-        "import socket\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
-        "for _ in range(150): s.sendto(b'x' * 1400, ('10.99.0.2', 9))\n"
-    )
-    subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", script], check=True)
+NEW_LIMIT = 20_000
 
 
 async def one(netns: str, method: str) -> tuple[int, int, int, float]:
     """(backlog before, backlog after, limit read back, seconds the change took)."""
-    build(netns)
+    shaped_port(netns, "bn0")
     probe = await TcBufferActuator.open("bn0", netns)
     try:
-        fill(netns)
+        udp_burst(netns)
         before = await probe.backlog_bytes() or 0
         start = time.perf_counter()
         if method == "bfifo limit (TcBufferActuator)":
             await probe.apply(NEW_LIMIT)
         elif method == "parent tbf limit":
-            tc(netns, "qdisc", "change", "dev", "bn0", "root", "handle", "1:", "tbf", "rate",
-               "1mbit", "burst", "1600", "limit", str(NEW_LIMIT))  # fmt: skip
+            tc(netns, "change", "dev", "bn0", "root", "handle", "1:", "tbf", "rate", "1mbit",
+               "burst", "1600", "limit", str(NEW_LIMIT))  # fmt: skip
         else:
-            tc(netns, "qdisc", "replace", "dev", "bn0", "parent", "1:1", "handle", "20:",
-               "bfifo", "limit", str(NEW_LIMIT))  # fmt: skip
+            tc(netns, "replace", "dev", "bn0", "parent", "1:1", "handle", "20:", "bfifo",
+               "limit", str(NEW_LIMIT))  # fmt: skip
         took = time.perf_counter() - start
         after = await probe.backlog_bytes() or 0
         limit = int(await probe.current() or 0)

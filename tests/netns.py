@@ -24,3 +24,42 @@ def veth_netns(interface: str) -> Iterator[str]:
         yield name
     finally:
         ip("netns", "del", name)
+
+
+BURST_PEER = "10.99.0.2"
+
+
+def shaped_port(netns: str, interface: str, limit_bytes: int = 200_000) -> None:
+    """``interface`` as the lab's border port: a 1 Mbit/s tbf with a bfifo child (handle
+    10:) of ``limit_bytes``, addressed, its peer up and a permanent neighbour (so nothing
+    waits on ARP). Replaces what a previous call left."""
+    for command in (
+        ["addr", "replace", "10.99.0.1/24", "dev", interface],
+        ["link", "set", f"{interface}p", "up"],
+        ["neigh", "replace", BURST_PEER, "lladdr", "02:00:00:00:00:02", "nud", "permanent",
+         "dev", interface],
+    ):  # fmt: skip
+        ip("-n", netns, *command)
+    subprocess.run(  # a previous call's qdiscs, if any
+        ["tc", "-n", netns, "qdisc", "del", "dev", interface, "root"],
+        check=False, capture_output=True,
+    )  # fmt: skip
+    for args in (
+        ["root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "1600", "limit", "200000"],
+        ["parent", "1:1", "handle", "10:", "bfifo", "limit", str(limit_bytes)],
+    ):
+        subprocess.run(
+            ["tc", "-n", netns, "qdisc", "add", "dev", interface, *args],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+
+def udp_burst(netns: str, packets: int = 150) -> None:
+    """``packets`` datagrams of 1,400 bytes at once towards the shaped port's peer."""
+    script = (
+        "import socket\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
+        f"for _ in range({packets}): s.sendto(b'x' * 1400, ('{BURST_PEER}', 9))\n"
+    )
+    subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", script], check=True)

@@ -16,7 +16,8 @@ from scidmz.control.buffer_actuators import (
     TcBufferActuator,
     find_buffer_fifo,
 )
-from tests.netns import veth_netns
+from tests.netns import shaped_port as netns_port
+from tests.netns import udp_burst, veth_netns
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
@@ -60,36 +61,11 @@ def _tc(netns, *args):
     subprocess.run(["tc", "-n", netns, *args], check=True, capture_output=True)
 
 
-def _fill(netns, packets=150):
-    """Queue ``packets`` UDP datagrams behind a 1 Mbit/s bucket (a permanent neighbour, so
-    nothing waits on ARP): more than 100 KB at once."""
-    for command in (
-        ["addr", "replace", "10.99.0.1/24", "dev", "bn0"],
-        ["link", "set", "bn0p", "up"],
-    ):
-        subprocess.run(["ip", "-n", netns, *command], check=True, capture_output=True)
-    subprocess.run(
-        ["ip", "-n", netns, "neigh", "replace", "10.99.0.2", "lladdr", "02:00:00:00:00:02",
-         "nud", "permanent", "dev", "bn0"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    script = (
-        "import socket\n"
-        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
-        f"for _ in range({packets}): s.sendto(b'x' * 1400, ('10.99.0.2', 9))\n"
-    )
-    subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", script], check=True)
-
-
 @pytest.fixture
 def shaped_port():
     """``bn0`` as the lab's border port: a 1 Mbit/s tbf with a bfifo child of 200 KB."""
     with veth_netns("bn0") as netns:
-        _tc(netns, "qdisc", "add", "dev", "bn0", "root", "handle", "1:", "tbf", "rate", "1mbit",
-            "burst", "1600", "limit", "200000")  # fmt: skip
-        _tc(netns, "qdisc", "add", "dev", "bn0", "parent", "1:1", "handle", "10:", "bfifo",
-            "limit", "200000")  # fmt: skip
+        netns_port(netns, "bn0")
         yield netns
 
 
@@ -99,12 +75,12 @@ def test_a_lower_limit_keeps_the_backlog_and_drops_arrivals_until_below_it(shape
         actuator = await TcBufferActuator.open("bn0", shaped_port)
         try:
             assert await actuator.current() == 200_000
-            _fill(shaped_port)
+            udp_burst(shaped_port)
             before = await actuator.backlog_bytes()
             assert await actuator.apply(20_000) == 20_000
             after = await actuator.backlog_bytes()
             limit = await actuator.current()
-            _fill(shaped_port, 10)  # arrivals above the limit are dropped
+            udp_burst(shaped_port, 10)  # arrivals above the limit are dropped
             refilled = await actuator.backlog_bytes()
         finally:
             await actuator.close()

@@ -27,6 +27,11 @@ Several ``--dataset`` recordings of the same matrix are one lab, their mean per 
 case: a single 60 s recording is noisy (``--against-lab`` shows by how much), and their mean
 is the better estimate of what real TCP does.
 
+``--by-buffer`` also counts the targets met per BR1 buffer: the twin's calibration at the
+buffers P4BS's search chooses between (`examples/lab/matrix-buffers.yaml`, 10, 30 and 50
+ms; the matrix above is at 100 ms), written to ``netsim_vs_lab_buffers.md`` (with
+``--against-lab``, ``lab_vs_lab_buffers.md``: the lab's own scatter at those buffers).
+
 Targets: rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
 window; losses per class within a factor of 1.5.
 """
@@ -288,13 +293,42 @@ def unrecorded(indexes: dict[Path, dict[str, dict[str, Any]]], name: str) -> str
     return None
 
 
+def case_buffer_ms(case: dict[str, Any]) -> float:
+    """BR1's drop-tail buffer of a case, in ms at its capacity (the scenario's default:
+    100 ms)."""
+    bottleneck = case["scenario"]["bottleneck"]
+    if bottleneck.get("buffer_bytes") is not None:
+        return float(bottleneck["buffer_bytes"]) * 8 / float(bottleneck["capacity_bps"]) * 1e3
+    buffer_s = bottleneck.get("buffer_s")
+    return (float(buffer_s) if buffer_s is not None else 0.1) * 1e3
+
+
+def group_label(group: str) -> str:
+    """A tally's column heading: every case, a DTN's congestion control, or a buffer."""
+    if group == "all":
+        return "met"
+    if group.endswith(" ms"):
+        return f"met ({group} buffer)"
+    return f"met ({group} DTN)"
+
+
+def group_order(groups: Sequence[str]) -> list[str]:
+    """'all', then the buffers from the smallest, then the DTNs' congestion controls."""
+    buffers = sorted((g for g in groups if g.endswith(" ms")), key=lambda g: float(g.split()[0]))
+    rest = sorted(g for g in groups if g != "all" and not g.endswith(" ms"))
+    return ["all", *buffers, *rest]
+
+
 def compare(
-    datasets: list[Path], other: Model, other_datasets: Sequence[Path] = ()
+    datasets: list[Path],
+    other: Model,
+    other_datasets: Sequence[Path] = (),
+    by_buffer: bool = False,
 ) -> tuple[list[str], dict[str, Counter[str]]]:
     """Every case of the recordings (the lab: their mean, ``mean_run``) against
     ``other`` (when it is other recordings, ``other_datasets``: a case missing from any
     recording is reported and not compared): the report's tables and the counts of
-    targets met."""
+    targets met, in all, per DTN congestion control and (``by_buffer``) per BR1 buffer."""
     lines: list[str] = []
     counts: dict[str, Counter[str]] = defaultdict(Counter)
     indexes = {dataset: _cases(dataset) for dataset in [*datasets, *other_datasets]}
@@ -305,7 +339,9 @@ def compare(
             lines.append(f"\n### {name}: not recorded ({missing})\n")
             continue
         case = json.loads((datasets[0] / name / "case.json").read_text())
-        tally = (counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])])
+        tally = [counts["all"], counts[str(case["scenario"]["dtn"]["congestion_control"])]]
+        if by_buffer:
+            tally.append(counts[f"{case_buffer_ms(case):g} ms"])
         lab = lab_model(name, case)
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
@@ -404,6 +440,11 @@ def main() -> int:
         action="store_true",
         help="Start each class when the lab's iperf3 did ((3 + flows) base RTTs).",
     )
+    parser.add_argument(
+        "--by-buffer",
+        action="store_true",
+        help="Also count the targets met per BR1 buffer (examples/lab/matrix-buffers.yaml).",
+    )
     parser.add_argument("--write", action="store_true")
     parser.add_argument(
         "--out", type=Path, help="Where --write puts the report (default: by the options)."
@@ -422,8 +463,8 @@ def main() -> int:
             print(f"{dataset}: no index.json; record one with `scidmz lab record`")
             return 2
     model = recorded(others) if others else simulated(args.seeds, variant)
-    body, counts = compare(datasets, model, others)
-    groups = ["all", *sorted(k for k in counts if k != "all")]
+    body, counts = compare(datasets, model, others, args.by_buffer)
+    groups = group_order(list(counts))
 
     def met(key: str, of: str) -> str:
         return " | ".join(f"{counts[g][key]} / {counts[g][of]}" for g in groups)
@@ -456,9 +497,7 @@ def main() -> int:
     summary = [
         *heading,
         "",
-        "| target | "
-        + " | ".join(f"met ({g} DTN)" if g != "all" else "met" for g in groups)
-        + " |",
+        "| target | " + " | ".join(group_label(g) for g in groups) + " |",
         "|---|" + "---:|" * len(groups),
         f"| DTN rate within 10 % or 5 Mb/s, per window | {met('dtn', 'windows')} |",
         f"| campus rate within 10 % or 5 Mb/s, per window | {met('campus', 'windows')} |",
@@ -470,6 +509,8 @@ def main() -> int:
     print(report)
     if args.write:
         target = args.out or (LAB_VS_LAB if others else results_path(variant, len(datasets)))
+        if args.by_buffer and args.out is None:
+            target = target.with_name(f"{target.stem}_buffers.md")
         target.write_text(report)
         print(f"wrote {target}")
     return 0

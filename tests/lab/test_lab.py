@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from scidmz.api.buffer import BufferActuatorSpec, BufferSpec, BufferTc
 from scidmz.api.link import Limits
 from scidmz.api.loop_file import LoopFile
 from scidmz.cli import app
 from scidmz.control.actuators import TcActuator
+from scidmz.control.buffer_actuators import TcBufferActuator
 from scidmz.lab import runner, topology
 from scidmz.lab.runner import Lab
 from scidmz.lab.topology import LabError
@@ -163,6 +165,39 @@ def test_a_new_target_reaches_the_running_controller_on_real_tcp(lab: Lab, tmp_p
     assert {u[t] for t in range(10, 14) if t in u} == {50e6}
     assert summary["target_rate_bps"] == pytest.approx((2 * 60e6 + 7 * 50e6) / 9)
     assert "R* 50000000 bit/s" in (tmp_path / "logs" / "controller.log").read_text()
+
+
+def _br1_buffer_bytes() -> float | None:
+    async def read() -> float | None:
+        actuator = await TcBufferActuator.open(topology.BOTTLENECK[1], topology.BOTTLENECK[0])
+        try:
+            return await actuator.current()
+        finally:
+            await actuator.close()
+
+    return asyncio.run(read())
+
+
+def test_the_controller_sizes_br1s_buffer_on_real_tcp(lab: Lab, tmp_path: Path) -> None:
+    """``spec.buffer`` (tc) on the lab: the controller, whose campus shaper is in the
+    shaper's namespace, changes the limit of BR1's bfifo in the border's (--buffer-netns):
+    its default first, then the search's trials, which the samples report; on stop the
+    default is back on BR1."""
+    from scidmz.lab.loop import run_loop
+
+    buffer = BufferSpec(
+        actuator=BufferActuatorSpec(type="tc", tc=BufferTc(node_name="lab", interface="bn")),
+        default="30ms", settle="1s", measure="1s", utilisation_gate=0.5,
+    )  # fmt: skip
+    before = _br1_buffer_bytes()
+    run_loop(_trivial_100m().with_link(buffer=buffer), lab, 16.0, tmp_path, warmup_s=4.0)
+    rows = list(csv.DictReader((tmp_path / "samples.csv").open()))
+    in_force = [round(float(r["buffer_s"]), 4) for r in rows if r["buffer_s"]]
+    assert in_force and in_force[0] == 0.030, in_force
+    assert len(set(in_force)) >= 2, f"no trial moved the buffer: {in_force}"
+    assert before == 0.050 * 100e6 / 8  # the scenario's 50 ms
+    assert _br1_buffer_bytes() == 0.030 * 100e6 / 8  # the default, restored on stop
+    assert "buffer search" in (tmp_path / "logs" / "controller.log").read_text()
 
 
 def test_lowering_the_campus_shaper_never_wedges_it(lab: Lab, tmp_path: Path) -> None:

@@ -159,3 +159,26 @@ def test_a_variant_changes_the_twin_it_runs(bench: ModuleType) -> None:
     # PRR changes what senders do in loss recovery, so the twin's seconds differ
     recovering = bench.sim_rows(case, 1, bench.Variant(prr=True))
     assert [r["campus_rate_bps"] for r in recovering] != [r["campus_rate_bps"] for r in shipped]
+
+
+def test_the_targets_are_counted_per_buffer_when_asked(bench, tmp_path):
+    dataset = _dataset(tmp_path / "ten", True)
+    case_path = dataset / "case-a" / "case.json"
+    case = json.loads(case_path.read_text())
+    case["scenario"]["bottleneck"]["buffer_s"] = 0.010
+    case_path.write_text(json.dumps(case))
+    assert bench.case_buffer_ms(case) == pytest.approx(10.0)
+    # the scenario's default, and a buffer given in bytes (375 kB at 300 Mb/s = 10 ms)
+    assert bench.case_buffer_ms({"scenario": {"bottleneck": {"capacity_bps": 3e8}}}) == 100.0
+    in_bytes = {"scenario": {"bottleneck": {"capacity_bps": 3e8, "buffer_bytes": 375e3}}}
+    assert bench.case_buffer_ms(in_bytes) == pytest.approx(10.0)
+    _, plain = bench.compare([dataset], bench.recorded([dataset]))
+    assert "10 ms" not in plain
+    _, counts = bench.compare([dataset], bench.recorded([dataset]), by_buffer=True)
+    assert counts["10 ms"]["windows"] == counts["all"]["windows"] == 2
+    assert bench.group_order(["bbr", "50 ms", "all", "10 ms", "cubic"]) == [
+        "all", "10 ms", "50 ms", "bbr", "cubic",
+    ]  # fmt: skip
+    assert [bench.group_label(g) for g in ("all", "10 ms", "bbr")] == [
+        "met", "met (10 ms buffer)", "met (bbr DTN)",
+    ]  # fmt: skip

@@ -51,7 +51,7 @@ class Clock:
         return self.now
 
 
-def _sample(sequence: int, buffer_s: float, stale: bool = False):
+def _sample(sequence: int, buffer_s: float, stale: bool = False, campus_mbps: float = 390):
     """A full link whose queue fills the buffer in force and whose loss falls with it."""
     signals = PathSignals(
         dtn_retransmission_ratio=0.03 * math.exp(-buffer_s / 0.015),
@@ -62,7 +62,7 @@ def _sample(sequence: int, buffer_s: float, stale: bool = False):
         long_flows=100.0,
     )
     state = NetworkState(
-        600 * MBPS, 390 * MBPS, 0.1 + 0.9 * buffer_s, 0.01 + 0.9 * buffer_s, 0.9 * buffer_s,
+        600 * MBPS, campus_mbps * MBPS, 0.1 + 0.9 * buffer_s, 0.01 + 0.9 * buffer_s, 0.9 * buffer_s,
         0.9 * buffer_s, 108, 0.0, signals,
     )  # fmt: skip
     return to_message(state, sequence, 0.0, 1.0, stale, "p")
@@ -100,6 +100,27 @@ def test_the_controller_starts_at_the_default_buffer_then_searches_and_holds():
     assert value(names.BUFFER_PHASE, {"link": "p", "phase": "hold"}) == 1
     assert value(names.BUFFER_TRIALS, {"link": "p", "feasible": "true"}) >= 3
     assert value(names.BUFFER_OBJECTIVE, {"link": "p"}) == pytest.approx(state.best_objective)
+
+
+@pytest.mark.parametrize(("campus_mbps", "searched"), [(357.0, True), (300.0, False)])
+def test_the_gate_opens_on_a_full_link_as_the_tap_reads_it(campus_mbps, searched):
+    """The lab's taps read a full 1 Gb/s link as ~957 Mb/s (TCP payload and the headers of
+    GRO aggregates; B counts frames): judged against B, the 98 % gate never opened there.
+    It is judged against B's payload share (1448/1514): open at 957 Mb/s, shut at 900."""
+
+    async def main():
+        actuator = DryRunBufferActuator()
+        controller, clock = _controller(actuator)
+        await controller.adopt_rates_in_force()
+        for sequence in range(1, 4):
+            clock.now += 1.0
+            await controller.on_sample(_sample(sequence, 0.1, campus_mbps=campus_mbps))
+        return controller, actuator
+
+    controller, actuator = asyncio.run(main())
+    assert controller.buffer is not None
+    assert (controller.buffer.tuner.phase != "idle") is searched
+    assert (len(actuator.applied) > 1) is searched  # one BDP set after the default
 
 
 def test_stale_samples_move_nothing_and_the_failsafe_sets_the_default_buffer():

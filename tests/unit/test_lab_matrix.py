@@ -28,6 +28,17 @@ def test_the_shipped_matrix_covers_the_issue(tmp_path: Path) -> None:
     assert steps == [(0.0, 300e6), (20.0, 150e6), (40.0, 60e6)]
 
 
+def test_the_buffer_matrix_records_each_kind_of_case_at_each_small_buffer() -> None:
+    _, scenarios = load_matrix(REPO / "examples" / "lab" / "matrix-buffers.yaml")
+    by_buffer: dict[float, set[tuple[str, float]]] = {}
+    for s in scenarios.values():
+        buffer_ms = round(s.bottleneck.buffer_size_bytes * 8 / s.bottleneck.capacity_bps * 1e3)
+        kind = (s.dtn.congestion_control, s.bottleneck.capacity_bps)
+        by_buffer.setdefault(buffer_ms, set()).add(kind)
+    expected = {("cubic", 300e6), ("bbr", 300e6), ("cubic", 1e9)}
+    assert by_buffer == {10: expected, 30: expected, 50: expected}
+
+
 @pytest.mark.parametrize(
     ("case", "message"),
     [

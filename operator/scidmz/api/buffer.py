@@ -148,7 +148,12 @@ class BufferSpec(ApiModel):
         default=1e-3, ge=0, le=1, description="Stop the search below this expected improvement."
     )
     utilisation_gate: float = Field(
-        default=0.98, gt=0, le=1, description="Search only while the link is this full."
+        default=0.98,
+        gt=0,
+        le=1,
+        description="Search only while the link is this full: the measured DTN and campus "
+        "rates over B's payload share (1448/1514; B counts frames, the rates what the tap "
+        "sees of them).",
     )
     change_detector: ChangeDetectorSpec = Field(
         default_factory=ChangeDetectorSpec, description="Restarts the search from HOLD."

@@ -126,6 +126,14 @@ def controller(
     netns: Annotated[
         str | None, typer.Option(help="Network namespace of the tc actuator's interface.")
     ] = None,
+    buffer_netns: Annotated[
+        str | None,
+        typer.Option(
+            help="Network namespace of the tc buffer actuator's interface (default: --netns). "
+            "On a node both interfaces are the node's; the lab keeps BR1 and the campus "
+            "shaper in two namespaces."
+        ),
+    ] = None,
     switch_tls_dir: Annotated[
         Path,
         typer.Option(
@@ -185,7 +193,9 @@ def controller(
         try:
             actuator = await open_actuator(runtime, netns, switch_tls_dir)
             dtn_actuator = await open_dtn_actuator(runtime, switch_tls_dir)
-            buffer_actuator = await open_buffer_actuator(runtime, netns, switch_tls_dir)
+            buffer_actuator = await open_buffer_actuator(
+                runtime, buffer_netns or netns, switch_tls_dir
+            )
         except ConfigError as error:
             return str(error)
         process = ControllerProcess(

@@ -49,7 +49,7 @@ SAMPLE_COLUMNS = (
     "dtn_queuing_delay_s", "campus_queuing_delay_s", "active_flows",
     "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
     "dtn_retransmission_ratio", "campus_retransmission_ratio", "bottleneck_loss_ratio",
-    "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows",
+    "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows", "buffer_s",
 )  # fmt: skip
 
 
@@ -66,8 +66,9 @@ def load_loop(path: Path, strategy: str | None = None) -> LoopFile:
 
 def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: str) -> RuntimeConfig:
     """The operator's rendering of the loop, pointed at the lab: the local target, the
-    lab's campus tbf, and (for a tc DTN cap) the lab's DTN shaper agent. The processes
-    share one host here: plaintext, as the lab's own namespaces are the network."""
+    lab's campus tbf, (for a tc DTN cap) the lab's DTN shaper agent, and (for a tc
+    ``spec.buffer``) BR1's bfifo on ``bn``. The processes share one host here: plaintext,
+    as the lab's own namespaces are the network."""
     rendered = loop.config(collector, shaper)
     problems = []
     scenario = lab.scenario
@@ -85,6 +86,10 @@ def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: st
         rendered.actuator.dtn and rendered.actuator.dtn.type == "sim"
     ):
         problems.append("spec.actuator: the lab has no simulator to actuate: use tc or dryRun")
+    if rendered.buffer is not None and rendered.buffer.actuator_type == "sim":
+        problems.append(
+            "spec.buffer.actuator: the lab has no simulator to actuate: use tc or dryRun"
+        )
     if problems:
         raise LabError("the loop does not fit the lab:\n  " + "\n  ".join(problems))
     actuator = rendered.actuator
@@ -95,10 +100,14 @@ def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: st
             update={"tc_interface": topology.DTN_CAP[1], "address": shaper}
         )
         actuator = actuator.model_copy(update={"dtn": dtn})
+    buffer = rendered.buffer
+    if buffer is not None and buffer.actuator_type == "tc":
+        buffer = buffer.model_copy(update={"tc_interface": topology.BOTTLENECK[1]})
     return rendered.model_copy(
         update={
             "switch": rendered.switch.model_copy(update={"address": switch}),
             "actuator": actuator,
+            "buffer": buffer,
         }
     )
 
@@ -187,7 +196,7 @@ def start_loop(
         )  # fmt: skip
     loop.scidmz(
         "controller", "controller", "--config", str(path), "--http-port", str(ports["controller"]),
-        "--netns", topology.CAMPUS_SHAPER[0],
+        "--netns", topology.CAMPUS_SHAPER[0], "--buffer-netns", topology.BOTTLENECK[0],
     )  # fmt: skip
     prometheus = shutil.which("prometheus")
     if prometheus is not None:
@@ -236,6 +245,7 @@ def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None
     row["campus_rate_limit_bps"] = state.campus_rate_limit_bps
     row["dtn_rate_limit_bps"] = state.dtn_rate_limit_bps
     row["failsafe"] = state.failsafe_active
+    row["buffer_s"] = state.buffer.buffer_s if state.buffer is not None else None
     return row
 
 

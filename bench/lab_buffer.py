@@ -1,0 +1,230 @@
+"""P4BS's buffer search against fixed buffers on real TCP, beside the twin.
+
+    sudo .venv/bin/python bench/lab_buffer.py [--runs 3] [--arms 100ms,p4bs,bdp,...] [--write]
+    .venv/bin/python bench/lab_buffer.py --from-csv bench/results/lab_buffer/episodes.csv
+
+The buffer bench's Cubic episode at N = 100 (`scidmz bench buffer`,
+`scidmz.learn.buffer_bench`) on the lab: B = 1 Gb/s, 100 Cubic campus flows (10 ms), a
+Cubic DTN (8 streams, 100 ms) sending 10 GB at R* = 600 Mb/s, the rate loop on `pi`. The
+fixed arms (BDP, Stanford, Tiny, Bloated 200 ms, the 100 ms baseline) set the limit of the
+bfifo under the lab's bottleneck tbf before the run (`TcBufferActuator`, the change the
+search makes); `p4bs` runs `examples/lab/cubic-1G-buffer.yaml`, whose controller searches
+and sets that bfifo itself (`spec.buffer`, tc). Each run records ``LIMIT_S`` of traffic.
+
+Per run, over the transfer after a 20 s warm-up, the twin's figures
+(`scidmz.learn.buffer_lab`): f̄ (eq. 2 on the collector's loss and mean queuing delay),
+the loss (method 1), the campus's mean queuing delay (collector), the DTN's MRAE and the
+FCT (kernel: TCP_INFO's acknowledged bytes), the mean buffer in force. The twin runs the
+same arms on seeds 1..runs. "Same direction" compares, for each fixed arm, the sign of
+P4BS minus the arm on f̄ and on the campus queuing delay, lab against twin.
+
+Needs root and ~runs × arms × 3.1 minutes (~56 min for 3 × 6); run it alone. Episodes go to
+``--out``/episodes.csv as each run ends (``--from-csv`` renders a partial or whole set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from lab_control import transferring
+from scidmz.control.buffer_actuators import TcBufferActuator
+from scidmz.control.quality import finite_mean
+from scidmz.lab import runner, topology
+from scidmz.lab.loop import load_loop, run_loop
+from scidmz.lab.scenario import lab_scenario
+from scidmz.learn.buffer_bench import (
+    ARMS,
+    WARMUP,
+    BufferEpisode,
+    episodes_csv,
+    fixed_buffer_s,
+    parse_episodes,
+    run_all,
+)
+from scidmz.learn.buffer_lab import lab_episode
+from scidmz.learn.buffer_report import p4bs_best
+
+EXAMPLES = Path(__file__).parents[1] / "examples" / "lab"
+FIXED_POLICY = EXAMPLES / "cubic-1G.yaml"
+SEARCH_POLICY = EXAMPLES / "cubic-1G-buffer.yaml"
+RESULTS = Path(__file__).parent / "results" / "lab_buffer"
+LOAD = 100
+LIMIT_S = 170.0
+"""Traffic per run: the 10 GB take ~135 s at R*; an arm slower than this is 'unfinished'."""
+LAB_ORDER = ("100ms", "p4bs", "bdp", "stanford", "bloated", "tiny")
+FIGURES = (
+    ("objective", "f̄", "{:.3f}"),
+    ("loss", "loss", "{:.2%}"),
+    ("campus_qd_ms", "campus QD ms", "{:.1f}"),
+    ("dtn_mrae", "DTN MRAE", "{:.2%}"),
+    ("fct_s", "FCT s", "{:.1f}"),
+    ("buffer_ms", "buffer ms", "{:.1f}"),
+)
+
+
+async def set_lab_buffer(buffer_s: float, capacity_bps: float) -> float:
+    """BR1's bfifo limit, as the search would set it; returns the bytes in force."""
+    actuator = await TcBufferActuator.open(topology.BOTTLENECK[1], topology.BOTTLENECK[0])
+    try:
+        return await actuator.apply(buffer_s * capacity_bps / 8)
+    finally:
+        await actuator.close()
+
+
+def run_lab(arms: Sequence[str], runs: int, out: Path) -> list[BufferEpisode]:
+    scenario = lab_scenario(
+        None,
+        {
+            "bottleneck.capacity_bps": "1Gbps",
+            "dtn.congestion_control": "cubic",
+            "campus.long_flows": LOAD,
+        },
+    )
+    capacity = scenario.bottleneck.capacity_bps
+    episodes: list[BufferEpisode] = []
+    csv_path = out / "episodes.csv"
+    out.mkdir(parents=True, exist_ok=True)
+    runner.down()
+    lab = runner.up(scenario, progress=print)
+    try:
+        for run in range(1, runs + 1):
+            for arm in [a for a in LAB_ORDER if a in arms]:
+                fixed = None if arm == "p4bs" else fixed_buffer_s(arm, LOAD, capacity)
+                in_force = asyncio.run(
+                    set_lab_buffer(fixed if fixed is not None else 0.1, capacity)
+                )
+                print(f"[run {run}] {arm}: bfifo limit {in_force / 1e3:.0f} KB", flush=True)
+                where = out / f"{arm}-{run}"
+                summary = run_loop(
+                    load_loop(SEARCH_POLICY if arm == "p4bs" else FIXED_POLICY, "pi"),
+                    transferring(lab), LIMIT_S, where, warmup_s=WARMUP,
+                )  # fmt: skip
+                with (where / "samples.csv").open() as handle:
+                    samples = list(csv.DictReader(handle))
+                episode = lab_episode(arm, run, samples, summary, WARMUP, LIMIT_S, fixed)
+                episodes.append(episode)
+                csv_path.write_text(episodes_csv(episodes))
+                print(
+                    f"[run {run}] {arm}: f̄ {episode.objective:.3f}, loss {episode.loss:.2%}, "
+                    f"campus QD {episode.campus_qd_ms:.1f} ms, MRAE {episode.dtn_mrae:.2%}, "
+                    f"FCT {episode.fct_s:.1f} s, buffer {episode.buffer_ms:.1f} ms",
+                    flush=True,
+                )
+    finally:
+        runner.down()
+    return episodes
+
+
+def _stats(values: Sequence[float], form: str) -> str:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return "unfinished" if values else "—"
+    text = form.format(statistics.mean(finite))
+    if len(finite) > 1:
+        text += " ± " + form.format(statistics.stdev(finite))
+    if len(finite) < len(values):
+        text += f" ({len(values) - len(finite)} unfinished)"
+    return text
+
+
+def _of(episodes: Sequence[BufferEpisode], arm: str, field: str) -> list[float]:
+    return [float(getattr(e, field)) for e in episodes if e.arm == arm]
+
+
+def direction(lab: Sequence[BufferEpisode], twin: Sequence[BufferEpisode], arm: str) -> str:
+    """Whether P4BS minus ``arm`` has the same sign on the lab and on the twin, for f̄ and
+    for the campus's queuing delay (means over runs and seeds)."""
+    verdicts = []
+    for field, name in (("objective", "f̄"), ("campus_qd_ms", "campus QD")):
+        signs = []
+        for episodes in (lab, twin):
+            gap = finite_mean(_of(episodes, "p4bs", field)) - finite_mean(_of(episodes, arm, field))
+            signs.append(math.copysign(1.0, gap) if math.isfinite(gap) and gap != 0 else 0.0)
+        same = signs[0] == signs[1] and signs[0] != 0
+        word = {1.0: "higher", -1.0: "lower", 0.0: "equal"}
+        verdict = "same" if same else "DIFFERENT"
+        verdicts.append(f"{name}: lab {word[signs[0]]}, twin {word[signs[1]]} — {verdict}")
+    return "; ".join(verdicts)
+
+
+def render(lab: Sequence[BufferEpisode], twin: Sequence[BufferEpisode], command: str) -> str:
+    arms = [a for a in ARMS if any(e.arm == a for e in lab)]
+    runs = sorted({e.seed for e in lab})
+    lines = [
+        "# Buffer sizing on real TCP: P4BS against fixed buffers, beside the twin",
+        "",
+        f"`{command}`: the lab at 1 Gb/s, a 10 GB Cubic DTN transfer (8 streams, 100 ms) at "
+        f"R* = 600 Mb/s, {LOAD} Cubic campus flows (10 ms), the rate loop on `pi`; BR1 is "
+        "the lab's tbf with a bfifo child whose limit the arm (or P4BS's search, in the "
+        f"controller) sets. Runs {runs[0] if runs else '—'}–{runs[-1] if runs else '—'} on the "
+        "lab (mean ± sd), seeds 1–3 on the twin (`scidmz bench buffer --loads 100 --cca cubic "
+        f"--seeds 3`). Figures after a {WARMUP} s warm-up and over the transfer; f̄ and the "
+        "campus queuing delay from the collector's telemetry on both; MRAE and FCT from the "
+        f"kernel (lab) and the simulator (twin). A transfer unfinished in {LIMIT_S:.0f} s "
+        "is 'unfinished' (its other figures stand).",
+        "",
+        "| arm | " + " | ".join(f"{name}, lab | twin" for _, name, _ in FIGURES) + " |",
+        "|---|" + "---:|---:|" * len(FIGURES),
+    ]
+    for arm in arms:
+        cells = []
+        for field, _, form in FIGURES:
+            cells += [_stats(_of(lab, arm, field), form), _stats(_of(twin, arm, field), form)]
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    if "p4bs" in arms:
+        lines += ["", "## P4BS against each fixed arm: same direction as the twin?", ""]
+        lines += [f"- {arm}: {direction(lab, twin, arm)}" for arm in arms if arm != "p4bs"]
+        best = p4bs_best(lab).get(("cubic", LOAD), (0, 0))
+        base = finite_mean(_of(lab, "100ms", "dtn_mrae"))
+        p4bs = finite_mean(_of(lab, "p4bs", "dtn_mrae"))
+        lines += [
+            f"- P4BS best on f̄ (of every arm run) in {best[0]}/{best[1]} lab runs.",
+            f"- Campus queuing delay ≤ 30 ms with P4BS: "
+            f"{finite_mean(_of(lab, 'p4bs', 'campus_qd_ms')):.1f} ms; DTN MRAE over the 100 ms "
+            f"buffer: {(p4bs - base) * 100:+.2f} points (target ≤ +0.5).",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--arms", default=",".join(LAB_ORDER))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/scidmz-lab-buffer"))
+    parser.add_argument("--from-csv", type=Path, default=None, help="Render these lab episodes.")
+    parser.add_argument("--write", action="store_true", help=f"Write {RESULTS}/.")
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; choose from {', '.join(ARMS)}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    print(f"twin: {len(arms)} arms × {args.runs} seeds", flush=True)
+    twin = run_all(range(1, args.runs + 1), (LOAD,), ("cubic",), arms, progress=print)
+    if args.from_csv is not None:
+        lab = parse_episodes(args.from_csv.read_text())
+    else:
+        lab = run_lab(arms, args.runs, args.out)
+    command = f"python bench/lab_buffer.py --runs {args.runs} --arms {args.arms}"
+    report = render(lab, twin, command)
+    print(report)
+    if args.write:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "episodes.csv").write_text(episodes_csv(lab))
+        (RESULTS / "twin_episodes.csv").write_text(episodes_csv(twin))
+        (RESULTS / "report.md").write_text(report)
+        print(f"wrote {RESULTS}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

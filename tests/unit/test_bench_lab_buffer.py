@@ -1,0 +1,54 @@
+"""bench/lab_buffer.py's bookkeeping: the lab's runs beside the twin's seeds, and whether
+P4BS moves each figure the same way on both."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+
+from scidmz.learn.buffer_bench import BufferEpisode
+from tests.bench_scripts import load_bench
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    load_bench("lab_control")  # lab_buffer imports it as a sibling script
+    return load_bench("lab_buffer")
+
+
+def _episode(arm: str, seed: int, objective: float, qd_ms: float, fct_s: float = 135.0):
+    return BufferEpisode(
+        arm=arm, cca="cubic", load=100, seed=seed, objective=objective, loss=0.005,
+        campus_qd_ms=qd_ms, dtn_mrae=0.02, fct_s=fct_s, buffer_ms=30.0,
+    )  # fmt: skip
+
+
+def test_p4bs_against_each_arm_is_judged_by_the_sign_on_both(bench: ModuleType) -> None:
+    lab = [_episode("p4bs", s, -0.10, 20.0) for s in (1, 2)]
+    lab += [_episode("100ms", s, -0.20, 80.0) for s in (1, 2)]
+    lab += [_episode("bdp", s, -0.12, 15.0) for s in (1, 2)]
+    twin = [_episode("p4bs", 1, -0.15, 27.0), _episode("100ms", 1, -0.22, 79.0)]
+    twin += [_episode("bdp", 1, -0.12, 8.0)]
+    assert bench.direction(lab, twin, "100ms") == (
+        "f̄: lab higher, twin higher — same; campus QD: lab lower, twin lower — same"
+    )
+    # the twin's BDP beats P4BS on f̄ and its queue is shorter; the lab's is longer
+    assert bench.direction(lab, twin, "bdp") == (
+        "f̄: lab higher, twin lower — DIFFERENT; campus QD: lab higher, twin higher — same"
+    )
+    assert "P4BS best on f̄ (of every arm run) in 2/2 lab runs" in bench.render(lab, twin, "x")
+
+
+def test_the_report_shows_both_and_counts_unfinished_transfers(bench: ModuleType) -> None:
+    lab = [_episode("p4bs", 1, -0.10, 20.0), _episode("p4bs", 2, -0.12, 24.0)]
+    lab += [_episode("100ms", 1, -0.20, 80.0), _episode("tiny", 1, -0.30, 0.1, float("nan"))]
+    twin = [_episode("p4bs", 1, -0.15, 27.0), _episode("100ms", 1, -0.22, 79.0)]
+    twin += [_episode("tiny", 1, -0.23, 0.1, 237.5)]
+    report = bench.render(lab, twin, "python bench/lab_buffer.py --runs 2")
+    row = next(line for line in report.splitlines() if line.startswith("| p4bs |"))
+    assert "-0.110 ± 0.014" in row and "22.0 ± 2.8" in row
+    tiny = next(line for line in report.splitlines() if line.startswith("| tiny |"))
+    assert "unfinished" in tiny and "237.5" in tiny
+    assert "P4BS best on f̄ (of every arm run) in 1/1 lab runs" in report
+    assert "DTN MRAE over the 100 ms buffer: +0.00 points" in report

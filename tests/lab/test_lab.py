@@ -181,8 +181,9 @@ def _br1_buffer_bytes() -> float | None:
 def test_the_controller_sizes_br1s_buffer_on_real_tcp(lab: Lab, tmp_path: Path) -> None:
     """``spec.buffer`` (tc) on the lab: the controller, whose campus shaper is in the
     shaper's namespace, changes the limit of BR1's bfifo in the border's (--buffer-netns):
-    its default first, then the search's trials, which the samples report; on stop the
-    default is back on BR1."""
+    the search's trials, which the samples report; on stop the default is back on BR1.
+    (The default before the first decision is the unit tests': the first sample the lab
+    records may already be a trial's.)"""
     from scidmz.lab.loop import run_loop
 
     buffer = BufferSpec(
@@ -193,7 +194,6 @@ def test_the_controller_sizes_br1s_buffer_on_real_tcp(lab: Lab, tmp_path: Path) 
     run_loop(_trivial_100m().with_link(buffer=buffer), lab, 16.0, tmp_path, warmup_s=4.0)
     rows = list(csv.DictReader((tmp_path / "samples.csv").open()))
     in_force = [round(float(r["buffer_s"]), 4) for r in rows if r["buffer_s"]]
-    assert in_force and in_force[0] == 0.030, in_force
     assert len(set(in_force)) >= 2, f"no trial moved the buffer: {in_force}"
     assert before == 0.050 * 100e6 / 8  # the scenario's 50 ms
     assert _br1_buffer_bytes() == 0.030 * 100e6 / 8  # the default, restored on stop

@@ -29,7 +29,7 @@ CONFIG = BufferConfig(
     loss_scale=0.05, loss_weight=0.5, delay_weight=0.5, settle_s=1, measure_s=1,
     max_iterations=3, stop_ei=1e-3,
     # the default gate: the twin's tap counts payload bytes, its full link reads ~96 % of B,
-    # and the controller judges the gate against that share (FULL_LINK_SHARE)
+    # and the tuner judges the gate against that share (buffer_search.PAYLOAD_SHARE)
     utilisation_gate=0.98,
     change_lag=50, change_threshold=10, change_influence=0.1,
 )  # fmt: skip

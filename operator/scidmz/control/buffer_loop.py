@@ -19,12 +19,7 @@ from scidmz.api.runtime import BufferConfig, BufferReport
 from scidmz.contract.state import PathSignals, StateVector
 from scidmz.control.actuators import ActuatorError
 from scidmz.control.buffer_actuators import BufferActuator
-from scidmz.control.buffer_search import (
-    FULL_LINK_SHARE,
-    BufferTuner,
-    TunerSettings,
-    tuner_sample,
-)
+from scidmz.control.buffer_search import BufferTuner, TunerSettings, tuner_sample
 from scidmz.control.decision import Decision
 from scidmz.metrics import names
 
@@ -151,7 +146,7 @@ class BufferLoop:
         saturated = bool(decision and decision.output and decision.output.saturated)
         trials = len(self.tuner.trials)
         chosen = self.tuner.observe(
-            tuner_sample(state, signals, target_bps, self.capacity_bps * FULL_LINK_SHARE, saturated)
+            tuner_sample(state, signals, target_bps, self.capacity_bps, saturated)
         )
         if len(self.tuner.trials) > trials:  # a sample scores at most one trial
             feasible = self.tuner.trials[-1].feasible

@@ -152,7 +152,7 @@ class ZScore:
         return signal
 
 
-FULL_LINK_SHARE = 1448 / 1514
+PAYLOAD_SHARE = 1448 / 1514
 """What the collector's class rates sum to on a full link, as a share of B (ours; the
 utilisation gate is judged against it). B counts frames (a tbf, a router's port); the rates
 count what the tap sees of them: payload on the twin, IP bytes of GRO aggregates (one header
@@ -378,7 +378,8 @@ def tuner_sample(
     classes weighed by their rates; the SRTT behind "one BDP" as their rate-weighted RTT
     less each class's mean queuing delay (the path's own RTT: with the RTT as measured, a
     full 100 ms buffer made the first trial 154 ms on the twin); RTT_min as the smaller of
-    those two path RTTs."""
+    those two path RTTs; the utilisation as their rates over ``capacity_bps`` (B, in frames)
+    times ``PAYLOAD_SHARE``."""
     rates = (_zero(state.dtn_rate_bps), _zero(state.campus_rate_bps))
     total = sum(rates)
 
@@ -393,7 +394,7 @@ def tuner_sample(
     )
     finite_paths = [p for p in paths if math.isfinite(p)]
     return TunerSample(
-        utilisation=total / capacity_bps if capacity_bps > 0 else math.nan,
+        utilisation=total / (capacity_bps * PAYLOAD_SHARE) if capacity_bps > 0 else math.nan,
         loss=weighted(signals.dtn_retransmission_ratio, signals.campus_retransmission_ratio),
         mean_delay_s=weighted(
             signals.dtn_mean_queuing_delay_s, signals.campus_mean_queuing_delay_s

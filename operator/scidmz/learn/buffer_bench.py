@@ -130,9 +130,7 @@ def episode(arm: str, cca: str, load: int, seed: int, capacity_bps: float = 1e9)
                 return
             measured, signals = step.sample.measured, step.sample.signals
             sample = tuner_sample(
-                # the twin's tap counts payload bytes; a switch counts frames, which fill
-                # the link: utilisation is judged on the payload share of B
-                measured, signals, target, capacity_bps * sim_scenario.payload_fraction,
+                measured, signals, target, capacity_bps,
                 saturated=bool(step.decision and step.decision.output
                                and step.decision.output.saturated),
             )  # fmt: skip

@@ -85,7 +85,13 @@ def test_a_link_and_a_policy_make_one_loop_in_the_operators_namespace(operator, 
     assert "600Mbps" in kube.plane.kubectl("get", "borderlink", name).stdout
     # the audit trail: the decision on the policy, the rate plan on the link
     assert "Accepted" in _events(kube.plane, kube.namespace, "p")
-    wait_for(lambda: "RatePlanChanged" in _events(kube.plane, "default", name), 10, "event")
+    # the link's Events are the administrators': in the operator's namespace, regarding its
+    # ConfigMap, the link as their related object; none lands in `default`
+    wait_for(
+        lambda: "RatePlanChanged" in _events(kube.plane, OPERATOR_NAMESPACE, f"{name}-config"),
+        10, "event",
+    )  # fmt: skip
+    assert _events(kube.plane, "default", name) == []
     # kopf's bookkeeping lives on the link, under scidmz.io; the policy is never patched
     annotations = link["metadata"].get("annotations", {})
     assert "scidmz.io/last-handled-configuration" in annotations
@@ -179,9 +185,12 @@ def test_a_new_target_rate_reaches_the_running_pods_and_a_new_strategy_rolls_the
     assert _replicasets(links, name) == rs_before
     assert _pods(links, name, "controller") == [controller_pod]
 
-    # the administrators' strategy is what the controller is built around: both roll
+    # the administrators' strategy is what the controller is built around: it rolls, and
+    # the collector, which does not read it, does not
     links.apply(_link(links, "beta", controller={"strategy": "pi"}))
-    wait_for(lambda: len(_replicasets(links, name)) == len(rs_before) + 2, 10, "new ReplicaSets")
+    wait_for(lambda: len(_replicasets(links, name)) == len(rs_before) + 1, 10, "a new ReplicaSet")
+    collector = f"{name}-collector"
+    assert links.child("deployment", collector)["spec"]["template"] == templates[collector]
     wait_for(lambda: links.ready(name), 15, "Ready again after the roll")
 
 
@@ -337,7 +346,7 @@ def test_a_missing_pipeline_configmap_is_reported_not_applied(operator, kube, li
     )  # fmt: skip
     assert cond["status"] == "False" and f"{name}-p4" in cond["message"]
     assert links.condition(name, "Degraded")["status"] == "True"
-    assert "PipelineConfigMapNotFound" in _events(links.plane, "default", name)
+    assert "PipelineConfigMapNotFound" in _events(links.plane, OPERATOR_NAMESPACE, f"{name}-config")
     assert links.children(name)["deployment"] == []  # nothing partial
     # the policy is admitted, and says its link is not ready and why
     wait_for(lambda: (kube.condition("p", "Ready") or {}).get("reason") == "LinkNotReady", 10, "")

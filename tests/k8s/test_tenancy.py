@@ -11,6 +11,7 @@ import json
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -236,7 +237,7 @@ def test_first_come_first_served_and_the_next_one_when_the_first_goes(
     assert tenant.apply(_policy(name, "other-host", dtnHost="dtn-2")).returncode == 0
     wait_for(lambda: _accepted(kube, "same-host").get("reason") == "DtnHostInUse", 15, "in use")
     wait_for(lambda: _accepted(kube, "other-host").get("reason") == "DtnClassShared", 15, "shared")
-    assert f"{tenant.namespace}/first holds it" in _accepted(kube, "other-host")["message"]
+    assert "policy first of this namespace holds it" in _accepted(kube, "other-host")["message"]
     assert _accepted(kube, "first")["status"] == "True"  # a later one never displaces it
     kube.delete("dtp", "first")
     wait_for(lambda: _accepted(kube, "same-host").get("status") == "True", 15, "the next admitted")
@@ -297,3 +298,169 @@ def test_a_flood_of_policies_stops_at_the_administrators_quota(
     results = [tenant.apply(_policy(name, f"p{k}")) for k in range(8)]
     assert [r.returncode == 0 for r in results] == [True] * 5 + [False] * 3
     assert "exceeded quota" in results[5].stderr
+
+
+# ---- what one tenant can no longer do to another ---------------------------------------
+
+
+@pytest.fixture
+def rival(plane) -> Iterator[Tenant]:
+    """A second research group: its own namespace and ServiceAccount."""
+    name = f"r-{uuid.uuid4().hex[:8]}"
+    plane.kubectl("create", "namespace", name)
+    plane.kubectl("label", "namespace", name, "scidmz.io/tenant=true")
+    yield Tenant(plane, name)
+    plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _status(tenant: Tenant, name: str) -> dict:
+    got = tenant.plane.kubectl("get", "dtp", name, "-n", tenant.namespace, "-o", "json")
+    return json.loads(got.stdout).get("status") or {}
+
+
+def _reason(tenant: Tenant, name: str) -> str:
+    for condition in _status(tenant, name).get("conditions") or []:
+        if condition["type"] == "Accepted":
+            return f"{condition['status']}/{condition['reason']}"
+    return ""
+
+
+def _loop_targets(links, name: str) -> list[tuple[str, str]]:
+    config = links.child("configmap", f"{name}-config") or {"data": {"config.yaml": "{}"}}
+    rendered = yaml.safe_load(config["data"]["config.yaml"]) or {}
+    return [(p["namespace"], p["name"]) for p in rendered.get("policies") or []]
+
+
+def test_no_edit_of_a_kept_policy_pushes_an_admitted_one_out(
+    plane, operator, admission_policy, tenant, rival, links
+):
+    """The attack, in every order it used: the attacker keeps policies from before the
+    victim's (one naming a link that did not exist yet, one refused for quota), then edits
+    them onto the victim's link and host. The victim's policy stays admitted and its loop
+    unchanged; the attacker's learns only that someone holds the host."""
+    name = links.name("keep")
+    hosts = [{"name": "dtn-1", "receiverPrefix": "203.0.113.10/32"},
+             {"name": "dtn-2", "receiverPrefix": "203.0.113.20/32"}]  # fmt: skip
+    attacker, victim = tenant, rival
+    # kept from before: a policy for a link that does not exist yet ...
+    assert attacker.apply(_policy(links.name("not-yet"), "elsewhere")).returncode == 0
+    links.apply(link_object(name, dtnHosts=hosts))
+    wait_for(lambda: links.get(name), 10, "the link")
+    _admission_knows(attacker, name)
+    # ... and one refused for quota (950 Mb/s of the 900 Mb/s tenants' share)
+    assert attacker.apply(_policy(name, "greedy", targetRate="950Mbps")).returncode == 0
+    wait_for(lambda: _reason(attacker, "greedy") == "False/QuotaExceeded", 15, "QuotaExceeded")
+    time.sleep(1.1)  # creation times have a resolution of a second: the victim's is later
+    assert victim.apply(_policy(name, "victim")).returncode == 0
+    wait_for(lambda: _reason(victim, "victim") == "True/Accepted", 15, "the victim admitted")
+    admitted_at = _status(victim, "victim")["admission"]["admittedAt"]
+    assert _loop_targets(links, name) == [(victim.namespace, "victim")]
+
+    # 1. re-pointing a kept policy at the busy link or host: refused by the API server
+    for changes, field in (({"linkRef": {"name": name}}, "linkRef"),
+                           ({"dtnHost": "dtn-2"}, "dtnHost")):  # fmt: skip
+        kept = "elsewhere" if field == "linkRef" else "greedy"
+        patch = json.dumps({"spec": changes})
+        result = attacker.kubectl("patch", "dtp", kept, "-n", attacker.namespace,
+                                  "--type=merge", "-p", patch)  # fmt: skip
+        _refused_by_the_api_server(result, f"spec.{field} is immutable")
+    # 2. lowering the old refused one into the share: it queues behind the victim
+    lower = '{"spec": {"targetRate": "600Mbps"}}'
+    lowered = attacker.kubectl(
+        "patch", "dtp", "greedy", "-n", attacker.namespace, "--type=merge", "-p", lower
+    )
+    assert lowered.returncode == 0, lowered.stderr
+    wait_for(lambda: _reason(attacker, "greedy") == "False/DtnHostInUse", 15, "it waits")
+    message = next(c["message"] for c in _status(attacker, "greedy")["conditions"]
+                   if c["type"] == "Accepted")  # fmt: skip
+    assert "a policy of another namespace" in message
+    assert victim.namespace not in message and "victim" not in message
+    # 3. writing its own place: status is not the tenant's to write
+    forged = {"status": {"admission": {"link": name, "dtnHost": "dtn-1",
+                                       "queuedAt": "2000-01-01T00:00:00.000000Z",
+                                       "admittedAt": "2000-01-01T00:00:00.000000Z",
+                                       "admittedTarget": "600Mbps"}}}  # fmt: skip
+    result = attacker.kubectl(
+        "patch", "dtp", "greedy", "-n", attacker.namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps(forged),
+    )  # fmt: skip
+    _refused_by_the_api_server(result, "forbidden")
+    with_status = {**_policy(name, "greedy", targetRate="600Mbps"), **forged}
+    assert attacker.apply(with_status).returncode == 0  # status in a manifest is ignored
+    assert "2000-01-01" not in json.dumps(_status(attacker, "greedy"))
+    # after all that: the victim holds its place and its loop, unchanged
+    time.sleep(2)
+    assert _reason(victim, "victim") == "True/Accepted"
+    assert _status(victim, "victim")["admission"]["admittedAt"] == admitted_at
+    assert _loop_targets(links, name) == [(victim.namespace, "victim")]
+    victim_events = plane.kubectl("get", "events", "-n", victim.namespace, "-o", "json").stdout
+    assert attacker.namespace not in victim_events and "greedy" not in victim_events
+    # when the victim goes, the one that asked first (the lowered one) is next
+    victim.kubectl("delete", "dtp", "victim", "-n", victim.namespace)
+    wait_for(lambda: _reason(attacker, "greedy") == "True/Accepted", 15, "the next admitted")
+
+
+def test_a_raise_that_does_not_fit_keeps_the_admitted_target(
+    plane, operator, admission_policy, tenant, links
+):
+    name = links.name("raise")
+    links.apply(link_object(name))
+    assert tenant.apply(_policy(name)).returncode == 0
+    wait_for(lambda: _reason(tenant, "p") == "True/Accepted", 15, "admitted")
+
+    def loop_target() -> float:
+        config = links.child("configmap", f"{name}-config")
+        return yaml.safe_load(config["data"]["config.yaml"])["target_rate_bps"]
+
+    assert loop_target() == 600e6
+    assert tenant.apply(_policy(name, targetRate="950Mbps")).returncode == 0
+    wait_for(lambda: _reason(tenant, "p") == "True/TargetNotRaised", 15, "the raise refused")
+    status = _status(tenant, "p")
+    assert status["admission"]["admittedTarget"] == "600Mbps"
+    accepted = next(c for c in status["conditions"] if c["type"] == "Accepted")
+    assert "spec.targetRate: 950Mbps does not fit" in accepted["message"]
+    assert "the admitted target 600Mbps keeps running" in accepted["message"]
+    assert loop_target() == 600e6
+    # a target that fits is taken at once
+    assert tenant.apply(_policy(name, targetRate="500Mbps")).returncode == 0
+    wait_for(lambda: _reason(tenant, "p") == "True/Accepted", 15, "the lower target taken")
+    wait_for(lambda: loop_target() == 500e6, 10, "the loop at 500 Mb/s")
+
+
+def test_a_tenants_edits_roll_no_pod_and_leave_one_event_per_kind(
+    plane, operator, admission_policy, tenant, links
+):
+    """Congestion control and target are a tenant's to change, live: fifty edits roll no
+    workload of the loop, and their Events are aggregated, not one per edit."""
+    name = links.name("edits")
+    links.apply(link_object(name))
+    assert tenant.apply(_policy(name)).returncode == 0
+    wait_for(lambda: _reason(tenant, "p") == "True/Accepted", 15, "admitted")
+    templates = {}
+    for component in ("collector", "controller"):
+        deployment = wait_for(lambda c=component: links.child("deployment", f"{name}-{c}"), 15, "")
+        templates[component] = deployment["spec"]["template"]
+    config_before = links.child("configmap", f"{name}-config")["data"]["config.yaml"]
+    for k in range(50):
+        changes = {"congestionControl": "bbr" if k % 2 == 0 else "cubic",
+                   "targetRate": "500Mbps" if k % 2 == 0 else "600Mbps"}  # fmt: skip
+        assert tenant.apply(_policy(name, **changes)).returncode == 0
+    wait_for(
+        lambda: "dtn_congestion_control: cubic" in links.child("configmap", f"{name}-config")[
+            "data"]["config.yaml"] and _status(tenant, "p")["observedGeneration"] >= 51,
+        20, "the last edit taken",
+    )  # fmt: skip
+    assert links.child("configmap", f"{name}-config")["data"]["config.yaml"] == config_before
+    for component, template in templates.items():
+        deployment = links.child("deployment", f"{name}-{component}")
+        assert deployment["spec"]["template"] == template, component
+    listed = plane.kubectl(
+        "get", "events", "-n", OPERATOR_NAMESPACE, "-o", "json",
+        "--field-selector", f"involvedObject.name={name}-config,reason=RatePlanChanged",
+    ).stdout  # fmt: skip
+    plan_events = json.loads(listed)["items"]
+    # the first plan, then two alternating ones: three objects at most, whatever the edits
+    assert 1 <= len(plan_events) <= 3, [e["message"] for e in plan_events]
+    tenant_events = json.loads(plane.kubectl("get", "events", "-n", tenant.namespace,
+                                             "-o", "json").stdout)["items"]  # fmt: skip
+    assert len(tenant_events) <= 2

@@ -18,7 +18,7 @@ from scidmz.api.runtime import (
 from scidmz.control.actuators import DryRunActuator
 from scidmz.control.antiwindup import Gains
 from scidmz.control.features import Setpoint
-from scidmz.control.live_config import live_update, plan_reload
+from scidmz.control.live_config import live_update, model_change, plan_reload
 from scidmz.control.loop import Controller, DtnControl
 from scidmz.control.settings import controller_settings
 from tests.loops import link_spec, policy_spec, render
@@ -80,15 +80,19 @@ def test_a_new_target_rate_in_the_rendered_config_moves_the_setpoint_and_failsaf
     assert plan_reload(running, settings, running).applied == ()
 
 
-def test_a_new_actuator_or_congestion_control_needs_a_restart() -> None:
+def test_a_new_actuator_needs_a_restart_and_a_new_congestion_control_does_not() -> None:
     running = _rendered()
     settings = controller_settings(running)
     dry = _rendered(({"actuator": {"type": "dryRun"}}, {}))
     assert plan_reload(running, settings, dry).needs_restart == ("actuator or model",)
-    # bbr: another inverse model (and its tuned gains, which are taken)
-    bbr = plan_reload(running, settings, _rendered(({}, {"congestionControl": "bbr"})))
-    assert "actuator or model" in bbr.needs_restart
-    assert "gains" in bbr.applied
+    # bbr (a tenant's field): its tuned gains are taken and the process loads its model
+    wanted = _rendered(({}, {"congestionControl": "bbr"}))
+    bbr = plan_reload(running, settings, wanted)
+    assert bbr.needs_restart == () and "gains" in bbr.applied
+    assert model_change(running, wanted) and not model_change(running, running)
+    pi = _rendered((_controller(strategy="pi"), {}))
+    pi_bbr = _rendered((_controller(strategy="pi"), {"congestionControl": "bbr"}))
+    assert not model_change(pi, pi_bbr)  # no model to swap
 
 
 def test_limits_a_filter_refuses_are_rejected_naming_the_field() -> None:
@@ -157,13 +161,13 @@ LIVE_SPEC_CHANGES: dict[str, Change] = {
     "integral band": (_controller(limits={"integralBand": "20Mbps"}), {}),
     "desired RTTs": (_controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}), {}),
     "failsafe": ({"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}}, {}),
+    "congestion control": ({}, {"congestionControl": "bbr"}),
 }
 """Changes a running controller takes live (the example link and policy, one at a time)."""
 RESTART_SPEC_CHANGES: dict[str, Change] = {
     "strategy": (_controller(strategy="pi"), {}),
     "desired-state mode": (_controller(desiredState={"mode": "table3"}), {}),
     "sampleTime": ({"sampleTime": "2s"}, {}),
-    "congestion control": ({}, {"congestionControl": "bbr"}),
     "actuator": ({"actuator": {"type": "dryRun"}}, {}),
     "a DTN cap": WITH_DTN_CAP,
     "switch": ({"switch": {**link_spec()["switch"], "address": "elsewhere:9559"}}, {}),

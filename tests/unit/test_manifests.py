@@ -2,9 +2,10 @@
 in the operator's namespace only."""
 
 import pytest
+import yaml
 
 from scidmz.api.link import HostPortAllocation, Toleration
-from scidmz.api.runtime import ChannelSecurity
+from scidmz.api.runtime import ChannelSecurity, RuntimeConfig, restart_relevant
 from scidmz.auth.identity import WORKLOAD_SERVER_NAME
 from scidmz.k8s.manifests import (
     CONFIG_HASH_ANNOTATION,
@@ -175,6 +176,10 @@ def test_paused_scales_to_zero():
 WORKLOADS = ("Deployment/campus-border-collector", "Deployment/campus-border-controller")
 
 
+def load_runtime_config_text(config_map) -> RuntimeConfig:
+    return RuntimeConfig.model_validate(yaml.safe_load(config_map["data"]["config.yaml"]))
+
+
 def _changed(change, generation=2):
     link, policy = change
     return _children(link_spec(**link), policy_spec(**policy), generation)
@@ -196,13 +201,35 @@ def test_a_live_change_rewrites_the_config_and_leaves_the_pods_running(change):
     [*RESTART_SPEC_CHANGES.values(), *COLLECTOR_SPEC_CHANGES.values()],
     ids=[*RESTART_SPEC_CHANGES, *COLLECTOR_SPEC_CHANGES],
 )
-def test_a_change_the_processes_are_built_around_rolls_the_pods(change):
+def test_a_change_the_processes_are_built_around_rolls_the_pods_that_read_it(change):
+    """Each component rolls exactly when what it reads at start changes; every such
+    change rolls at least one."""
     before, after = _children(), _changed(change)
+    rolled = []
     for workload in WORKLOADS:
         if workload in after:
             a = before[workload]["spec"]["template"]["metadata"]["annotations"]
             b = after[workload]["spec"]["template"]["metadata"]["annotations"]
-            assert a[CONFIG_HASH_ANNOTATION] != b[CONFIG_HASH_ANNOTATION]
+            component = workload.rsplit("-", 1)[1]
+            reads = _reads(before, component) != _reads(after, component)
+            assert (a[CONFIG_HASH_ANNOTATION] != b[CONFIG_HASH_ANNOTATION]) is reads, workload
+            rolled += [workload] * reads
+    assert rolled
+
+
+def _reads(children, component):
+    config = load_runtime_config_text(children["ConfigMap/campus-border-config"])
+    return restart_relevant(config, component)
+
+
+def test_an_administrators_change_of_the_controller_rolls_the_controller_only():
+    before, after = _children(), _changed(RESTART_SPEC_CHANGES["strategy"])
+
+    def template(children, component):
+        return children[f"Deployment/campus-border-{component}"]["spec"]["template"]
+
+    assert template(before, "controller") != template(after, "controller")
+    assert template(before, "collector") == template(after, "collector")
 
 
 def test_a_renewed_certificate_rolls_its_workload_only():

@@ -927,6 +927,21 @@ class HostPortAllocation(ApiModel):
     port: int = Field(description="The first of the workload's ports (HTTP; gRPC is port+1).")
 
 
+class HeldDtnHost(ApiModel):
+    """A DTN host whose shaper the link keeps after its policy went (``dtnShaperGrace``):
+    a policy that comes and goes neither creates nor deletes a privileged workload each
+    time, and meanwhile the host's cap is the administrators' fail-safe."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    host: str = Field(description="The DTN host.")
+    since: str = Field(description="When its last admitted policy went (RFC 3339).")
+    failsafe_rate: str = Field(
+        description="The cap its shaper agent holds meanwhile: the host's shaper.failsafeRate, "
+        "or with 'target' the target last admitted there (never a refused policy's)."
+    )
+
+
 class BorderLinkStatus(ApiModel):
     """Observed state, written by the operator."""
 
@@ -955,6 +970,13 @@ class BorderLinkStatus(ApiModel):
         default_factory=list,
         description="Ports the link's host-network pods use, per node; kept for the link's "
         "life so that two links on one node never collide.",
+    )
+    held_dtn_hosts: list[HeldDtnHost] = Field(
+        default_factory=list,
+        max_length=MAX_DTN_HOSTS,
+        description="DTN hosts whose shaper is kept, at its fail-safe cap, after their "
+        "policy went; removed (and the host's interface restored) after the operator's "
+        "dtnShaperGraceSeconds.",
     )
 
 

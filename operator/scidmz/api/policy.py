@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from scidmz.api.link import TrackingStatus
-from scidmz.api.rules import Rule
+from scidmz.api.rules import VALIDATIONS, Rule
 from scidmz.api.types import (
     MAX_RATE_BPS,
     ApiModel,
@@ -43,6 +43,18 @@ class LinkRef(ApiModel):
 
 _TARGET = cel_rate_bps("self.targetRate")
 
+
+def _immutable(field: str) -> dict[str, Any]:
+    """A CEL transition rule (``oldSelf``: the API server checks it on updates only). A
+    policy's place on its link is for the link and DTN host it asked for: a policy that
+    could be re-pointed would carry an old place onto a busy host."""
+    return {
+        "rule": "self == oldSelf",
+        "message": f"spec.{field} is immutable: delete the policy and create it anew to ask "
+        "for another link or DTN host",
+    }
+
+
 POLICY_RULES: tuple[Rule, ...] = (
     Rule(
         cel=f"{_TARGET} > 0.0",
@@ -66,9 +78,15 @@ class DTNTransferPolicySpec(ApiModel):
 
     RULES = POLICY_RULES
 
-    link_ref: LinkRef = Field(description="The border link the transfers cross.")
+    link_ref: LinkRef = Field(
+        description="The border link the transfers cross. Immutable: to move a policy, "
+        "delete it and create it anew (it then queues behind the policies admitted before).",
+        json_schema_extra={VALIDATIONS: [_immutable("linkRef")]},
+    )
     dtn_host: DnsLabel = Field(
-        description="Which of the link's DTN hosts (BorderLink spec.dtnHosts[].name)."
+        description="Which of the link's DTN hosts (BorderLink spec.dtnHosts[].name). "
+        "Immutable, as linkRef.",
+        json_schema_extra={VALIDATIONS: [_immutable("dtnHost")]},
     )
     target_rate: Rate = Field(
         description="R*_DTN, the DTN rate to hold, with a unit: bps, kbps, Mbps, Gbps or Tbps "
@@ -99,6 +117,39 @@ class PolicyStateStatus(ApiModel):
     sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
 
 
+class AdmissionStatus(ApiModel):
+    """A policy's place on its link: written by the operator alone (the status
+    subresource, which a tenant's Role cannot write), so no edit of the spec can move it
+    ahead of a policy admitted before it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    link: str = Field(description="The BorderLink the place is on.")
+    link_uid: str = Field(
+        default="",
+        alias="linkUID",
+        description="That link's metadata.uid: a link deleted and created again under the "
+        "same name starts with no places.",
+    )
+    dtn_host: str = Field(description="The DTN host the place is on.")
+    queued_at: str = Field(
+        description="When the policy first asked for this link and DTN host (RFC 3339, "
+        "microseconds): its place among the policies waiting."
+    )
+    admitted_at: str | None = Field(
+        default=None,
+        description="When it was admitted there (absent while it waits): its place among "
+        "the admitted. When the administrators lower the link's capacity or "
+        "tenants.maxTargetPercent, the policies admitted last give way first.",
+    )
+    admitted_target: str | None = Field(
+        default=None,
+        description="The target the link's loop holds for it. A lower spec.targetRate "
+        "applies at once; a higher one only when it fits, and until then this one keeps "
+        "running (reason TargetNotRaised).",
+    )
+
+
 class DTNTransferPolicyStatus(ApiModel):
     """Observed state, written by the operator."""
 
@@ -115,6 +166,11 @@ class DTNTransferPolicyStatus(ApiModel):
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],
         },
+    )
+    admission: AdmissionStatus | None = Field(
+        default=None,
+        description="Its place on the link (absent while refused for a reason other than "
+        "waiting for room).",
     )
     state: PolicyStateStatus | None = Field(default=None, description="Latest measurement.")
     tracking: TrackingStatus | None = Field(default=None, description="Tracking quality.")

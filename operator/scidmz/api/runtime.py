@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scidmz.api.errors import load_yaml_model
-from scidmz.api.link import BorderLinkSpec, DtnHost
+from scidmz.api.link import BorderLinkSpec, DtnHost, HeldDtnHost
 from scidmz.api.policy import DTNTransferPolicySpec
 from scidmz.api.types import (
     MAX_GAIN,
@@ -154,6 +154,11 @@ class DtnActuatorConfig(_Frozen):
     min_rate_bps: Rate = Field(
         default=0.0,
         description="The lowest cap the filter sets and the shaper agent applies.",
+    )
+    held: bool = Field(
+        default=False,
+        description="No admitted policy on the host (it is held, ``api.holds``): the "
+        "controller leaves the cap alone and the agent holds its fail-safe.",
     )
 
 
@@ -388,11 +393,14 @@ def resolve_runtime_config(
     collector_address: str,
     dtn_shaper_address: str | None = None,
     security: ChannelSecurity | None = None,
+    held: Sequence[HeldDtnHost] = (),
 ) -> RuntimeConfig:
     """Fill every default of ``link`` (tuned gains, limits, fail-safe rates) for the
     ``admitted`` policies (at most ``admission.DTN_CLASSES_PER_LINK``; none: the loop
     runs idle, leaving the campus the whole link). ``dtn_shaper_address`` is where the
-    operator runs the `scidmz shaper` of a tc DTN cap."""
+    operator runs the `scidmz shaper` of a tc DTN cap; ``held``: a host whose shaper is
+    kept at its fail-safe after its policy went (``api.holds``; only without admitted
+    policies), whose class stays measured so that the collector does not restart."""
     target = sum(parse_rate(p.spec.target_rate) for p in admitted)
     capacity = parse_rate(link.capacity)
     cca: CongestionControl = admitted[0].spec.congestion_control if admitted else "cubic"
@@ -413,6 +421,7 @@ def resolve_runtime_config(
     )
     act = link.actuator
     hosts = [(p, link.dtn_host(p.spec.dtn_host)) for p in admitted]
+    kept = link.dtn_host(held[0].host) if held and not admitted else None
     return RuntimeConfig(
         link=link_name,
         generation=generation,
@@ -428,7 +437,8 @@ def resolve_runtime_config(
         target_rate_bps=target,
         bottleneck_capacity_bps=capacity,
         sample_time_s=parse_duration(link.sample_time),
-        dtn_prefixes=[h.receiver_prefix for _, h in hosts if h is not None],
+        dtn_prefixes=[h.receiver_prefix for _, h in hosts if h is not None]
+        + ([kept.receiver_prefix] if kept is not None else []),
         dtn_congestion_control=cca,
         campus_prefix=link.campus.remote_prefix,
         switch=SwitchConfig(
@@ -476,7 +486,11 @@ def resolve_runtime_config(
                 if act.type == "sim"
                 else None
             ),
-            dtn=_dtn_actuator(link, hosts, tuned["dtn"], dtn_shaper_address),
+            dtn=(
+                _held_dtn_actuator(link, held[0], tuned["dtn"], dtn_shaper_address)
+                if kept is not None
+                else _dtn_actuator(link, hosts, tuned["dtn"], dtn_shaper_address)
+            ),
         ),
         failsafe=FailsafeConfig(
             stale_after_s=(
@@ -574,6 +588,36 @@ def _dtn_actuator(
     )
 
 
+def _held_dtn_actuator(
+    link: BorderLinkSpec,
+    held: HeldDtnHost,
+    default_gains: tuple[float, float, float],
+    shaper_address: str | None,
+) -> DtnActuatorConfig | None:
+    """The cap of a held host: its agent holds ``held.failsafe_rate`` (and never goes
+    below it: the floor is the same rate, so no stray request can lower it)."""
+    host = link.dtn_host(held.host)
+    shaper = host.shaper if host is not None else None
+    if host is None or shaper is None or shaper.tc is None:
+        return None
+    tc = shaper.tc
+    kp, ki, kw = (
+        (shaper.gains.kp, shaper.gains.ki, shaper.gains.kw) if shaper.gains else default_gains
+    )
+    rate = parse_rate(held.failsafe_rate)
+    return DtnActuatorConfig(
+        type=shaper.type,
+        host=host.name,
+        tc_node_name=tc.node_name,
+        tc_interface=tc.interface,
+        address=shaper_address,
+        gains=GainsConfig(kp=kp, ki=ki, kw=kw),
+        failsafe_rate_bps=rate,
+        min_rate_bps=rate,
+        held=True,
+    )
+
+
 def dump_runtime_config(config: RuntimeConfig) -> str:
     """Deterministic YAML (stable key order) so unchanged policies render identical bytes."""
     return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=True)
@@ -583,6 +627,7 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("generation",),
     ("policies",),
     ("target_rate_bps",),
+    ("dtn_congestion_control",),
     ("bottleneck_capacity_bps",),
     ("controller", "gains"),
     ("controller", "min_rate_bps"),
@@ -597,22 +642,43 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("actuator", "dtn", "gains"),
     ("actuator", "dtn", "failsafe_rate_bps"),
     ("actuator", "dtn", "min_rate_bps"),
+    ("actuator", "dtn", "held"),
 )
 """Parts of a runtime config a running controller takes from its reloaded file
 (``control.live_config``), and the generation, which only labels the file. The collector
-reads none of them."""
+reads none of them. The tenant's fields are among them (its target, and its DTN's
+congestion control, which picks the inverse model and the default gains): no edit of a
+policy rolls the loop's pods."""
 
 
-def restart_relevant(config: RuntimeConfig) -> dict[str, Any]:
-    """``config`` without its ``LIVE_CONFIG_FIELDS``: what the processes are built around.
-    Two configs that agree here differ only in what a running controller takes live, so the
-    operator rolls the pods only when this changes."""
+COLLECTOR_FIELDS = frozenset(
+    {"api_version", "link", "sample_time_s", "dtn_prefixes", "campus_prefix", "switch",
+     "telemetry", "bottleneck_capacity_bps", "collector_address", "security"}
+)  # fmt: skip
+"""What ``scidmz collector`` reads of its config (at start; it follows nothing)."""
+SHAPER_FIELDS = frozenset({"api_version", "link", "security", "actuator"})
+"""What a DTN host's ``scidmz shaper`` reads at start: its identity and its interface (its
+fail-safe and bounds it follows live)."""
+
+
+def restart_relevant(config: RuntimeConfig, component: str = "controller") -> dict[str, Any]:
+    """What ``component``'s process is built around: for the controller, ``config``
+    without its ``LIVE_CONFIG_FIELDS``; for the collector and a DTN shaper, the parts they
+    read at start (``COLLECTOR_FIELDS``, ``SHAPER_FIELDS``, live parts left out). Two
+    configs that agree here differ only in what the running process takes live or never
+    reads, so the operator rolls a component's pods only when this changes."""
     data: dict[str, Any] = config.model_dump(mode="json")
     for path in LIVE_CONFIG_FIELDS:
         parent = data
         for key in path[:-1]:
             parent = parent.get(key) or {}
         parent.pop(path[-1], None)
+    if component == "collector":
+        return {k: v for k, v in data.items() if k in COLLECTOR_FIELDS}
+    if component == "dtn-shaper":
+        shaper = {k: v for k, v in data.items() if k in SHAPER_FIELDS}
+        shaper["actuator"] = (shaper.get("actuator") or {}).get("dtn")
+        return shaper
     return data
 
 

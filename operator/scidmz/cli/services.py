@@ -200,7 +200,7 @@ def controller(
             return str(error)
         process = ControllerProcess(
             settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls,
-            buffer_actuator=buffer_actuator,
+            buffer_actuator=buffer_actuator, model_path=model,
         )  # fmt: skip
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

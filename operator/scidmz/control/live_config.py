@@ -4,8 +4,9 @@ R*(t) is meant to move (the paper's tracking experiment changes it every 20 s; a
 transfer scheduler may change it per transfer). A restart to take a new target costs the
 filter's state, the two samples of history the inverse model needs, the learned base RTTs
 and link goodput, and a spell at the fail-safe rate. So the setpoint, the gains, the
-limits and the fail-safe settings are taken live; what the controller is built around
-(strategy, sample time, collector, actuators, model, desired-state mode) needs a restart,
+limits and the fail-safe settings are taken live, and so is the DTN's congestion control (a
+tenant's field: the process loads the other inverse model); what the controller is built
+around (strategy, sample time, collector, actuators, desired-state mode) needs a restart,
 and a reload that changes it says so and leaves it as it runs.
 """
 
@@ -68,15 +69,23 @@ def live_update(
 
 def _wiring(config: RuntimeConfig) -> tuple[object, ...]:
     """What the process opened at start-up from ``config``: the actuators (without the
-    DTN filter's gains, fail-safe rate and floor, which ``controller_settings`` carries) and the
-    model, chosen by the DTN's congestion control."""
+    DTN filter's gains, fail-safe rate and floor, which ``controller_settings`` carries).
+    The model, chosen by the DTN's congestion control, is swapped live (``model_change``)."""
     a = config.actuator
     dtn = (
         None
         if a.dtn is None
-        else a.dtn.model_dump(exclude={"gains", "failsafe_rate_bps", "min_rate_bps"})
+        else a.dtn.model_dump(exclude={"gains", "failsafe_rate_bps", "min_rate_bps", "held"})
     )
-    return a.model_dump(exclude={"dtn"}), dtn, config.dtn_congestion_control
+    return a.model_dump(exclude={"dtn"}), dtn
+
+
+def model_change(running_config: RuntimeConfig, wanted_config: RuntimeConfig) -> bool:
+    """Whether a reload needs the other congestion control's inverse model (mlc only)."""
+    return (
+        wanted_config.controller.strategy == "mlc"
+        and running_config.dtn_congestion_control != wanted_config.dtn_congestion_control
+    )
 
 
 def plan_reload(

@@ -130,6 +130,9 @@ class DtnControl:
     limits: Limits
     failsafe_rate_bps: float | None
     """The cap applied when samples go stale (None: the target rate R*)."""
+    held: bool = False
+    """No policy on the host (``api.holds``): no cap is decided; the shaper agent holds
+    its fail-safe (the controller applies the same on its own fail-safe)."""
 
 
 class ControllerMetrics:
@@ -265,7 +268,7 @@ class Controller:
             # no admitted policy (R* = 0): nothing to hold, the campus gets the whole link
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, None)
-            if s.dtn is not None:
+            if s.dtn is not None and not s.dtn.held:
                 dtn_cap = s.dtn.limits.saturate(target, None)
         elif first:
             # the first samples (eq. 1 needs y(t−T), y(t−2T)) head for the fixed split, but
@@ -526,8 +529,12 @@ class Controller:
             if applied is not None:
                 self.applied_bps = applied
                 self.filter = FilterState(applied_bps=applied)
-        if self.dtn_actuator is not None and self.dtn_applied_bps is None:
-            assert self.settings.dtn is not None
+        if (
+            self.dtn_actuator is not None
+            and self.dtn_applied_bps is None
+            and self.settings.dtn is not None
+            and not self.settings.dtn.held
+        ):
             cap = self.settings.dtn.limits.saturate(self.settings.setpoint.target_rate_bps, None)
             cap_applied = await self._try(self.dtn_actuator, cap, "start (DTN)")
             if cap_applied is not None:

@@ -20,10 +20,10 @@ from scidmz.api.runtime import (
 from scidmz.auth.mtls import MutualTls, http_server_context
 from scidmz.control.actuators import Actuator
 from scidmz.control.buffer_actuators import BufferActuator
-from scidmz.control.live_config import plan_reload
+from scidmz.control.live_config import model_change, plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
-from scidmz.control.settings import buffer_loop
+from scidmz.control.settings import buffer_loop, load_model
 from scidmz.metrics.http import register_build_info, serve_http
 
 log = logging.getLogger(__name__)
@@ -40,10 +40,14 @@ class ControllerProcess:
         config: tuple[Path, RuntimeConfig] | None = None,
         tls: MutualTls | None = None,
         buffer_actuator: BufferActuator | None = None,
+        model_path: Path | None = None,
     ) -> None:
         """``config``: the file the settings came from and its contents, watched for
         changes (None: not watched); ``tls``: this controller's certificate, for its
-        /metrics and /state (None: plaintext, development only)."""
+        /metrics and /state (None: plaintext, development only); ``model_path``: the
+        inverse model given on the command line (None: the shipped one of the DTN's
+        congestion control, swapped live when the policy's congestion control changes)."""
+        self.model_path = model_path
         self.tls = tls
         registry = CollectorRegistry()
         if buffer_actuator is not None and config is None:
@@ -131,6 +135,7 @@ class ControllerProcess:
         invalid file changes nothing: the controller runs on, and says why in its log and
         in ``scidmz_controller_config_reloads_total{result="rejected"}``."""
         seen = read_config_bytes(path)
+        running = started_with
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
@@ -141,20 +146,35 @@ class ControllerProcess:
             if not config_changed(seen, current):
                 continue
             seen = current
-            self.reload(path, started_with)
+            running = self.reload(path, running)
 
-    def reload(self, path: Path, started_with: RuntimeConfig) -> None:
-        """Take ``path``'s live changes into the running controller; ``started_with`` is
-        the config the process opened its actuators and model from."""
+    def reload(self, path: Path, running: RuntimeConfig) -> RuntimeConfig:
+        """Take ``path``'s live changes into the running controller; ``running`` is the
+        config the process runs on (its actuators from start-up, its model from the last
+        reload). Returns the config now running."""
         c = self.controller
         counter = c.metrics.config_reloads
         try:
             wanted = load_runtime_config(path)
-            update = plan_reload(started_with, c.settings, wanted)
+            update = plan_reload(running, c.settings, wanted)
+            model = None
+            if model_change(running, wanted) and self.model_path is None:
+                model = load_model(wanted, None)
         except ConfigError as error:
             counter.labels(*c.metrics.labels, "rejected").inc()
             log.error("config %s not taken, running on as before: %s", path, error)
-            return
+            return running
+        if model is not None:
+            c.model = model
+            log.info(
+                "config %s: the DTN's congestion control is now %s; its inverse model taken",
+                path, wanted.dtn_congestion_control,
+            )  # fmt: skip
+        elif model_change(running, wanted):
+            log.warning(
+                "config %s: the DTN's congestion control is now %s; --model %s kept",
+                path, wanted.dtn_congestion_control, self.model_path,
+            )  # fmt: skip
         if update.applied:
             c.reconfigure(update.settings)
             s = update.settings
@@ -168,5 +188,7 @@ class ControllerProcess:
                 "config %s: %s changed and take effect only after a restart; running on the "
                 "old ones", path, ", ".join(update.needs_restart),
             )  # fmt: skip
-        elif update.applied:
+        elif update.applied or model is not None:
             counter.labels(*c.metrics.labels, "applied").inc()
+        # the wiring stays as started; the congestion control (its model) is now wanted's
+        return running.model_copy(update={"dtn_congestion_control": wanted.dtn_congestion_control})

@@ -107,6 +107,7 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
                 slew_in_windup=True,
             ),
             failsafe_rate_bps=dtn.failsafe_rate_bps,
+            held=dtn.held,
         )
     return ControllerSettings(
         link=config.link,

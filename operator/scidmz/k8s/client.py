@@ -7,9 +7,7 @@ with predicates, so callers classify them once (see :mod:`scidmz.k8s.reconcile`)
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import uuid
 from typing import Any, Final
 
 import kubernetes
@@ -33,8 +31,6 @@ _PLURALS: Final[dict[str, str]] = {
     link.KIND: link.PLURAL,
 }
 API = f"{GROUP}/{VERSION}"
-EVENTS_NAMESPACE_OF_CLUSTER_OBJECTS: Final = "default"
-"""Where Events about cluster-scoped objects (BorderLinks) go, as kubectl looks for them."""
 
 
 class KubeApiError(Exception):
@@ -202,6 +198,19 @@ class KubeClient:
             raise
         return True
 
+    def create_object(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """POST ``obj`` to its collection (409 if it exists)."""
+        meta = obj["metadata"]
+        path = resource_path(obj["apiVersion"], obj["kind"], meta.get("namespace"))
+        return self._call("POST", path, body=obj)
+
+    def merge_patch(
+        self, api_version: str, kind: str, namespace: str | None, name: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch of the object."""
+        path = resource_path(api_version, kind, namespace, name)
+        return self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
+
     def create_if_absent(self, path: str, obj: dict[str, Any]) -> bool:
         """POST ``obj`` to the collection at ``path``; False if it already existed."""
         try:
@@ -257,35 +266,3 @@ class KubeClient:
         self, name: str, status: dict[str, Any], resource_version: str | None = None
     ) -> dict[str, Any]:
         return self.patch_status(link.KIND, None, name, status, resource_version)
-
-    def emit_event(
-        self, involved: dict[str, Any], event_type: str, reason: str, message: str
-    ) -> None:
-        """Record a core/v1 Event on ``involved`` (a full object with metadata.uid; a
-        cluster-scoped one's Event goes to the default namespace)."""
-        meta = involved["metadata"]
-        namespace = meta.get("namespace") or EVENTS_NAMESPACE_OF_CLUSTER_OBJECTS
-        now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {
-                "name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:12]}",
-                "namespace": namespace,
-            },
-            "involvedObject": {
-                "apiVersion": involved["apiVersion"],
-                "kind": involved["kind"],
-                "name": meta["name"],
-                **({"namespace": meta["namespace"]} if meta.get("namespace") else {}),
-                "uid": meta.get("uid", ""),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": FIELD_MANAGER},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        self._call("POST", resource_path("v1", "Event", namespace), body=event)

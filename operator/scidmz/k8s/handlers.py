@@ -44,12 +44,14 @@ from scidmz.k8s.certificates import (
     secret_object,
 )
 from scidmz.k8s.client import KubeApiError, KubeClient
+from scidmz.k8s.events import EventRecorder
 from scidmz.k8s.links import (
     Context,
     LinkSummary,
     PolicySummary,
     ReconcilerState,
     controller_stopped,
+    link_event,
     reconcile_link,
     refuse_orphans,
     remove_loop,
@@ -111,7 +113,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     now = dt.datetime.now(dt.UTC)
     memo.settings = ours
     memo.client = client
-    memo.context = Context(client, ours.workload(), ca, ours.host_port_base, ours.host_port_pairs)
+    memo.events = EventRecorder(client)
+    memo.context = Context(
+        client, ours.workload(), ca, memo.events, ours.host_port_base, ours.host_port_pairs,
+        dtn_shaper_grace_s=ours.dtn_shaper_grace_s,
+    )  # fmt: skip
     memo.state = ReconcilerState()
     memo.state_tls = http_client_context(operator_identity(ca, now))
     memo.triggers = {}
@@ -281,15 +287,14 @@ def link_deleted(name: str, memo: kopf.Memo, runtime: dt.timedelta, **indexes: A
                 delay=1,
             )
         if not stopped:
-            client.emit_event(
-                {"apiVersion": f"{GROUP}/{VERSION}", "kind": link_api.KIND,
-                 "metadata": {"name": name}},
-                "Warning", "ControllerStillRunning",
+            link = _one(indexes["links"], name) or LinkSummary(name, "", 0, {}, {})
+            link_event(
+                memo.events, link, namespace, "Warning", "ControllerStillRunning",
                 f"the controller did not stop within {TEARDOWN_WAIT_S:.0f} s; removing the "
-                "loop regardless",
+                "loop regardless", action="Delete",
             )  # fmt: skip
         remove_loop(client, memo.state, name, namespace)
-        refuse_orphans(client, name, _all(policies_by_link, name))
+        refuse_orphans(client, memo.events, name, _all(policies_by_link, name))
     except KubeApiError as error:
         raise kopf.TemporaryError(str(error), delay=2) from error
     memo.triggers.pop(name, None)
@@ -322,7 +327,9 @@ async def policy_changed(type: str, body: kopf.Body, memo: kopf.Memo, **indexes:
         wake(memo, before[0])
     if _one(links, summary.link) is None and not _says_link_not_found(summary):
         try:
-            await asyncio.to_thread(refuse_orphans, memo.client, summary.link, [summary])
+            await asyncio.to_thread(
+                refuse_orphans, memo.client, memo.events, summary.link, [summary]
+            )
         except KubeApiError as error:
             log.warning("policy %s/%s: %s", *key, error)
 

@@ -21,6 +21,7 @@ import hashlib
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -30,25 +31,29 @@ from pydantic import ValidationError
 from scidmz.api import admission
 from scidmz.api.admission import Decision, PolicyView
 from scidmz.api.errors import describe_validation_error
+from scidmz.api.holds import DEFAULT_GRACE_S, held_dtn_hosts
 from scidmz.api.link import (
     KIND as LINK_KIND,
 )
 from scidmz.api.link import (
     AdmittedPolicy,
     BorderLinkSpec,
+    DtnHost,
+    HeldDtnHost,
     HostPortAllocation,
     PoliciesStatus,
     parse_link_spec,
     tls_secret_problem,
 )
 from scidmz.api.policy import KIND as POLICY_KIND
-from scidmz.api.policy import parse_spec
+from scidmz.api.policy import AdmissionStatus, parse_spec
 from scidmz.api.runtime import Admitted, ChannelSecurity, RuntimeConfig, resolve_runtime_config
 from scidmz.api.units import format_rate, parse_rate
 from scidmz.auth import identity
 from scidmz.auth.pki import KeyPair
 from scidmz.k8s.certificates import CertificateCache, Wanted
 from scidmz.k8s.client import API, KubeApiError, KubeClient
+from scidmz.k8s.events import EventRecorder, reference
 from scidmz.k8s.host_ports import NoFreeHostPort, allocate_host_ports
 from scidmz.k8s.manifests import (
     COLLECTOR,
@@ -82,6 +87,11 @@ from scidmz.k8s.status import (
 log = logging.getLogger(__name__)
 
 
+PLACE_MEMORY_S = 60.0
+"""How long a place this process decided stands in for the index's (which shows it within
+a second or two of the status write)."""
+
+
 def utc_now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -101,20 +111,49 @@ class PolicySummary:
     conditions: tuple[Mapping[str, Any], ...] = ()
     live: Mapping[str, Any] = field(default_factory=dict)
     """status.state and status.tracking as last written."""
+    admission: Mapping[str, Any] | None = None
+    """status.admission as last written (the policy's place)."""
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
-    def view(self) -> PolicyView:
+    @property
+    def place(self) -> AdmissionStatus | None:
+        """The place recorded in status. A policy admitted by an operator that kept no
+        places (Accepted=True for its current generation, no status.admission) keeps its
+        place from when it was accepted, so an upgrade evicts nobody."""
+        if self.admission is not None:
+            try:
+                return AdmissionStatus.model_validate(self.admission)
+            except ValidationError:
+                return None
+        accepted = next((c for c in self.conditions if c.get("type") == "Accepted"), None)
+        target, host = self.spec.get("targetRate"), self.spec.get("dtnHost")
+        if (
+            accepted is None
+            or accepted.get("status") != "True"
+            or accepted.get("observedGeneration") != self.generation
+            or not isinstance(target, str)
+            or not isinstance(host, str)
+        ):
+            return None
+        since = admission.normalised_time(str(accepted.get("lastTransitionTime", "")))
+        return AdmissionStatus(link=self.link, dtn_host=host, queued_at=since,
+                               admitted_at=since, admitted_target=target)  # fmt: skip
+
+    def view(self, place: AdmissionStatus | None = None) -> PolicyView:
+        """What admission reads of it; ``place`` (what this process last wrote) stands in
+        for the recorded one, which the index may not show yet."""
+        place = place if place is not None else self.place
         try:
             spec = parse_spec(dict(self.spec))
         except ValidationError as error:
             return PolicyView(
                 self.namespace, self.name, self.created, None,
-                describe_validation_error(error, "spec."),
+                describe_validation_error(error, "spec."), place,
             )  # fmt: skip
-        return PolicyView(self.namespace, self.name, self.created, spec)
+        return PolicyView(self.namespace, self.name, self.created, spec, place=place)
 
     def body(self) -> dict[str, Any]:
         """Enough of the object for an Event about it."""
@@ -138,6 +177,7 @@ def summarize_policy(body: Mapping[str, Any]) -> PolicySummary:
         spec=dict(spec),
         conditions=tuple(dict(c) for c in status.get("conditions") or []),
         live={k: status[k] for k in ("state", "tracking") if k in status},
+        admission=dict(status["admission"]) if isinstance(status.get("admission"), dict) else None,
     )
 
 
@@ -207,6 +247,35 @@ class ReconcilerState:
     """Each link's host ports as this process allocated them: links reconcile in parallel,
     and one's allocation must count for the next before it reaches its status."""
     ports_lock: threading.Lock = field(default_factory=threading.Lock)
+    places: dict[str, dict[str, tuple[AdmissionStatus | None, float]]] = field(default_factory=dict)
+    """Per link, the place this process last decided for each policy (by UID) and when:
+    the index shows a status write a moment after it, and a pass in between must not take
+    a policy it just admitted for a newcomer. Trusted for ``PLACE_MEMORY_S``."""
+    plans: dict[str, tuple[PoliciesStatus, list[HeldDtnHost]]] = field(default_factory=dict)
+    """Per link, the rate plan and holds this process last applied (the link's status
+    shows them a moment later)."""
+    clock: Callable[[], float] = time.monotonic
+
+    def last_plan(self, link: LinkSummary) -> tuple[PoliciesStatus, list[HeldDtnHost]]:
+        """The plan and holds the loop last ran: this process's, else the link's status."""
+        if link.name in self.plans:
+            return self.plans[link.name]
+        try:
+            plan = PoliciesStatus.model_validate(link.status.get("policies") or {})
+            holds = [HeldDtnHost.model_validate(h) for h in link.status.get("heldDtnHosts") or []]
+        except ValidationError:
+            return PoliciesStatus(), []
+        return plan, holds
+
+    def remembered(self, link: str, uid: str) -> AdmissionStatus | None:
+        entry = self.places.get(link, {}).get(uid)
+        if entry is None or self.clock() - entry[1] > PLACE_MEMORY_S:
+            return None
+        return entry[0]
+
+    def remember(self, link: str, places: Mapping[str, AdmissionStatus | None]) -> None:
+        now = self.clock()
+        self.places[link] = {uid: (place, now) for uid, place in places.items()}
 
 
 @dataclass(frozen=True)
@@ -214,9 +283,11 @@ class Context:
     client: KubeClient
     settings: WorkloadSettings
     ca: KeyPair
+    events: EventRecorder
     host_port_base: int = 9500
     host_port_pairs: int = 250
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
+    dtn_shaper_grace_s: float = DEFAULT_GRACE_S
 
 
 # ---- 1. admission ---------------------------------------------------------------------
@@ -227,10 +298,14 @@ def decide(
     link: LinkSummary | None,
     policies: Sequence[PolicySummary],
     namespace_labels: Mapping[str, Mapping[str, str]],
+    now: str = "",
+    places: Mapping[str, AdmissionStatus] | None = None,
 ) -> tuple[BorderLinkSpec | None, dict[tuple[str, str], Decision], str | None]:
     """The parsed link (None: absent or unusable), every policy's decision, and why the
-    link is unusable (None: it is fine or absent)."""
-    views = [p.view() for p in policies]
+    link is unusable (None: it is fine or absent). ``places``: by policy UID, the places
+    this process decided last (newer than the index's)."""
+    places = places or {}
+    views = [p.view(places.get(p.uid)) for p in policies]
     if link is None or link.deleting:
         return None, admission.admit(link_name, None, views, namespace_labels), None
     try:
@@ -243,11 +318,12 @@ def decide(
             f"spec.linkRef.name: BorderLink {link_name} cannot be used: {problem}",
         )
         return None, {v.key: refusal for v in views}, problem
-    return spec, admission.admit(link_name, spec, views, namespace_labels), None
+    return spec, admission.admit(link_name, spec, views, namespace_labels, now, link.uid), None
 
 
 def write_policy_statuses(
     client: KubeClient,
+    events: EventRecorder,
     policies: Sequence[PolicySummary],
     decisions: Mapping[tuple[str, str], Decision],
     link_ready: tuple[bool, str, str] | None,
@@ -269,15 +345,19 @@ def write_policy_statuses(
             link_ready if decision.accepted else None,
             now,
         )
-        if conditions_equal(previous, conditions):
+        place = (
+            decision.place.model_dump(by_alias=True, exclude_none=True)
+            if decision.place is not None
+            else None
+        )
+        place_changed = (dict(policy.admission) if policy.admission else None) != place
+        if conditions_equal(previous, conditions) and not place_changed:
             continue
+        patch: dict[str, Any] = {"conditions": conditions, "observedGeneration": policy.generation}
+        if place_changed:
+            patch["admission"] = place  # None clears it (a merge patch)
         try:
-            client.patch_policy_status(
-                policy.namespace,
-                policy.name,
-                None,
-                {"conditions": conditions, "observedGeneration": policy.generation},
-            )
+            client.patch_policy_status(policy.namespace, policy.name, None, patch)
         except KubeApiError as error:
             if error.is_not_found:
                 continue  # deleted meanwhile
@@ -288,24 +368,33 @@ def write_policy_statuses(
             "True" if decision.accepted else "False",
             decision.reason,
         ):
-            _event(
-                client,
-                policy.body(),
+            events.emit(
+                reference(policy.body()),
                 "Normal" if decision.accepted else "Warning",
                 decision.reason,
                 decision.message,
+                "Admit",
             )
     return written
 
 
-def _event(
-    client: KubeClient, involved: dict[str, Any], kind: str, reason: str, message: str
-) -> None:
-    """An Event, best effort: the audit trail must not stop the loop."""
-    try:
-        client.emit_event(involved, kind, reason, message)
-    except KubeApiError as error:
-        log.warning("event %s on %s: %s", reason, involved["metadata"]["name"], error)
+def link_event_reference(link: str, namespace: str) -> dict[str, str]:
+    """What a link's Events regard: its ConfigMap in the operator's namespace (the API
+    server keeps Events about a cluster-scoped object in ``default``, where tenants read
+    them; see :mod:`scidmz.k8s.events`)."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "name": child_name(link, "config"),
+            "namespace": namespace}  # fmt: skip
+
+
+def link_event(
+    events: EventRecorder, link: LinkSummary, namespace: str, kind: str, reason: str,
+    message: str, action: str = "Reconcile",
+) -> None:  # fmt: skip
+    """An Event about a link, for its administrators."""
+    events.emit(
+        link_event_reference(link.name, namespace), kind, reason, message, action,
+        related=reference(link.body()),
+    )  # fmt: skip
 
 
 # ---- 2. the loop's objects -------------------------------------------------------------
@@ -348,24 +437,39 @@ def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -
 def admitted_of(
     policies: Sequence[PolicySummary], decisions: Mapping[tuple[str, str], Decision]
 ) -> list[Admitted]:
+    """The admitted policies in the order they were admitted, each at the target its
+    place holds (a raise that does not fit yet keeps the earlier one)."""
     out = []
     for view in admission.admitted([p.view() for p in policies], decisions):
         assert view.spec is not None
-        out.append(Admitted(view.namespace, view.name, view.spec))
+        held = decisions[view.key].target or view.spec.target_rate
+        out.append(
+            Admitted(view.namespace, view.name, view.spec.model_copy(update={"target_rate": held}))
+        )
     return out
 
 
-def tc_workloads(spec: BorderLinkSpec, admitted: Sequence[Admitted]) -> list[tuple[str, str]]:
+def shaper_hosts(
+    spec: BorderLinkSpec, admitted: Sequence[Admitted], held: Sequence[HeldDtnHost]
+) -> list[DtnHost]:
+    """The DTN hosts with a tc shaper the loop runs an agent for: the admitted ones', and
+    a held one (``api.holds``)."""
+    names = [p.spec.dtn_host for p in admitted] + [h.host for h in held]
+    hosts = [spec.dtn_host(name) for name in names]
+    return [h for h in hosts if h is not None and h.shaper is not None and h.shaper.tc is not None]
+
+
+def tc_workloads(
+    spec: BorderLinkSpec, admitted: Sequence[Admitted], held: Sequence[HeldDtnHost] = ()
+) -> list[tuple[str, str]]:
     """The link's host-network workloads and their nodes: a tc controller, and the DTN
-    shaper of an admitted host with a tc shaper."""
+    shaper of an admitted or held host with a tc shaper."""
     wanted = []
     if spec.actuator.type == "tc" and spec.actuator.tc is not None:
         wanted.append((CONTROLLER, spec.actuator.tc.node_name))
-    for policy in admitted:
-        host = spec.dtn_host(policy.spec.dtn_host)
-        if host is not None and host.shaper is not None and host.shaper.type == "tc":
-            assert host.shaper.tc is not None
-            wanted.append((dtn_shaper_workload(host.name), host.shaper.tc.node_name))
+    for host in shaper_hosts(spec, admitted, held):
+        assert host.shaper is not None and host.shaper.tc is not None
+        wanted.append((dtn_shaper_workload(host.name), host.shaper.tc.node_name))
     return wanted
 
 
@@ -410,6 +514,7 @@ def render(
     spec: BorderLinkSpec,
     admitted: Sequence[Admitted],
     others_ports: Sequence[HostPortAllocation],
+    held: Sequence[HeldDtnHost] = (),
 ) -> Rendered:
     """Every object of the link's loop, certificates included. Raises ``LinkRefused``."""
     settings = ctx.settings
@@ -420,7 +525,7 @@ def render(
         ]
         try:
             ports = allocate_host_ports(
-                tc_workloads(spec, admitted),
+                tc_workloads(spec, admitted, held),
                 state.host_ports.get(link.name) or link.host_ports,
                 taken,
                 ctx.host_port_base,
@@ -435,12 +540,11 @@ def render(
         host_ports=tuple(ports),
     )
     shaper_grpc: int | None = None
-    for policy in admitted:
-        host = spec.dtn_host(policy.spec.dtn_host)
-        if host is not None and host.shaper is not None and host.shaper.tc is not None:
-            work = replace(work, dtn_tolerations=tuple(host.shaper.tc.tolerations))
-            http = host_port(work, dtn_shaper_workload(host.name))
-            shaper_grpc = http + 1 if http is not None else None
+    for host in shaper_hosts(spec, admitted, held):
+        assert host.shaper is not None and host.shaper.tc is not None
+        work = replace(work, dtn_tolerations=tuple(host.shaper.tc.tolerations))
+        http = host_port(work, dtn_shaper_workload(host.name))
+        shaper_grpc = http + 1 if http is not None else None
     security = ChannelSecurity(
         identity_dir=IDENTITY_MOUNT,
         collector_server_name=server_names(link.name, COLLECTOR, settings)[1],
@@ -454,6 +558,7 @@ def render(
         collector_address(link.name, settings),
         dtn_shaper_address(link.name, settings, shaper_grpc) if shaper_grpc else None,
         security,
+        held,
     )
     ref = LinkRef(link.name, link.uid)
     wanted = wanted_certificates(link.name, config, settings)
@@ -587,9 +692,13 @@ def policies_status(
     policies: Sequence[PolicySummary],
     decisions: Mapping[tuple[str, str], Decision],
 ) -> PoliciesStatus:
-    admitted = [p for p in policies if decisions[p.key].accepted]
-    admitted.sort(key=lambda p: (p.created, p.namespace, p.name))
-    total = sum(parse_rate(str(p.spec.get("targetRate", "0bps"))) for p in admitted)
+    by_key = {p.key: p for p in policies}
+    admitted = [by_key[v.key] for v in admission.admitted([p.view() for p in policies], decisions)]
+
+    def held(policy: PolicySummary) -> str:
+        return decisions[policy.key].target or str(policy.spec.get("targetRate", "0bps"))
+
+    total = sum(parse_rate(held(p)) for p in admitted)
     return PoliciesStatus(
         attached=len(policies),
         admitted=len(admitted),
@@ -599,7 +708,7 @@ def policies_status(
                 namespace=p.namespace,
                 name=p.name,
                 dtn_host=str(p.spec.get("dtnHost", "")),
-                target_rate=str(p.spec.get("targetRate", "")),
+                target_rate=held(p),
             )
             for p in admitted
         ],
@@ -615,6 +724,8 @@ def plan_text(status: PoliciesStatus) -> str:
 
 def write_link_status(
     client: KubeClient,
+    events: EventRecorder,
+    namespace: str,
     link: LinkSummary,
     outcome: Outcome,
     states: tuple[Any, Any],
@@ -623,6 +734,7 @@ def write_link_status(
     host_ports: Sequence[HostPortAllocation],
     warning: tuple[str, str] | None,
     now: str,
+    held: Sequence[HeldDtnHost] = (),
 ) -> bool:
     """The link's conditions, policies and host ports, written only when they changed;
     an Event when the rate plan (the admitted policies) changed. True when written."""
@@ -640,6 +752,9 @@ def write_link_status(
     ports_json = [a.model_dump(by_alias=True) for a in host_ports]
     if (status.get("hostPorts") or []) != ports_json:
         patch["hostPorts"] = ports_json
+    held_json = [h.model_dump(by_alias=True) for h in held]
+    if (status.get("heldDtnHosts") or []) != held_json:
+        patch["heldDtnHosts"] = held_json
     if outcome.ok and status.get("observedGeneration") != outcome.generation:
         patch["observedGeneration"] = outcome.generation
     if not patch:
@@ -653,8 +768,8 @@ def write_link_status(
     before = status.get("policies")
     if "policies" in patch and (before or {}).get("items") != policies_json["items"]:
         old = PoliciesStatus.model_validate(before) if before else PoliciesStatus()
-        _event(
-            client, link.body(), "Normal", "RatePlanChanged",
+        link_event(
+            events, link, namespace, "Normal", "RatePlanChanged",
             f"{plan_text(policies)}; was {plan_text(old)}",
         )  # fmt: skip
     return True
@@ -698,13 +813,25 @@ def reconcile_link(
     """One pass over a link (see the module's docstring). Raises ``KubeApiError`` for the
     caller to retry; a link its loop cannot run for is reported in status, not raised."""
     now = utc_now()
-    spec, decisions, problem = decide(link.name, link, policies, namespace_labels)
+    remembered = {p.uid: place for p in policies if (place := state.remembered(link.name, p.uid))}
+    spec, decisions, problem = decide(
+        link.name, link, policies, namespace_labels, admission.place_time(ctx.now()), remembered
+    )
+    state.remember(link.name, {p.uid: decisions[p.key].place for p in policies})
     admitted = admitted_of(policies, decisions) if spec is not None else []
     namespace = ctx.settings.namespace
     applied = False
     host_ports = link.host_ports
     warning = None
     failsafe = failsafe_held(link.status)  # from the last /state the operator read
+    plan = policies_status(policies, decisions)
+    last_plan, last_holds = state.last_plan(link)
+    held = last_holds
+    if spec is not None:
+        admitted_hosts = [a.spec.dtn_host for a in admitted]
+        held = held_dtn_hosts(
+            spec, last_holds, last_plan.items, admitted_hosts, ctx.now(), ctx.dtn_shaper_grace_s
+        )
     if spec is None:
         outcome = Outcome(
             False, "InvalidSpec", problem or "the spec does not parse", link.generation
@@ -719,8 +846,9 @@ def reconcile_link(
             warning = ("FailSafe", failsafe)
         try:
             check_references(ctx.client, namespace, spec)
-            rendered = render(ctx, state, link, spec, admitted, others_ports)
+            rendered = render(ctx, state, link, spec, admitted, others_ports, held)
             applied = apply_loop(ctx, state, link.name, rendered)
+            state.plans[link.name] = (plan, list(held))
             host_ports = rendered.host_ports
             for line in rendered.reissued:
                 log.info("%s: certificate issued (%s)", link.name, line)
@@ -733,7 +861,7 @@ def reconcile_link(
             if link.status.get("conditions") is None or not any(
                 c.get("reason") == refusal.reason for c in link.status.get("conditions") or []
             ):
-                _event(ctx.client, link.body(), "Warning", refusal.reason, refusal.message)
+                link_event(ctx.events, link, namespace, "Warning", refusal.reason, refusal.message)
         except KubeApiError as error:
             if error.is_transient or error.is_conflict or error.is_not_found:
                 raise
@@ -743,8 +871,8 @@ def reconcile_link(
     paused = bool(spec.paused) if spec is not None else False
     states = workload_states(ctx.client, link.name, namespace, paused)
     link_written = write_link_status(
-        ctx.client, link, outcome, states, paused,
-        policies_status(policies, decisions), host_ports, warning, now,
+        ctx.client, ctx.events, namespace, link, outcome, states, paused,
+        plan, host_ports, warning, now, held,
     )  # fmt: skip
     ready = outcome.ok and states[0].ready and states[1].ready and not paused
     if paused:
@@ -759,19 +887,21 @@ def reconcile_link(
         link_ready = (False, "FailSafe", failsafe)
     else:
         link_ready = (True, "Ready", "")
-    writes = write_policy_statuses(ctx.client, policies, decisions, link_ready, now)
+    writes = write_policy_statuses(ctx.client, ctx.events, policies, decisions, link_ready, now)
+    ctx.events.flush()
     return PassResult(ready, applied, writes, link_written)
 
 
 def refuse_orphans(
     client: KubeClient,
+    events: EventRecorder,
     link_name: str,
     policies: Sequence[PolicySummary],
 ) -> int:
     """Policies naming a link that does not exist: LinkNotFound (the link's deletion, or
     a policy written before its link)."""
     _, decisions, _ = decide(link_name, None, policies, {})
-    return write_policy_statuses(client, policies, decisions, None, utc_now())
+    return write_policy_statuses(client, events, policies, decisions, None, utc_now())
 
 
 def teardown_order(link: str) -> list[tuple[str, str, str]]:
@@ -807,5 +937,7 @@ def remove_loop(client: KubeClient, state: ReconcilerState, link: str, namespace
         if kind == "Secret":
             state.certificates.forget(namespace, name)
     state.applied.pop(link, None)
+    state.plans.pop(link, None)
+    state.places.pop(link, None)
     with state.ports_lock:
         state.host_ports.pop(link, None)

@@ -187,13 +187,15 @@ def config_hash(config: RuntimeConfig) -> str:
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
-def restart_hash(config: RuntimeConfig, certificate: bytes = b"") -> str:
-    """The hash of the config without what a running controller takes live (the targets,
-    capacity, gains, limits, fail-safe settings, desired RTTs), and of the workload's
-    certificate: a new target rate reaches the running controller through its mounted
-    ConfigMap and keeps the filter's state, its history and learned base RTTs; anything
-    else (a renewed certificate too) rolls the pods."""
-    text = yaml.safe_dump(restart_relevant(config), sort_keys=True)
+def restart_hash(config: RuntimeConfig, component: str, certificate: bytes = b"") -> str:
+    """The hash of what ``component``'s process is built around (``restart_relevant``:
+    not what a running controller takes live, the targets, the DTN's congestion control,
+    capacity, gains, limits, fail-safe settings, desired RTTs; for the collector and a
+    DTN shaper only what they read), and of the workload's certificate: a new target
+    rate reaches the running controller through its mounted ConfigMap and keeps the
+    filter's state, its history and learned base RTTs; anything else rolls the pods of
+    the components that read it."""
+    text = yaml.safe_dump(restart_relevant(config, component), sort_keys=True)
     return hashlib.sha256(text.encode() + certificate).hexdigest()[:16]
 
 
@@ -324,7 +326,7 @@ def _deployment(
                     "labels": common_labels(ref.name, component),
                     "annotations": {
                         CONFIG_HASH_ANNOTATION: restart_hash(
-                            config, work.certificates.get(component, b"")
+                            config, component, work.certificates.get(component, b"")
                         )
                     },
                 },

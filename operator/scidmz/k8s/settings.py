@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scidmz import __version__
+from scidmz.api.holds import DEFAULT_GRACE_S
 from scidmz.k8s.manifests import COLLECTOR, CONTROLLER, DTN_SHAPER, WorkloadSettings
 
 DEFAULT_RESOURCES: dict[str, dict[str, dict[str, str]]] = {
@@ -102,6 +103,14 @@ class OperatorSettings(BaseSettings):
         default=9461,
         description="Port of a controller's /metrics, /healthz, /readyz, /state (HTTPS), "
         "off the node's network.",
+    )
+    dtn_shaper_grace_s: float = Field(
+        default=DEFAULT_GRACE_S,
+        ge=0,
+        le=86400,
+        description="How long a DTN host's shaper is kept, at the host's fail-safe cap, after "
+        "its last policy went (a policy that comes and goes neither creates nor deletes a "
+        "privileged pod each time); 0 removes it at once.",
     )
     host_port_base: int = Field(
         default=9500,

@@ -62,6 +62,7 @@ class Operator:
                 "SCIDMZ_RETRY_DELAY_S": "2",
                 "SCIDMZ_STATE_POLL_S": "1",
                 "SCIDMZ_RESYNC_S": "5",
+                "SCIDMZ_DTN_SHAPER_GRACE_S": "8",
                 "SCIDMZ_CONTROLLER_STATE_URL": f"https://127.0.0.1:{self.state_port}/state",
             },
         )

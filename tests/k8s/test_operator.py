@@ -9,6 +9,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 
 from scidmz.auth.pki import uri_identities
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
@@ -295,6 +296,44 @@ def test_a_tc_dtn_cap_runs_a_shaper_on_the_dtn_host_and_is_pruned(operator, kube
         "the dtn-shaper pruned",
     )
     wait_for(lambda: links.ready(name), 15, "Ready without the shaper")
+
+
+def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(operator, kube, links):
+    """A tenant who deletes and re-creates its policy neither deletes nor creates the
+    privileged shaper pod: it is held at the host's fail-safe (the target last admitted
+    there) for the operator's grace period (8 s here), then removed."""
+    name = links.name("hold")
+    links.apply(_link(links, "hold", dtnHosts=[TC_SHAPED_HOST]))
+    kube.apply(_policy(kube, name))
+    wait_for(lambda: links.ready(name), 15, "Ready")
+    shaper = links.child("deployment", f"{name}-dtn-shaper")
+    uid, template = shaper["metadata"]["uid"], shaper["spec"]["template"]
+
+    def rendered():
+        config = links.child("configmap", f"{name}-config")["data"]["config.yaml"]
+        return yaml.safe_load(config)
+
+    kube.delete("dtp", "p")
+    held = wait_for(
+        lambda: (links.get(name)["status"].get("heldDtnHosts") or [None])[0], 10, "the hold"
+    )
+    assert held["host"] == "dtn-1" and held["failsafeRate"] == "600Mbps"
+    wait_for(lambda: (rendered()["actuator"]["dtn"] or {}).get("held"), 10, "a held cap")
+    dtn = rendered()["actuator"]["dtn"]
+    assert dtn["failsafe_rate_bps"] == dtn["min_rate_bps"] == 600e6
+    assert rendered()["policies"] == [] and rendered()["target_rate_bps"] == 0
+    kept = links.child("deployment", f"{name}-dtn-shaper")
+    assert kept["metadata"]["uid"] == uid and kept["spec"]["template"] == template
+    # the policy again within the grace: the same pod takes it back
+    kube.apply(_policy(kube, name, "again"))
+    wait_for(lambda: not rendered()["actuator"]["dtn"]["held"], 10, "the cap controlled again")
+    assert links.child("deployment", f"{name}-dtn-shaper")["metadata"]["uid"] == uid
+    assert links.get(name)["status"].get("heldDtnHosts") in (None, [])
+    # gone for good: removed after the grace
+    kube.delete("dtp", "again")
+    wait_for(lambda: links.get(name)["status"].get("heldDtnHosts"), 10, "held again")
+    wait_for(lambda: links.child("deployment", f"{name}-dtn-shaper") is None, 30, "removed")
+    assert rendered()["actuator"]["dtn"] is None
 
 
 def _deleted_at(log: str, kind: str, name: str) -> int:

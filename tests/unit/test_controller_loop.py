@@ -243,6 +243,32 @@ def test_the_dtn_cap_follows_the_opposite_error_and_both_fail_safe():
     assert controller.state().dtn_rate_limit_bps == 600 * MBPS
 
 
+def test_a_held_dtn_cap_is_left_to_its_agent_until_a_policy_takes_it_back():
+    """No policy on the host (its shaper held, ``api.holds``): the controller decides no
+    cap, at start or per sample; once a policy is admitted there again, it caps at once."""
+    clock = Clock()
+    campus, dtn = DryRunActuator(), DryRunActuator()
+    idle = dataclasses.replace(SETTINGS.setpoint, target_rate_bps=0.0)
+    held = dataclasses.replace(
+        SETTINGS, setpoint=idle, dtn=dataclasses.replace(DTN, failsafe_rate_bps=6e8, held=True)
+    )
+    controller = Controller(held, campus, clock=clock, dtn_actuator=dtn)
+
+    async def main():
+        for k in range(3):
+            clock.now += 1.0
+            decision = await controller.on_sample(_sample(k + 1, 300))
+            assert decision is not None and decision.dtn_cap_bps is None
+        assert dtn.applied == [] and campus.applied[-1] == 1000 * MBPS
+        controller.reconfigure(dataclasses.replace(SETTINGS, dtn=DTN))
+        clock.now += 1.0
+        return await controller.on_sample(_sample(4, 300))
+
+    decision = _run(main())
+    assert decision is not None and decision.dtn_cap_bps is not None
+    assert dtn.applied[-1] == decision.dtn_cap_bps
+
+
 FEED_FORWARD = Gains(0, 0, 0)
 
 

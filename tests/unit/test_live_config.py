@@ -272,3 +272,38 @@ def test_the_shaper_follows_changes_and_runs_on_through_a_vanished_file(tmp_path
 
     asyncio.run(main())
     assert retuned == [(2.0, 3.0)]
+
+
+def test_a_running_controller_swaps_its_inverse_model_for_a_new_congestion_control(
+    tmp_path,
+) -> None:
+    """The process side of a live congestion control: the reload loads the other
+    congestion control's shipped model and takes its gains, without a restart."""
+    import asyncio
+
+    from scidmz.api.runtime import dump_runtime_config
+    from scidmz.control.actuators import DryRunActuator
+    from scidmz.control.service import ControllerProcess
+    from scidmz.control.settings import load_model
+
+    running = _rendered((_controller(strategy="mlc"), {}))
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_runtime_config(running))
+
+    async def main():
+        process = ControllerProcess(
+            controller_settings(running), DryRunActuator(), load_model(running, None), 0,
+            config=(path, running),
+        )  # fmt: skip
+        assert process.controller.model is not None
+        assert process.controller.model.path.parent.name == "cubic"
+        wanted = _rendered((_controller(strategy="mlc"), {"congestionControl": "bbr"}))
+        path.write_text(dump_runtime_config(wanted))
+        now = process.reload(path, running)
+        assert process.controller.model.path.parent.name == "bbr"
+        assert process.controller.settings.gains == controller_settings(wanted).gains
+        assert now.dtn_congestion_control == "bbr"
+        # the same file again: nothing more to do
+        assert process.reload(path, now) == now
+
+    asyncio.run(main())

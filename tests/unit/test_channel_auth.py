@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import os
 import signal
 import socket
 import ssl
@@ -30,13 +31,8 @@ import pytest
 
 from scidmz.api.runtime import ChannelSecurity, dump_runtime_config
 from scidmz.auth import identity
-from scidmz.auth.mtls import (
-    ClientTls,
-    MutualTls,
-    http_client_context,
-    load_mutual_tls,
-    open_channel,
-)
+from scidmz.auth.channels import ClientTls, open_channel
+from scidmz.auth.mtls import MutualTls, http_client_context, load_mutual_tls
 from scidmz.auth.pki import (
     PkiError,
     issue_certificate,
@@ -245,6 +241,128 @@ def test_metrics_and_state_answer_observers_only_probes_anyone(pki, collector):
     assert status == 200 and json.loads(body)["link"] == LINK
     with pytest.raises(OSError):  # plaintext HTTP to a TLS port: dropped, not answered
         urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=3).read()
+
+
+def test_readyz_tells_anonymous_clients_ready_or_not_and_nothing_more(pki, collector):
+    """The reason names the switch's address, election ids and rates: readers only."""
+    _, http_port = collector
+    status, body = _get(http_port, "/readyz")
+    assert (status, body) in ((200, b"ready\n"), (503, b"not ready\n")), body
+    _, body = _get(http_port, "/readyz", load_mutual_tls(pki["reader"]))
+    assert body.startswith((b"ready: ", b"not ready: ")) and len(body) > len(b"not ready: ")
+
+
+def _get_from(address: str, port: int, path: str, client: MutualTls | None = None):
+    """``_get`` to another of this host's addresses (127.0.0.2 is not the loopback
+    listener's 127.0.0.1)."""
+    context = http_client_context(client) if client is not None else _unverified()
+    context.check_hostname = False
+    with (
+        socket.create_connection((address, port), timeout=3) as raw,
+        context.wrap_socket(raw, server_hostname=SERVER_NAME) as tls,
+    ):
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        data = b""
+        while chunk := tls.recv(65536):
+            data += chunk
+    if not data:  # TLS 1.3: a refused client certificate shows after the client's handshake
+        raise ConnectionError("closed without a reply")
+    return int(data.split()[1]), data.partition(b"\r\n\r\n")[2]
+
+
+def test_on_the_nodes_network_probes_are_on_loopback_and_the_port_is_mutual_tls_only(pki, tmp_path):
+    """A tc controller or a DTN shaper (host network): the kubelet probes 127.0.0.1 in
+    plain HTTP; anyone else meets a handshake that wants a certificate of the CA."""
+    grpc_port, http_port = free_port(), free_port()
+    config = _config(tmp_path, "controller", pki, grpc_port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scidmz.cli", "controller", "--config", str(config),
+         "--http-port", str(http_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "SCIDMZ_PROBES_ON_LOOPBACK": "true"},
+    )  # fmt: skip
+    try:
+        _wait_listening(http_port, proc)
+        url = f"http://127.0.0.1:{http_port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/healthz", timeout=3) as reply:
+                    assert reply.status == 200 and reply.read() == b"ok\n"
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "no probe listener"
+                time.sleep(0.2)
+        try:
+            urllib.request.urlopen(f"{url}/readyz", timeout=3)
+        except urllib.error.HTTPError as error:  # not ready: no collector; but terse
+            assert error.read() == b"not ready\n"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{url}/metrics", timeout=3)
+        assert refused.value.code == 404  # the probe listener serves the probes only
+        # the public port: no handshake without a certificate of the CA
+        with pytest.raises((ssl.SSLError, OSError)):
+            _get_from("127.0.0.2", http_port, "/healthz")
+        with pytest.raises((ssl.SSLError, OSError)):
+            _get_from("127.0.0.2", http_port, "/healthz", load_mutual_tls(pki["stranger"]))
+        status, body = _get_from("127.0.0.2", http_port, "/metrics", load_mutual_tls(pki["reader"]))
+        assert status == 200 and b"scidmz_build_info" in body
+    finally:
+        _stop(proc)
+
+
+def test_a_rotated_certificate_and_ca_are_served_without_a_restart(tmp_path):
+    """The collector's mounted identity is rewritten (a new CA beside the old in ca.crt,
+    its leaf from the new CA), as the kubelet does when the operator rolls its CA over:
+    the same process serves the new certificate to new connections, HTTP and gRPC, and a
+    controller of the new CA gets its samples."""
+    old_ca, new_ca = authority("old CA"), authority("new CA")
+    root = tmp_path / "ids"
+    dirs = link_identities(old_ca, LINK, root)
+    grpc_port, http_port = free_port(), free_port()
+    config = _config(tmp_path, "collector", dirs, grpc_port)
+    proc = _start(["collector", "--config", str(config), "--http-port", str(http_port),
+                   "--listen", f"127.0.0.1:{grpc_port}"])  # fmt: skip
+    try:
+        _wait_https(http_port, proc)
+
+        def served_serial() -> int:
+            context = _unverified()
+            with (
+                socket.create_connection(("127.0.0.1", http_port), timeout=3) as raw,
+                context.wrap_socket(raw) as tls,
+            ):
+                der = tls.getpeercert(binary_form=True)
+            from cryptography import x509
+
+            assert der is not None
+            return x509.load_der_x509_certificate(der).serial_number
+
+        before = served_serial()
+        renewed = issue(new_ca, identity.link_identity(LINK, "collector"))
+        bundle = MutualTls(old_ca.cert_pem + new_ca.cert_pem, renewed.cert, renewed.key)
+        write(bundle, dirs["collector"])
+        new_controller = issue(new_ca, identity.link_identity(LINK, "controller"))
+        address = f"127.0.0.1:{grpc_port}"
+        client = ClientTls(
+            MutualTls(old_ca.cert_pem + new_ca.cert_pem, new_controller.cert, new_controller.key),
+            SERVER_NAME,
+        )
+        deadline = time.monotonic() + 10
+        while served_serial() == before or asyncio.run(_latest(address, client)) != "NOT_FOUND":
+            assert time.monotonic() < deadline, "the new material was not taken"
+            time.sleep(0.3)
+        assert proc.poll() is None  # the same process
+        # a controller whose leaf is still the old CA's (it trusts both already) gets in:
+        # both CAs are trusted through the overlap
+        old_leaf = load_mutual_tls(dirs["controller"])
+        old_client = ClientTls(
+            MutualTls(old_ca.cert_pem + new_ca.cert_pem, old_leaf.cert, old_leaf.key),
+            SERVER_NAME,
+        )
+        assert asyncio.run(_latest(address, old_client)) == "NOT_FOUND"
+    finally:
+        _stop(proc)
 
 
 def test_the_operator_reads_a_controllers_state_and_checks_whose_server_it_is(pki, tmp_path):

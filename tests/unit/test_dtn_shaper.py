@@ -233,7 +233,8 @@ def test_with_certificates_only_the_links_controller_sets_the_cap_and_within_bou
     host's floor (half of R*) is raised to it."""
     from scidmz.api.runtime import ChannelSecurity
     from scidmz.auth import identity
-    from scidmz.auth.mtls import ClientTls, load_mutual_tls
+    from scidmz.auth.channels import ClientTls
+    from scidmz.auth.mtls import load_mutual_tls
     from tests.identities import SERVER_NAME, authority, issue, link_identities, write
 
     ca = authority()

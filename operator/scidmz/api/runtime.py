@@ -30,7 +30,8 @@ from scidmz.api.types import (
     Strategy,
 )
 from scidmz.api.units import parse_duration, parse_rate
-from scidmz.auth.mtls import MutualTls, TlsConfigError, load_mutual_tls
+from scidmz.auth.mtls import TlsConfigError, load_mutual_tls
+from scidmz.auth.tls_source import TlsSource
 
 CONFIG_KEY = "config.yaml"
 DEFAULT_MAX_STEP_FRACTION = 0.2
@@ -703,15 +704,18 @@ def load_runtime_config(path: Path) -> RuntimeConfig:
     return load_yaml_model(path, RuntimeConfig, "config", ConfigError)
 
 
-def workload_tls(config: RuntimeConfig) -> MutualTls | None:
-    """This workload's own mutual-TLS material (``security.identity_dir``); None when the
-    config runs plaintext. ``ConfigError`` naming the files that are missing or bad."""
+def workload_tls(config: RuntimeConfig) -> TlsSource | None:
+    """This workload's own mutual-TLS material (``security.identity_dir``), followed as
+    the operator rotates it; None when the config runs plaintext. ``ConfigError`` naming
+    the files that are missing or bad at start."""
     if config.security is None:
         return None
+    directory = Path(config.security.identity_dir)
     try:
-        return load_mutual_tls(Path(config.security.identity_dir))
+        initial = load_mutual_tls(directory)
     except TlsConfigError as error:
         raise ConfigError(f"security.identity_dir: {error}") from None
+    return TlsSource(lambda: load_mutual_tls(directory), initial, where=str(directory))
 
 
 def _tc_dtn(config: RuntimeConfig) -> tuple[DtnActuatorConfig, str]:

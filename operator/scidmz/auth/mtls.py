@@ -151,37 +151,3 @@ def ssl_peer_identities(sock: ssl.SSLSocket) -> tuple[str, ...]:
         return uri_identities(ssl.DER_cert_to_PEM_cert(der).encode("ascii"))
     except PkiError:
         return ()
-
-
-@dataclass(frozen=True)
-class ClientTls:
-    """How a client dials one of scidmz's servers: its own material, and the name the
-    server's certificate must carry."""
-
-    material: MutualTls
-    server_name: str
-
-
-def open_channel(
-    address: str, tls: ClientTls | None, options: list[tuple[str, Any]] | None = None
-) -> grpc.aio.Channel:
-    """A mutual-TLS channel to ``address`` (plaintext without ``tls``: development only)."""
-    options = list(options or [])
-    if tls is None:
-        return grpc.aio.insecure_channel(address, options=options)
-    return grpc.aio.secure_channel(
-        address,
-        grpc_channel_credentials(tls.material),
-        options=[*options, *grpc_channel_options(tls.server_name)],
-    )
-
-
-def add_port(server: grpc.aio.Server, listen: str, tls: MutualTls | None) -> int:
-    """Bind ``listen`` with mutual TLS (plaintext without ``tls``); 0 when it cannot be
-    bound (grpcio raises on a port in use where it once returned 0)."""
-    try:
-        if tls is None:
-            return int(server.add_insecure_port(listen))
-        return int(server.add_secure_port(listen, grpc_server_credentials(tls)))
-    except RuntimeError:
-        return 0

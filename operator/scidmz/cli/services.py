@@ -17,6 +17,8 @@ from scidmz.cli.common import (
     VerboseOption,
     configure_logging,
     fail,
+    probes_on_loopback,
+    raise_fd_limit,
     resolve_http_port,
 )
 
@@ -35,10 +37,12 @@ def operator(
 
     from scidmz.k8s import handlers  # noqa: F401  (registers the handlers)
     from scidmz.k8s.settings import OperatorSettings
-    from scidmz.metrics.http import Health, register_build_info, serve_http
+    from scidmz.metrics.endpoint import serve_http
+    from scidmz.metrics.http import Health, register_build_info
 
     if standalone:
         os.environ["SCIDMZ_STANDALONE"] = "true"
+    raise_fd_limit()
     settings = OperatorSettings()
     # Bound before kopf starts so that a taken port stops start-up with a clear error and
     # /metrics answers as soon as /healthz does.
@@ -95,6 +99,7 @@ def collector(
     from scidmz.telemetry.service import CollectorProcess
 
     configure_logging(verbose)
+    raise_fd_limit()
     try:
         runtime = load_runtime_config(config)
         settings = collector_settings(runtime, pipeline_dir, tls_dir)
@@ -174,6 +179,7 @@ def controller(
     )
 
     configure_logging(verbose)
+    raise_fd_limit()
     try:
         runtime = load_runtime_config(config)
         settings = replace(controller_settings(runtime), restore_for_s=restore_for)
@@ -201,6 +207,7 @@ def controller(
         process = ControllerProcess(
             settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls,
             buffer_actuator=buffer_actuator, model_path=model,
+            probes_on_loopback=probes_on_loopback(),
         )  # fmt: skip
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -274,12 +281,14 @@ def shaper(
     from scidmz.api.runtime import load_runtime_config, workload_tls
     from scidmz.api.types import MAX_RATE_BPS
     from scidmz.api.units import UnitError, parse_duration, parse_rate
+    from scidmz.auth.channels import add_port, server_options
     from scidmz.auth.identity import PeerPolicy, controller_only
-    from scidmz.auth.mtls import MutualTls, add_port, http_server_context
+    from scidmz.auth.tls_source import TlsSource
     from scidmz.control.actuators import ActuatorError, TcActuator
 
     configure_logging(verbose)
-    tls: MutualTls | None = None
+    raise_fd_limit()
+    tls: TlsSource | None = None
     peers: PeerPolicy | None = None
     bounds: tuple[float, float] | None = None
     if config is not None:
@@ -316,7 +325,8 @@ def shaper(
         from prometheus_client import CollectorRegistry
 
         from scidmz.control.shaper import ShaperService, follow_config
-        from scidmz.metrics.http import Health, register_build_info, serve_http
+        from scidmz.metrics.endpoint import serve_http
+        from scidmz.metrics.http import Health, register_build_info
         from scidmz.proto import telemetry_pb2_grpc
 
         try:
@@ -324,7 +334,7 @@ def shaper(
         except ActuatorError as error:
             return f"--interface: {error}"
         service = ShaperService(actuator, rate, stale, peers=peers, bounds=bounds)
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=server_options())
         telemetry_pb2_grpc.add_ShaperServicer_to_server(service, server)
         if not add_port(server, listen, tls):
             await actuator.close()
@@ -338,7 +348,8 @@ def shaper(
                 port,
                 health,
                 registry=registry,
-                tls=http_server_context(tls) if tls is not None else None,
+                tls=tls,
+                probes_on_loopback=probes_on_loopback() and tls is not None,
             )
         except OSError as error:
             await actuator.close()

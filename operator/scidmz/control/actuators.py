@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from scidmz.auth.mtls import ClientTls, open_channel
+from scidmz.auth.channels import ClientTls, open_channel
 from scidmz.contract.netns import named_netns_exists
 from scidmz.contract.tbf import (
     LARGEST_PACKET_BYTES,
@@ -95,10 +95,25 @@ class GrpcClient:
         simulator behind a TLS switch port, with the switch's credentials)."""
         self.address = address
         self._timeout = timeout_s
+        self._tls = tls if channel is None else None
+        self._generation = tls.generation if tls is not None else 0
         self._channel = channel or open_channel(address, tls, ACTUATOR_CHANNEL)
         self._stub = self.stub_class(self._channel)
 
+    async def _renew_channel(self) -> None:
+        """A new channel when this client's certificate or trusted CAs changed (the
+        operator rotates them): an open connection would carry on, but a reconnect on the
+        old channel would present a certificate that may have expired."""
+        if self._tls is None or self._tls.generation == self._generation:
+            return
+        old = self._channel
+        self._generation = self._tls.generation
+        self._channel = open_channel(self.address, self._tls, ACTUATOR_CHANNEL)
+        self._stub = self.stub_class(self._channel)
+        await old.close(None)
+
     async def _call(self, method: str, request: Any) -> Any:
+        await self._renew_channel()
         try:
             return await getattr(self._stub, method)(
                 request, timeout=self._timeout, wait_for_ready=True

@@ -35,7 +35,7 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
-from scidmz.auth.mtls import ClientTls, open_channel
+from scidmz.auth.channels import ClientTls, open_channel
 from scidmz.contract.channels import RECONNECT_OPTIONS
 from scidmz.contract.codec import from_message, signals_from_message
 from scidmz.contract.state import StateVector

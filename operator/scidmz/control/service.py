@@ -17,14 +17,15 @@ from scidmz.api.runtime import (
     load_runtime_config,
     read_config_bytes,
 )
-from scidmz.auth.mtls import MutualTls, http_server_context
+from scidmz.auth.tls_source import TlsSource
 from scidmz.control.actuators import Actuator
 from scidmz.control.buffer_actuators import BufferActuator
 from scidmz.control.live_config import model_change, plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.control.settings import buffer_loop, load_model
-from scidmz.metrics.http import register_build_info, serve_http
+from scidmz.metrics.endpoint import serve_http
+from scidmz.metrics.http import register_build_info
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,19 @@ class ControllerProcess:
         http_port: int,
         dtn_actuator: Actuator | None = None,
         config: tuple[Path, RuntimeConfig] | None = None,
-        tls: MutualTls | None = None,
+        tls: TlsSource | None = None,
         buffer_actuator: BufferActuator | None = None,
         model_path: Path | None = None,
+        probes_on_loopback: bool = False,
     ) -> None:
         """``config``: the file the settings came from and its contents, watched for
         changes (None: not watched); ``tls``: this controller's certificate, for its
         /metrics and /state (None: plaintext, development only); ``model_path``: the
         inverse model given on the command line (None: the shipped one of the DTN's
-        congestion control, swapped live when the policy's congestion control changes)."""
+        congestion control, swapped live when the policy's congestion control changes);
+        ``probes_on_loopback``: on the node's network (``scidmz.metrics.endpoint``)."""
         self.model_path = model_path
+        self.probes_on_loopback = probes_on_loopback
         self.tls = tls
         registry = CollectorRegistry()
         if buffer_actuator is not None and config is None:
@@ -98,7 +102,8 @@ class ControllerProcess:
                 self.health,
                 lambda: self.controller.state().model_dump(mode="json"),
                 self.controller.registry,
-                tls=http_server_context(self.tls) if self.tls is not None else None,
+                tls=self.tls,
+                probes_on_loopback=self.probes_on_loopback,
             )
         except OSError as error:
             await self._close_actuators()

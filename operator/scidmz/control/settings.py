@@ -20,7 +20,8 @@ from scidmz.api.runtime import (
     default_integral_band_bps,
     workload_tls,
 )
-from scidmz.auth.mtls import ClientTls, TlsConfigError
+from scidmz.auth.channels import ClientTls
+from scidmz.auth.mtls import TlsConfigError
 from scidmz.auth.switch_tls import load_channel_tls
 from scidmz.auth.switch_tls import open_channel as open_switch_channel
 from scidmz.control.actuators import (

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from finsy.proto import p4i
 
+from scidmz.auth.channels import server_options
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.switch.netsim_source import NetsimSource
 from scidmz.switch.observation import PacketSource
@@ -144,7 +145,7 @@ class Target:
     async def start(self, listen: str, credentials: grpc.ServerCredentials | None = None) -> None:
         """Listen on ``listen`` (host:port), with TLS when given ``credentials``, and start
         ticking."""
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=server_options(keepalive=False))
         add_p4runtime(self.service, server)
         if isinstance(self.source, NetsimSource):
             telemetry_pb2_grpc.add_SimActuatorServicer_to_server(

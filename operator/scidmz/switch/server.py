@@ -19,6 +19,7 @@ import grpc
 from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf.message import DecodeError
 
+from scidmz.auth.channels import server_options
 from scidmz.contract.p4runtime import bitstring, entry_key, from_uint128, uint128
 from scidmz.contract.pipeline import PipelineError, check_p4info, qualified
 from scidmz.switch.arbitration import Arbitration, Verdict, arbitrate, disconnect
@@ -556,7 +557,7 @@ async def serve(
 ) -> grpc.aio.Server:
     """Start the gRPC server on ``listen`` (host:port), plaintext or TLS; the caller stops
     it."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=server_options(keepalive=False))
     add_p4runtime(service, server)
     add_port(server, listen, credentials)
     await server.start()

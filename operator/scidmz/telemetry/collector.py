@@ -33,8 +33,9 @@ from prometheus_client import CollectorRegistry
 
 from scidmz.api.runtime import ConfigError
 from scidmz.auth.identity import controller_only
-from scidmz.auth.mtls import MutualTls, TlsConfigError
+from scidmz.auth.mtls import TlsConfigError
 from scidmz.auth.switch_tls import ChannelTls, load_channel_tls
+from scidmz.auth.tls_source import TlsSource
 from scidmz.contract.codec import to_message
 from scidmz.contract.p4runtime import canonical, entry_key
 from scidmz.contract.pipeline import PipelineError, check_p4info
@@ -80,9 +81,9 @@ class CollectorSettings:
     measured interval since the set-up's counter reading), not a whole T later: control
     resumes within ~1–2 s of the switch accepting again."""
     rpc_timeout_s: float = 5.0
-    channel_tls: MutualTls | None = None
-    """This collector's own certificate: the sample stream and /metrics serve mutual TLS
-    with it (None: plaintext, development only)."""
+    channel_tls: TlsSource | None = None
+    """This collector's own certificate, followed as it rotates: the sample stream and
+    /metrics serve mutual TLS with it (None: plaintext, development only)."""
 
 
 class Collector:

@@ -10,8 +10,9 @@ from typing import Any
 import grpc
 
 from scidmz import __version__
-from scidmz.auth.mtls import add_port, http_server_context
-from scidmz.metrics.http import register_build_info, serve_http
+from scidmz.auth.channels import add_port, server_options
+from scidmz.metrics.endpoint import serve_http
+from scidmz.metrics.http import register_build_info
 from scidmz.proto import telemetry_pb2_grpc
 from scidmz.telemetry.collector import Collector, CollectorError, CollectorSettings
 
@@ -47,13 +48,13 @@ class CollectorProcess:
                 self.collector.health,
                 self.state,
                 self.collector.registry,
-                tls=http_server_context(tls) if tls is not None else None,
+                tls=tls,
             )
         except OSError as error:
             raise CollectorError(
                 f"cannot serve /metrics on port {self.http_port}: {error.strerror or error}"
             ) from None
-        server = grpc.aio.server()
+        server = grpc.aio.server(options=server_options())
         telemetry_pb2_grpc.add_TelemetryServicer_to_server(self.collector.stream, server)
         bound = add_port(server, self.listen, tls)
         if bound == 0:

@@ -576,7 +576,6 @@ def render(
         )
         for component, want in wanted.items()
     ]
-    work = replace(work, certificates={c: pairs[w.secret].cert_pem for c, w in wanted.items()})
     objects = [*secrets, *build_children(ref, config, settings, work)]
     return Rendered(config, objects, ports, reissued)
 

@@ -39,7 +39,8 @@ IDENTITY_MOUNT: Final = "/etc/scidmz-identity"
 """The workload's own certificate (the operator's CA)."""
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 """On the pod template: the hash of what the processes are built around
-(``restart_hash``) and of their certificates; a change rolls the pods."""
+(``restart_hash``); a change rolls the pods. Certificates are not in it: the processes
+follow their mounted identity as the operator rotates it (``scidmz.auth.tls_source``)."""
 LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
 """On a running controller (and DTN shaper) pod: the hash of the whole config
 (``config_hash``) the operator last nudged it for. Writing it makes the kubelet sync the
@@ -69,6 +70,9 @@ class WorkloadSettings:
     run_as_group: int = 10001
     resources: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Requests and limits per component (core/v1 ResourceRequirements)."""
+    fd_limit: int | None = 65536
+    """The soft limit on open files each workload raises itself to (``SCIDMZ_FD_LIMIT``;
+    a pod spec has no ulimit field); None leaves the runtime's."""
     operator_pod_labels: Mapping[str, str] = field(
         default_factory=lambda: {
             "app.kubernetes.io/name": "scidmz",
@@ -187,16 +191,15 @@ def config_hash(config: RuntimeConfig) -> str:
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
-def restart_hash(config: RuntimeConfig, component: str, certificate: bytes = b"") -> str:
+def restart_hash(config: RuntimeConfig, component: str) -> str:
     """The hash of what ``component``'s process is built around (``restart_relevant``:
     not what a running controller takes live, the targets, the DTN's congestion control,
     capacity, gains, limits, fail-safe settings, desired RTTs; for the collector and a
-    DTN shaper only what they read), and of the workload's certificate: a new target
-    rate reaches the running controller through its mounted ConfigMap and keeps the
-    filter's state, its history and learned base RTTs; anything else rolls the pods of
-    the components that read it."""
+    DTN shaper only what they read): a new target rate reaches the running controller
+    through its mounted ConfigMap and keeps the filter's state, its history and learned
+    base RTTs; anything else rolls the pods of the components that read it."""
     text = yaml.safe_dump(restart_relevant(config, component), sort_keys=True)
-    return hashlib.sha256(text.encode() + certificate).hexdigest()[:16]
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def identity_secret_name(link: str, component: str) -> str:
@@ -249,10 +252,17 @@ def build_service_account(ref: LinkRef, settings: WorkloadSettings) -> dict[str,
     }
 
 
-def _probe(path: str, port: str, period_s: int, failures: int) -> dict[str, Any]:
-    # HTTPS: the kubelet does not check the certificate, and /healthz and /readyz need none
+def _probe(
+    path: str, port: str, period_s: int, failures: int, loopback: bool = False
+) -> dict[str, Any]:
+    """HTTPS on the pod's network (the kubelet does not check the certificate, and
+    /healthz and /readyz need none); on the node's network, plain HTTP to the workload's
+    loopback listener on the same port (its public one requires a client certificate)."""
+    get: dict[str, Any] = {"path": path, "port": port, "scheme": "HTTPS"}
+    if loopback:
+        get = {"host": "127.0.0.1", "path": path, "port": port, "scheme": "HTTP"}
     return {
-        "httpGet": {"path": path, "port": port, "scheme": "HTTPS"},
+        "httpGet": get,
         "periodSeconds": period_s,
         "timeoutSeconds": 2,
         "failureThreshold": failures,
@@ -324,11 +334,7 @@ def _deployment(
             "template": {
                 "metadata": {
                     "labels": common_labels(ref.name, component),
-                    "annotations": {
-                        CONFIG_HASH_ANNOTATION: restart_hash(
-                            config, component, work.certificates.get(component, b"")
-                        )
-                    },
+                    "annotations": {CONFIG_HASH_ANNOTATION: restart_hash(config, component)},
                 },
                 "spec": pod_spec,
             },
@@ -342,7 +348,13 @@ def _container(
     http_port: int,
     extra_ports: list[dict[str, Any]],
     security_context: dict[str, Any],
+    host_network: bool = False,
 ) -> dict[str, Any]:
+    env = [{"name": "SCIDMZ_HTTP_PORT", "value": str(http_port)}]
+    if settings.fd_limit is not None:
+        env.append({"name": "SCIDMZ_FD_LIMIT", "value": str(settings.fd_limit)})
+    if host_network:
+        env.append({"name": "SCIDMZ_PROBES_ON_LOOPBACK", "value": "true"})
     return {
         "name": component,
         "image": settings.image,
@@ -352,10 +364,10 @@ def _container(
             *extra_ports,
             {"name": PROMETHEUS_PORT_NAME, "containerPort": http_port, "protocol": "TCP"},
         ],
-        "env": [{"name": "SCIDMZ_HTTP_PORT", "value": str(http_port)}],
+        "env": env,
         "resources": settings.resources_of(component),
-        "livenessProbe": _probe("/healthz", PROMETHEUS_PORT_NAME, 10, 3),
-        "readinessProbe": _probe("/readyz", PROMETHEUS_PORT_NAME, 5, 2),
+        "livenessProbe": _probe("/healthz", PROMETHEUS_PORT_NAME, 10, 3, host_network),
+        "readinessProbe": _probe("/readyz", PROMETHEUS_PORT_NAME, 5, 2, host_network),
         "securityContext": security_context,
         "volumeMounts": [
             {"name": "config", "mountPath": CONFIG_MOUNT, "readOnly": True},
@@ -385,7 +397,7 @@ def _mount_switch_tls(deployment: dict[str, Any], config: RuntimeConfig) -> None
 
 @dataclass(frozen=True)
 class LinkWorkloads:
-    """What the builders need beyond the config: placement and the certificates' hashes."""
+    """What the builders need beyond the config: placement and host ports."""
 
     paused: bool = False
     tolerations: tuple[Toleration, ...] = ()
@@ -393,8 +405,6 @@ class LinkWorkloads:
     dtn_tolerations: tuple[Toleration, ...] = ()
     """The DTN host node's taints its shaper agent tolerates."""
     host_ports: tuple[HostPortAllocation, ...] = ()
-    certificates: Mapping[str, bytes] = field(default_factory=dict)
-    """Each component's certificate (PEM): its change rolls that component's pods."""
 
 
 def build_collector_deployment(
@@ -441,7 +451,7 @@ def build_controller_deployment(
     # on the node's network the port is the link's own, so two links on one node never
     # collide; off it every pod has its own network
     port = (host_port(work, CONTROLLER) if uses_tc else None) or settings.controller_http_port
-    container = _container(CONTROLLER, settings, port, [], security)
+    container = _container(CONTROLLER, settings, port, [], security, host_network=uses_tc)
     pod_extra = (
         _on_host_network_of(config.actuator.tc_node_name, work.tolerations) if uses_tc else {}
     )
@@ -498,7 +508,9 @@ def build_dtn_shaper_deployment(
     if http is None:
         raise ValueError(f"no host port allocated for the DTN shaper of {dtn.host}")
     grpc = {"name": "grpc-shaper", "containerPort": http + 1, "protocol": "TCP"}
-    container = _container(DTN_SHAPER, settings, http, [grpc], _tc_security_context())
+    container = _container(
+        DTN_SHAPER, settings, http, [grpc], _tc_security_context(), host_network=True
+    )
     container["args"] = shaper_agent_args(
         config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"
     )

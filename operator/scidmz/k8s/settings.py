@@ -140,6 +140,13 @@ class OperatorSettings(BaseSettings):
         description="Requests and limits per workload (collector, controller, dtn-shaper), "
         'as JSON: {"collector": {"requests": {"cpu": "50m"}, "limits": {...}}, ...}.',
     )
+    workload_fd_limit: int | None = Field(
+        default=65536,
+        ge=1024,
+        le=1048576,
+        description="The soft limit on open files each workload raises itself to (a pod "
+        "spec has no ulimit field; the container runtime's hard limit caps it).",
+    )
     operator_pod_labels: dict[str, str] = Field(
         default_factory=lambda: {
             "app.kubernetes.io/name": "scidmz",
@@ -177,6 +184,7 @@ class OperatorSettings(BaseSettings):
             run_as_user=self.workload_run_as_user,
             run_as_group=self.workload_run_as_group,
             resources=self.workload_resources,
+            fd_limit=self.workload_fd_limit,
             operator_pod_labels=self.operator_pod_labels,
             metrics_namespace_labels=self.metrics_namespace_labels,
             metrics_pod_labels=self.metrics_pod_labels,

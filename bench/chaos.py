@@ -1,8 +1,9 @@
-"""Chaos on the simulated loop: faults, a Subscribe storm, malformed P4Runtime requests, and
-operator fail-over under 100 policies.
+"""Chaos on the simulated loop: faults, a Subscribe storm, malformed P4Runtime requests,
+slow and idle clients on every port, and operator fail-over under 100 policies.
 
-    .venv/bin/python bench/chaos.py                      # everything, ~15 min
-    .venv/bin/python bench/chaos.py --repeats 1 --skip-storm --skip-failover   # ~2 min
+    .venv/bin/python bench/chaos.py                      # everything, ~17 min
+    .venv/bin/python bench/chaos.py --repeats 1 --skip-storm --skip-failover   # ~4 min
+    sudo .venv/bin/python bench/chaos.py --only-slow-clients   # ~2 min, with a DTN shaper
 
 The loop is the example link and policy (`examples/borderlink.yaml`, T = 1 s, staleAfter =
 3 s, maxStep = 200 Mb/s) with `failsafe.rate: 150Mbps`, so that the fail-safe differs from
@@ -17,7 +18,10 @@ each restart; after a long switch outage (60 s, 5 min: ``--long-outages``) contr
 < 2 s after the switch accepts connections again; no jump of u(t) above maxStep on resume;
 200 concurrent Subscribe clients with slow readers leave memory bounded and others
 undelayed; malformed requests get the right codes while the switch stays up; (our addition)
-a standby operator takes over and applies a change < 10 s after the active one is killed.
+a standby operator takes over and applies a change < 10 s after the active one is killed;
+100 slow-TLS and 100 idle clients on each port leave every probe answered within its 2 s
+timeout and the loop controlling (``scidmz.chaos.slow_clients``; as root with a DTN shaper
+agent on the node's network, probes on loopback).
 
 Writes bench/results/chaos.md (or --out) and prints it.
 """
@@ -40,17 +44,22 @@ from scidmz.chaos.failover import FailoverResult, run_operator_failover
 from scidmz.chaos.faults import ALL_FAULTS, Fault, FaultResult, run_fault
 from scidmz.chaos.local_loop import PROBE_S, LocalLoop
 from scidmz.chaos.p4runtime_abuse import Refusal, malformed_requests, write_error_model
+from scidmz.chaos.slow_clients import SlowClientsResult, run_slow_clients
 from scidmz.chaos.storm import StormResult, run_storm
 from scidmz.testenv.cluster import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results" / "chaos.md"
+SLOW_RESULTS = REPO_ROOT / "bench" / "results" / "chaos_slow_clients.md"
 RESUME_TARGET_S = 10.0
 AFTER_ACCEPT_TARGET_S = 2.0
 FAILOVER_TARGET_S = 10.0
 
 
-def chaos_config(sample_time: str, failsafe: str = "150Mbps") -> RuntimeConfig:
-    """The example link and policy (processes on one host: the switch in plaintext)."""
+def chaos_config(
+    sample_time: str, failsafe: str = "150Mbps", dtn_shaper: bool = False
+) -> RuntimeConfig:
+    """The example link and policy (processes on one host: the switch in plaintext); with
+    ``dtn_shaper`` its DTN host has a tc shaper (``scidmz.chaos.slow_clients``'s agent)."""
     docs = [
         d for name in ("tenants.yaml", "borderlink.yaml", "dtntransferpolicy.yaml")
         for d in yaml.safe_load_all((REPO_ROOT / "examples" / name).read_text())
@@ -60,6 +69,9 @@ def chaos_config(sample_time: str, failsafe: str = "150Mbps") -> RuntimeConfig:
     link["spec"]["failsafe"] = {"rate": failsafe}
     link["spec"]["switch"] = {**link["spec"]["switch"], "tls": None, "plaintext": True}
     link["spec"]["switch"].pop("tls")
+    if dtn_shaper:
+        shaper = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "dtn0"}}
+        link["spec"]["dtnHosts"][0]["shaper"] = shaper
     loop = parse_loop_documents([d for d in docs if d["kind"] != "Role"], "examples")
     return loop.config("unused:1")
 
@@ -187,6 +199,65 @@ def refusal_table(refusals: list[Refusal], alive: bool, controlling: bool) -> tu
     return "\n".join(lines), verdicts
 
 
+def slow_clients_table(r: SlowClientsResult) -> tuple[str, list[str]]:
+    lines = [
+        "| asked every second | before: answered / asked | p99 (ms) | during: answered / "
+        "asked | p99 (ms) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    all_answered = True
+    for name, (before, during) in r.probes.items():
+        lines.append(
+            f"| {name} | {before[0]}/{before[1]} | {before[2]:.0f} | {during[0]}/{during[1]} "
+            f"| {during[2]:.0f} |"
+        )
+        all_answered &= during[1] > 0 and during[0] == during[1]
+    lines += [
+        f"| the controller's decisions (distinct samples) | {r.decisions[0]} | | "
+        f"{r.decisions[1]} | |",
+        f"| the controller on its fail-safe | | | {'yes' if r.failsafe_during else 'no'} | |",
+        "| open files, peak | "
+        + ", ".join(f"{k} {v}" for k, v in r.open_files_peak.items())
+        + " | | | |",
+    ]
+    expected = r.duration_s  # one decision per T = 1 s
+    kept = not r.failsafe_during and r.decisions[1] >= 0.9 * expected
+    return "\n".join(lines), [
+        f"- {r.clients} slow-TLS or idle clients on each of {len(r.targets)} ports: every "
+        f"probe answered within its 2 s timeout: {_verdict(all_answered)}",
+        f"- control kept meanwhile (never on its fail-safe, ≥ 90 % of the decisions due): "
+        f"{_verdict(kept)}",
+    ]
+
+
+def slow_clients_section(args: argparse.Namespace, work: Path) -> tuple[str, list[str]]:
+    print(
+        f"slow and idle clients: {args.slow_clients} per port for {args.slow_duration:.0f} s ...",
+        flush=True,
+    )
+    slow = run_slow_clients(
+        chaos_config(args.sample_time, dtn_shaper=True), work / "slow",
+        args.slow_clients, args.slow_duration,
+    )  # fmt: skip
+    table, verdicts = slow_clients_table(slow)
+    shaper = (
+        "a `scidmz shaper` on a veth end in a network namespace, run as on a node's "
+        "network (its probes on loopback, mutual TLS only on its public port), driven with "
+        "SetRate every second as the link's controller would"
+        if slow.shaper
+        else "no DTN shaper (it needs root for its network namespace)"
+    )
+    section = (
+        "## Slow and idle clients\n\nThe loop with mutual TLS on every channel (collector, "
+        f"controller, and {shaper}). For {slow.duration_s:.0f} s, {slow.clients} clients per "
+        f"port, each from its own source address, on {', '.join(slow.targets)}: slow-TLS ones "
+        "complete the handshake without a certificate and send a byte every 1.5 s; idle ones "
+        "open TCP and send nothing; both reconnect when cut. Probes as the kubelet asks (no "
+        "certificate, 2 s timeout), the operator's /state reads with its certificate.\n\n" + table
+    )
+    return section, verdicts
+
+
 def failover_table(r: FailoverResult) -> tuple[str, list[str]]:
     lines = [
         "| policies Ready before | peering lifetime (s) | standby resumes (s) | "
@@ -226,15 +297,29 @@ def main() -> None:
         help="skip the fault repeats, the malformed requests, the storm and the fail-over",
     )  # fmt: skip
     parser.add_argument("--failover-policies", type=int, default=100)
+    parser.add_argument("--slow-clients", type=int, default=100, help="per attacked port")
+    parser.add_argument("--slow-duration", type=float, default=60.0)
+    parser.add_argument("--skip-slow-clients", action="store_true")
+    parser.add_argument(
+        "--only-slow-clients", action="store_true",
+        help=f"the slow and idle clients alone (report: {SLOW_RESULTS.relative_to(REPO_ROOT)})",
+    )  # fmt: skip
     parser.add_argument("--skip-storm", action="store_true")
     parser.add_argument("--skip-failover", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None, help=f"default {RESULTS}")
     parser.add_argument("--no-write", action="store_true", help="do not write the report")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="scidmz-chaos-"))
     sections: list[str] = []
     verdicts: list[str] = []
     started = time.monotonic()
+    if args.only_slow_clients:
+        try:
+            section, verdicts = slow_clients_section(args, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        write_report(args, args.out or SLOW_RESULTS, started, verdicts, [section])
+        return
     try:
         config = chaos_config(args.sample_time)
         outage = config.failsafe.stale_after_s + 2 * config.sample_time_s
@@ -326,6 +411,10 @@ def main() -> None:
                 "well-behaved subscriber and the controller are judged alongside.\n\n" + table
             )
             verdicts += v
+        if not args.skip_slow_clients and not args.only_long_outages:
+            section, v = slow_clients_section(args, work)
+            sections.append(section)
+            verdicts += v
         if not args.skip_failover:
             print(f"operator fail-over with {args.failover_policies} policies ...", flush=True)
             failover = run_operator_failover(args.failover_policies, lifetime_s=6)
@@ -339,6 +428,12 @@ def main() -> None:
             verdicts += v
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    write_report(args, args.out or RESULTS, started, verdicts, sections)
+
+
+def write_report(
+    args: argparse.Namespace, out: Path, started: float, verdicts: list[str], sections: list[str]
+) -> None:
     report = (
         "# Chaos (bench/chaos.py)\n\n"
         f"`{' '.join(['.venv/bin/python', 'bench/chaos.py', *sys.argv[1:]])}` — "
@@ -347,9 +442,9 @@ def main() -> None:
     )
     print(report)
     if not args.no_write:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(report)
-        print(f"wrote {args.out}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(report)
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from scidmz.api.runtime import RuntimeConfig
 from scidmz.chaos.faults import Fault, actuation_trace, run_fault
 from scidmz.chaos.local_loop import LocalLoop
 from scidmz.chaos.p4runtime_abuse import malformed_requests, write_error_model
+from scidmz.chaos.slow_clients import run_slow_clients
 from scidmz.chaos.storm import run_storm
 from scidmz.metrics import names
 from scidmz.metrics.dashboards import FIRING_ALERTS
@@ -96,6 +97,20 @@ def test_a_subscribe_storm_is_released_and_the_others_stay_served(tmp_path):
     assert result.subscribers_after == 2, result  # the watcher and the controller: no leak
     assert result.missed == 0 and not result.controller_failsafe, result
     assert result.rss_peak_mb - result.rss_before_mb < 50, result
+
+
+def test_slow_and_idle_clients_leave_the_probes_answered_and_the_loop_controlling(tmp_path):
+    """The slow-client attack in short form (bench/chaos.py: 100 per port for 60 s)."""
+    from tests.loops import plaintext_link_spec, render
+
+    host = {**plaintext_link_spec()["dtnHosts"][0],
+            "shaper": {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "dtn0"}}}  # fmt: skip
+    config = render(plaintext_link_spec(dtnHosts=[host]), collector="unused:1")
+    result = run_slow_clients(config, tmp_path, clients=30, duration_s=8.0, baseline_s=3.0)
+    for name, (_, during) in result.probes.items():
+        answered, asked, _ = during
+        assert asked >= 6 and answered == asked, (name, during)
+    assert not result.failsafe_during and result.decisions[1] >= 6, result
 
 
 # ---- alerts and the dashboard ---------------------------------------------------------------

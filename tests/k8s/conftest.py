@@ -51,13 +51,16 @@ class Operator:
         assert self.process is not None
         return self.process.health_port
 
-    def start(self) -> None:
+    def start(self, **env: str) -> None:
+        """Start it, with ``env`` beside the tests' settings (e.g. short certificate
+        lifetimes)."""
         self._started_at = len(self.log())
         self.process = start_operator(
             self.plane,
             self.log_path,
             extra_args=("--verbose",),
             extra_env={
+                **env,
                 "SCIDMZ_PEERING_PRIORITY": str(self.priority),
                 "SCIDMZ_RETRY_DELAY_S": "2",
                 "SCIDMZ_STATE_POLL_S": "1",

@@ -251,6 +251,12 @@ class RuntimeConfig(_Frozen):
 
     api_version: Literal["scidmz.io/runtime/v2"] = "scidmz.io/runtime/v2"
     link: str = Field(min_length=1, max_length=253)
+    link_uid: str = Field(
+        default="",
+        max_length=64,
+        description="The BorderLink's metadata.uid: part of every identity of its loop "
+        "(``auth.identity``); empty for a loop run without a cluster.",
+    )
     generation: int = Field(ge=0)
     policies: list[AdmittedPolicyConfig] = Field(default_factory=list, max_length=MAX_ADMITTED)
     target_rate_bps: Rate = Field(
@@ -395,6 +401,7 @@ def resolve_runtime_config(
     dtn_shaper_address: str | None = None,
     security: ChannelSecurity | None = None,
     held: Sequence[HeldDtnHost] = (),
+    link_uid: str = "",
 ) -> RuntimeConfig:
     """Fill every default of ``link`` (tuned gains, limits, fail-safe rates) for the
     ``admitted`` policies (at most ``admission.DTN_CLASSES_PER_LINK``; none: the loop
@@ -425,6 +432,7 @@ def resolve_runtime_config(
     kept = link.dtn_host(held[0].host) if held and not admitted else None
     return RuntimeConfig(
         link=link_name,
+        link_uid=link_uid,
         generation=generation,
         policies=[
             AdmittedPolicyConfig(
@@ -653,11 +661,11 @@ policy rolls the loop's pods."""
 
 
 COLLECTOR_FIELDS = frozenset(
-    {"api_version", "link", "sample_time_s", "dtn_prefixes", "campus_prefix", "switch",
+    {"api_version", "link", "link_uid", "sample_time_s", "dtn_prefixes", "campus_prefix", "switch",
      "telemetry", "bottleneck_capacity_bps", "collector_address", "security"}
 )  # fmt: skip
 """What ``scidmz collector`` reads of its config (at start; it follows nothing)."""
-SHAPER_FIELDS = frozenset({"api_version", "link", "security", "actuator"})
+SHAPER_FIELDS = frozenset({"api_version", "link", "link_uid", "security", "actuator"})
 """What a DTN host's ``scidmz shaper`` reads at start: its identity and its interface (its
 fail-safe and bounds it follows live)."""
 

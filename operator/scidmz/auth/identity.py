@@ -1,8 +1,10 @@
 """Workload identities, and who each endpoint lets in.
 
-An identity is a URI in the SPIFFE form (``spiffe://scidmz.io/link/<link>/<component>``):
-every certificate the operator issues carries exactly one, and a server authorises a peer
-by it, not by its address. The rules (one place, so docs and tests read the same table):
+An identity is a URI in the SPIFFE form (``spiffe://scidmz.io/link/<link>/<uid>/<component>``,
+``<uid>`` the BorderLink's metadata.uid, so a link deleted and created again under the
+same name accepts none of the old one's keys): every certificate the operator issues
+carries exactly one, and a server authorises a peer by it, not by its address. The rules
+(one place, so docs and tests read the same table):
 
 | endpoint | lets in |
 |---|---|
@@ -35,10 +37,12 @@ CONTROLLER = "controller"
 DTN_SHAPER = "dtn-shaper"
 
 
-def link_identity(link: str, component: str, host: str | None = None) -> str:
-    """``spiffe://scidmz.io/link/<link>/<component>[/<host>]``."""
+def link_identity(link: str, component: str, host: str | None = None, uid: str = "") -> str:
+    """``spiffe://scidmz.io/link/<link>[/<uid>]/<component>[/<host>]`` (no ``<uid>``: a
+    loop run without a cluster, the lab's and the tests')."""
     tail = f"/{host}" if host is not None else ""
-    return f"{_PREFIX}link/{link}/{component}{tail}"
+    incarnation = f"/{uid}" if uid else ""
+    return f"{_PREFIX}link/{link}{incarnation}/{component}{tail}"
 
 
 @dataclass(frozen=True)
@@ -57,9 +61,10 @@ class PeerPolicy:
         return ", ".join(sorted(self.allowed)) or "nobody"
 
 
-def controller_only(link: str) -> PeerPolicy:
-    """A link's collector stream and DTN shapers: only that link's controller."""
-    return PeerPolicy(frozenset({link_identity(link, CONTROLLER)}))
+def controller_only(link: str, uid: str = "") -> PeerPolicy:
+    """A link's collector stream and DTN shapers: only that link's controller (of this
+    incarnation of the link, ``uid``)."""
+    return PeerPolicy(frozenset({link_identity(link, CONTROLLER, uid=uid)}))
 
 
 OBSERVER_POLICY = PeerPolicy(OBSERVERS)

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from scidmz.auth.identity import PeerPolicy
-from scidmz.auth.pki import PkiError, uri_identities
+from scidmz.auth.pki import PkiError, key_matches, uri_identities
 
 CA_FILE = "ca.crt"
 CERT_FILE = "tls.crt"
@@ -64,6 +64,9 @@ def load_mutual_tls(directory: Path) -> MutualTls:
     try:
         if not uri_identities(material.cert):
             raise TlsConfigError(f"{directory / CERT_FILE}: names no workload identity")
+        if not key_matches(material.cert, material.key):
+            # a renewal caught half-way (the new certificate, the old key): read it again
+            raise TlsConfigError(f"{directory / KEY_FILE}: not the key of {CERT_FILE}")
     except PkiError as error:
         raise TlsConfigError(f"{directory / CERT_FILE}: {error}") from None
     return material

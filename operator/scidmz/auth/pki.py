@@ -18,12 +18,61 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_VALIDITY = dt.timedelta(days=3650)
-LEAF_VALIDITY = dt.timedelta(days=365)
-RENEW_BEFORE = dt.timedelta(days=30)
-"""A workload certificate is reissued this long before it expires (its pods roll then)."""
+CA_VALIDITY = dt.timedelta(days=365)
+LEAF_VALIDITY = dt.timedelta(days=7)
+RENEW_FRACTION = 2 / 3
+"""A leaf certificate is reissued once this share of its life has passed (a third left:
+cert-manager's default), whatever its length: a leaf cut short by its CA's end is renewed
+within its own shorter life, once, not on every pass."""
 _BACKDATE = dt.timedelta(minutes=5)
-"""Certificates start slightly in the past: nodes' clocks disagree by seconds."""
+"""Certificates start slightly in the past: nodes' clocks disagree by seconds (a tenth of
+a short certificate's life at most)."""
+
+
+def backdate(valid_for: dt.timedelta) -> dt.timedelta:
+    """How far before its issue a certificate valid for ``valid_for`` starts."""
+    return min(_BACKDATE, valid_for / 10)
+
+
+def issued_at(cert: x509.Certificate) -> dt.datetime:
+    """When a certificate made here was issued (its start undone of :func:`backdate`)."""
+    total = cert.not_valid_after_utc - cert.not_valid_before_utc
+    # total = valid_for + backdate(valid_for): the backdate is 5 min, or total / 11
+    shift = _BACKDATE if total >= 11 * _BACKDATE else total / 11
+    return cert.not_valid_before_utc + shift
+
+
+@dataclass(frozen=True)
+class Validity:
+    """How long the operator's certificates live and when they are renewed (the
+    operator's settings; the defaults in the constants above)."""
+
+    ca: dt.timedelta = CA_VALIDITY
+    ca_renew_before: dt.timedelta = dt.timedelta(days=60)
+    """The next CA is made this long before the active one expires ..."""
+    ca_overlap: dt.timedelta = dt.timedelta(days=1)
+    """... trusted beside it this long before it signs, and the old one trusted this long
+    after: every workload has the new CA before any certificate it signed is presented."""
+    leaf: dt.timedelta = LEAF_VALIDITY
+    renew_fraction: float = RENEW_FRACTION
+
+    def problems(self) -> list[str]:
+        """What makes these settings unusable (empty: none)."""
+        found = []
+        if not self.ca_overlap > dt.timedelta(0):
+            found.append("the CA overlap must be positive")
+        if self.ca_renew_before < 2 * self.ca_overlap:
+            found.append(
+                "the CA's renewal window must hold two overlaps (the new CA trusted before "
+                "it signs, the old trusted after)"
+            )
+        if self.ca <= self.ca_renew_before:
+            found.append("the CA must live longer than its renewal window")
+        if not self.leaf > dt.timedelta(0):
+            found.append("leaf certificates must live a positive time")
+        if not 0 < self.renew_fraction < 1:
+            found.append("the renewal fraction must be within (0, 1)")
+        return found
 
 
 class PkiError(ValueError):
@@ -74,7 +123,10 @@ def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
 
 
 def new_certificate_authority(
-    common_name: str, now: dt.datetime, key: ec.EllipticCurvePrivateKey | None = None
+    common_name: str,
+    now: dt.datetime,
+    key: ec.EllipticCurvePrivateKey | None = None,
+    valid_for: dt.timedelta = CA_VALIDITY,
 ) -> KeyPair:
     """A self-signed CA that may sign leaf certificates only (path length 0)."""
     key = key or new_key()
@@ -85,8 +137,8 @@ def new_certificate_authority(
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
-        .not_valid_after(now + CA_VALIDITY)
+        .not_valid_before(now - backdate(valid_for))
+        .not_valid_after(now + valid_for)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
@@ -141,7 +193,7 @@ def issue_certificate(
         .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - _BACKDATE)
+        .not_valid_before(now - backdate(not_after - now))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(signs_certificates=False), critical=True)
@@ -180,10 +232,11 @@ def renewal_due(
     identity: str,
     dns_names: Sequence[str],
     now: dt.datetime,
-    renew_before: dt.timedelta = RENEW_BEFORE,
+    renew_fraction: float = RENEW_FRACTION,
 ) -> str | None:
     """Why a stored certificate must be reissued (None: it is still good): unparseable,
-    signed by another CA, for another identity or other host names, or near its end."""
+    signed by another CA than ``ca_cert_pem`` (the one signing now), for another identity
+    or other host names, or past ``renew_fraction`` of its life."""
     try:
         cert = _certificate(cert_pem)
         ca_cert = _certificate(ca_cert_pem)
@@ -207,6 +260,18 @@ def renewal_due(
         return "issued for another identity"
     if sorted(sans.get_values_for_type(x509.DNSName)) != sorted(dns_names):
         return "issued for other host names"
-    if cert.not_valid_after_utc - renew_before <= now:
-        return f"expires {cert.not_valid_after_utc:%Y-%m-%d}"
+    start = issued_at(cert)
+    if start + renew_fraction * (cert.not_valid_after_utc - start) <= now:
+        return f"expires {cert.not_valid_after_utc:%Y-%m-%d %H:%M:%S}"
     return None
+
+
+def key_matches(cert_pem: bytes, key_pem: bytes) -> bool:
+    """Whether ``key_pem`` is the private key of ``cert_pem``; ``PkiError`` for a
+    certificate or key that does not parse."""
+    cert = _certificate(cert_pem)
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as error:
+        raise PkiError(f"not a PEM private key: {error}") from None
+    return bool(key.public_key().public_numbers() == cert.public_key().public_numbers())  # type: ignore[union-attr]

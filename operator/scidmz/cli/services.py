@@ -301,7 +301,7 @@ def shaper(
         except ValueError as error:
             fail(f"--config: {error}")
             return
-        peers = controller_only(runtime.link) if tls is not None else None
+        peers = controller_only(runtime.link, runtime.link_uid) if tls is not None else None
     else:
         if failsafe_rate is None:
             fail("--failsafe-rate (or --config) is required")

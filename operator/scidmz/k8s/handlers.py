@@ -35,13 +35,12 @@ from scidmz.api import link as link_api
 from scidmz.api import policy as policy_api
 from scidmz.api.runtime import ControllerState
 from scidmz.api.types import GROUP, VERSION
-from scidmz.auth.mtls import http_client_context
 from scidmz.k8s.certificates import (
     METRICS_READER_SECRET,
-    ensure_certificate_authority,
-    metrics_reader_wanted,
-    operator_identity,
-    secret_object,
+    AuthorityKeeper,
+    CertificateCache,
+    OperatorIdentity,
+    validity_from,
 )
 from scidmz.k8s.client import KubeApiError, KubeClient
 from scidmz.k8s.events import EventRecorder
@@ -55,6 +54,7 @@ from scidmz.k8s.links import (
     reconcile_link,
     refuse_orphans,
     remove_loop,
+    renew_metrics_reader,
     summarize_link,
     summarize_policy,
 )
@@ -109,17 +109,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     if not ours.standalone:
         ensure_peering(client, ours)
     namespace = ours.operator_namespace
-    ca = ensure_certificate_authority(client, namespace, ours.ca_secret)
-    now = dt.datetime.now(dt.UTC)
+    validity = validity_from(ours)
+    keeper = AuthorityKeeper(client, namespace, ours.ca_secret, validity)
+    keeper.ensure()
     memo.settings = ours
     memo.client = client
     memo.events = EventRecorder(client)
     memo.context = Context(
-        client, ours.workload(), ca, memo.events, ours.host_port_base, ours.host_port_pairs,
-        dtn_shaper_grace_s=ours.dtn_shaper_grace_s,
+        client, ours.workload(), keeper, memo.events, ours.host_port_base,
+        ours.host_port_pairs, dtn_shaper_grace_s=ours.dtn_shaper_grace_s,
     )  # fmt: skip
-    memo.state = ReconcilerState()
-    memo.state_tls = http_client_context(operator_identity(ca, now))
+    memo.state = ReconcilerState(certificates=CertificateCache(validity))
+    memo.state_identity = OperatorIdentity(keeper)
     memo.triggers = {}
     memo.seen_policies = {}
     memo.seen_namespaces = {}
@@ -127,10 +128,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # kopf logs every timer run at INFO: a line per link every poll, "succeeded" even when
     # the controller could not be reached (the poll reports that itself)
     logging.getLogger("kopf.objects").addFilter(_QuietTimer())
-    pairs, _ = memo.state.certificates.certificates(
-        client, namespace, ca, [metrics_reader_wanted()], now
-    )
-    client.apply(secret_object(METRICS_READER_SECRET, namespace, ca, pairs[METRICS_READER_SECRET]))
+    renew_metrics_reader(memo.context, memo.state)
     own_secrets(client, ours, (ours.ca_secret, METRICS_READER_SECRET))
     health = getattr(memo, "health", None)  # the CLI's /readyz; absent in embedded runs
     if health is not None:
@@ -377,7 +375,7 @@ async def poll_live_state(name: str, memo: kopf.Memo, **indexes: Any) -> None:
     # the certificate is checked against the Service's name, whatever the URL's host
     server_name = f"{service}.{settings.operator_namespace}.svc"
     fetched, why = await asyncio.to_thread(
-        fetch_state_explained, url, tls=memo.state_tls, server_name=server_name
+        fetch_state_explained, url, tls=memo.state_identity.context(), server_name=server_name
     )
     outages: dict[str, OutageLog] = memo.state_outages
     outage = outages.setdefault(name, OutageLog(log, f"{name}: the controller's /state"))

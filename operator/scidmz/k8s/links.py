@@ -48,10 +48,17 @@ from scidmz.api.link import (
 from scidmz.api.policy import KIND as POLICY_KIND
 from scidmz.api.policy import AdmissionStatus, parse_spec
 from scidmz.api.runtime import Admitted, ChannelSecurity, RuntimeConfig, resolve_runtime_config
+from scidmz.api.types import GROUP
 from scidmz.api.units import format_rate, parse_rate
 from scidmz.auth import identity
-from scidmz.auth.pki import KeyPair
-from scidmz.k8s.certificates import CertificateCache, Wanted
+from scidmz.k8s.certificates import (
+    METRICS_READER_SECRET,
+    AuthorityKeeper,
+    CertificateCache,
+    Wanted,
+    metrics_reader_wanted,
+    secret_object,
+)
 from scidmz.k8s.client import API, KubeApiError, KubeClient
 from scidmz.k8s.events import EventRecorder, reference
 from scidmz.k8s.host_ports import NoFreeHostPort, allocate_host_ports
@@ -240,6 +247,8 @@ class ReconcilerState:
     """What one operator process remembers between passes (never the truth: a restart
     recomputes it all from the API)."""
 
+    identities: dict[str, str] = field(default_factory=dict)
+    """Per link, the hash of the certificate Secrets last applied (a change nudges pods)."""
     applied: dict[str, str] = field(default_factory=dict)
     """The hash of the objects last applied per link: an unchanged set is not re-sent."""
     certificates: CertificateCache = field(default_factory=CertificateCache)
@@ -282,7 +291,7 @@ class ReconcilerState:
 class Context:
     client: KubeClient
     settings: WorkloadSettings
-    ca: KeyPair
+    authority: AuthorityKeeper
     events: EventRecorder
     host_port_base: int = 9500
     host_port_pairs: int = 250
@@ -476,16 +485,18 @@ def tc_workloads(
 def wanted_certificates(
     link: str, config: RuntimeConfig, settings: WorkloadSettings
 ) -> dict[str, Wanted]:
-    """The certificate each of the loop's workloads needs, by component."""
+    """The certificate each of the loop's workloads needs, by component; every identity
+    names this incarnation of the link (its UID)."""
+    uid = config.link_uid
     wanted = {
         COLLECTOR: Wanted(
             identity_secret_name(link, COLLECTOR),
-            identity.link_identity(link, identity.COLLECTOR),
+            identity.link_identity(link, identity.COLLECTOR, uid=uid),
             tuple(server_names(link, COLLECTOR, settings)),
         ),
         CONTROLLER: Wanted(
             identity_secret_name(link, CONTROLLER),
-            identity.link_identity(link, identity.CONTROLLER),
+            identity.link_identity(link, identity.CONTROLLER, uid=uid),
             tuple(server_names(link, CONTROLLER, settings)),
         ),
     }
@@ -493,7 +504,7 @@ def wanted_certificates(
     if dtn is not None and dtn.type == "tc":
         wanted[DTN_SHAPER] = Wanted(
             identity_secret_name(link, DTN_SHAPER),
-            identity.link_identity(link, identity.DTN_SHAPER, dtn.host),
+            identity.link_identity(link, identity.DTN_SHAPER, dtn.host, uid=uid),
             tuple(server_names(link, DTN_SHAPER, settings)),
         )
     return wanted
@@ -559,18 +570,20 @@ def render(
         dtn_shaper_address(link.name, settings, shaper_grpc) if shaper_grpc else None,
         security,
         held,
+        link.uid,
     )
     ref = LinkRef(link.name, link.uid)
     wanted = wanted_certificates(link.name, config, settings)
+    authorities = ctx.authority.current()
     pairs, reissued = state.certificates.certificates(
-        ctx.client, settings.namespace, ctx.ca, list(wanted.values()), ctx.now()
+        ctx.client, settings.namespace, authorities, list(wanted.values()), ctx.now()
     )
     secrets = [
         build_identity_secret(
             ref,
             component,
             settings,
-            ctx.ca.cert_pem,
+            authorities.bundle(),
             pairs[want.secret].cert_pem,
             pairs[want.secret].key_pem,
         )
@@ -612,24 +625,36 @@ def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
             state.certificates.forget(namespace, name)
 
 
+ALL_COMPONENTS = (COLLECTOR, CONTROLLER, DTN_SHAPER)
+IDENTITY_ANNOTATION = f"{GROUP}/identity-hash"
+"""On a running pod: the hash of its link's certificates the operator last nudged it for
+(its kubelet then refreshes the mounted Secret at once)."""
 LIVE_COMPONENTS = (CONTROLLER, DTN_SHAPER)
 """Workloads that follow their mounted ConfigMap live: the controller (R*, gains, limits,
 fail-safe settings) and the DTN shaper agent (its fail-safe cap and bounds)."""
 
 
-def nudge_live_pods(client: KubeClient, link: str, namespace: str, live_hash: str) -> list[str]:
-    """Annotate the link's running controller and DTN-shaper pods with the new config's
-    hash. They take a new target rate (and the other live settings) from their mounted
-    ConfigMap without a restart, but the kubelet refreshes that file only when it syncs the
-    pod: at its periodic sync (1 min by default) or at once when the pod's metadata
-    changes, which this write does. Returns the pods annotated; a pod gone in between is
-    skipped. The nudge only hastens what the kubelet does anyway, so it never fails the
-    reconcile: an error is logged and the pods get the new file at the kubelet's next
-    sync."""
-    annotation = {LIVE_CONFIG_ANNOTATION: live_hash}
+def nudge_live_pods(
+    client: KubeClient,
+    link: str,
+    namespace: str,
+    live_hash: str,
+    annotation_key: str = LIVE_CONFIG_ANNOTATION,
+    components: Sequence[str] = LIVE_COMPONENTS,
+) -> list[str]:
+    """Annotate the link's running ``components`` pods (the controller and DTN shaper,
+    which follow their config) with the new config's hash. They take a new target rate
+    (and the other live settings) from their mounted ConfigMap, and a renewed certificate
+    or CA bundle from their mounted Secret, without a restart, but the kubelet refreshes
+    those files only when it syncs the pod: at its periodic sync (1 min by default) or at
+    once when the pod's metadata changes, which this write does. Returns the pods
+    annotated; a pod gone in between is skipped. The nudge only hastens what the kubelet
+    does anyway, so it never fails the reconcile: an error is logged and the pods get the
+    new file at the kubelet's next sync."""
+    annotation = {annotation_key: live_hash}
     nudged = []
     try:
-        for component in LIVE_COMPONENTS:
+        for component in components:
             for pod in client.list_names("v1", "Pod", namespace, selector_labels(link, component)):
                 try:
                     client.annotate("v1", "Pod", namespace, pod, annotation)
@@ -666,6 +691,13 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
         live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
         nudged = nudge_live_pods(ctx.client, link, namespace, live_hash)
         log.info("%s: new config %s, pods nudged: %s", link, live_hash, ", ".join(nudged) or "none")
+    identities = objects_hash([o for o in rendered.objects if o["kind"] == "Secret"])[:16]
+    if state.identities.get(link, identities) != identities:
+        nudged = nudge_live_pods(
+            ctx.client, link, namespace, identities, IDENTITY_ANNOTATION, ALL_COMPONENTS
+        )
+        log.info("%s: new certificates, pods nudged: %s", link, ", ".join(nudged) or "none")
+    state.identities[link] = identities
     state.applied[link] = digest
     return True
 
@@ -801,6 +833,27 @@ class PassResult:
     link_written: bool
 
 
+def renew_metrics_reader(ctx: Context, state: ReconcilerState) -> bool:
+    """Prometheus's client certificate (``scidmz-metrics-reader``), issued or renewed as
+    the workloads' are and applied when it or the CA bundle changed. True when applied."""
+    namespace = ctx.settings.namespace
+    authorities = ctx.authority.current()
+    wanted = metrics_reader_wanted()
+    pairs, reissued = state.certificates.certificates(
+        ctx.client, namespace, authorities, [wanted], ctx.now()
+    )
+    obj = secret_object(METRICS_READER_SECRET, namespace, authorities, pairs[wanted.secret])
+    digest = objects_hash([obj])
+    with state.ports_lock:  # passes run in parallel; one of them applies it
+        if state.applied.get(METRICS_READER_SECRET) == digest:
+            return False
+        ctx.client.apply(obj)
+        state.applied[METRICS_READER_SECRET] = digest
+    for line in reissued:
+        log.info("certificate issued (%s)", line)
+    return True
+
+
 def reconcile_link(
     ctx: Context,
     state: ReconcilerState,
@@ -812,6 +865,7 @@ def reconcile_link(
     """One pass over a link (see the module's docstring). Raises ``KubeApiError`` for the
     caller to retry; a link its loop cannot run for is reported in status, not raised."""
     now = utc_now()
+    renew_metrics_reader(ctx, state)
     remembered = {p.uid: place for p in policies if (place := state.remembered(link.name, p.uid))}
     spec, decisions, problem = decide(
         link.name, link, policies, namespace_labels, admission.place_time(ctx.now()), remembered

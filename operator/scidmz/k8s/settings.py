@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import urllib.parse
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from scidmz import __version__
 from scidmz.api.holds import DEFAULT_GRACE_S
 from scidmz.k8s.manifests import COLLECTOR, CONTROLLER, DTN_SHAPER, WorkloadSettings
 
+DAY_S = 86400.0
 DEFAULT_RESOURCES: dict[str, dict[str, dict[str, str]]] = {
     COLLECTOR: {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     CONTROLLER: {"requests": {"cpu": "50m", "memory": "192Mi"}, "limits": {"memory": "768Mi"}},
@@ -93,6 +94,28 @@ class OperatorSettings(BaseSettings):
         description="Secret (in the operator's namespace) holding the operator's certificate "
         "authority; created at first start.",
     )
+    ca_validity_s: float = Field(
+        default=365 * DAY_S,
+        gt=0,
+        description="How long a CA the operator makes is valid.",
+    )
+    ca_renew_before_s: float = Field(
+        default=60 * DAY_S,
+        gt=0,
+        description="The next CA is made this long before the active one expires.",
+    )
+    ca_overlap_s: float = Field(
+        default=DAY_S,
+        gt=0,
+        description="How long the next CA is trusted before it signs, and the old one after "
+        "(longer than the kubelet takes to refresh a mounted Secret: about a minute).",
+    )
+    leaf_validity_s: float = Field(
+        default=7 * DAY_S,
+        gt=0,
+        description="How long a workload's (and the operator's, Prometheus's) certificate is "
+        "valid; it is renewed with a third of its life left, without a restart.",
+    )
     collector_grpc_port: int = Field(
         default=50051, description="Port of a collector's sample stream (gRPC, mutual TLS)."
     )
@@ -164,6 +187,15 @@ class OperatorSettings(BaseSettings):
         default=None,
         description="Labels of the Prometheus pods in that namespace (JSON); unset: any pod.",
     )
+
+    @model_validator(mode="after")
+    def _certificate_lifetimes(self) -> OperatorSettings:
+        from scidmz.k8s.certificates import validity_from
+
+        problems = validity_from(self).problems()
+        if problems:
+            raise ValueError("certificate lifetimes: " + "; ".join(problems))
+        return self
 
     @field_validator("controller_state_url")
     @classmethod

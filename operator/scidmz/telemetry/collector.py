@@ -81,6 +81,8 @@ class CollectorSettings:
     measured interval since the set-up's counter reading), not a whole T later: control
     resumes within ~1–2 s of the switch accepting again."""
     rpc_timeout_s: float = 5.0
+    link_uid: str = ""
+    """The link's metadata.uid: its controller's identity names it."""
     channel_tls: TlsSource | None = None
     """This collector's own certificate, followed as it rotates: the sample stream and
     /metrics serve mutual TLS with it (None: plaintext, development only)."""
@@ -98,7 +100,9 @@ class Collector:
         self._tls = settings.tls
         self.registry = registry or CollectorRegistry()
         self.stream = TelemetryService(
-            controller_only(settings.link) if settings.channel_tls is not None else None
+            controller_only(settings.link, settings.link_uid)
+            if settings.channel_tls is not None
+            else None
         )
         self.health = Health()
         self.metrics = SelfMetrics.create(self.registry)

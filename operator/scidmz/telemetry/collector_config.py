@@ -86,6 +86,7 @@ def collector_settings(
     sw = config.switch
     return CollectorSettings(
         link=config.link,
+        link_uid=config.link_uid,
         address=sw.address,
         device_id=sw.device_id,
         election_id=sw.election_id,

@@ -72,7 +72,8 @@ def chaos_config(
     if dtn_shaper:
         shaper = {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "dtn0"}}
         link["spec"]["dtnHosts"][0]["shaper"] = shaper
-    loop = parse_loop_documents([d for d in docs if d["kind"] != "Role"], "examples")
+    kinds = ("Namespace", "BorderLink", "DTNTransferPolicy")
+    loop = parse_loop_documents([d for d in docs if d["kind"] in kinds], "examples")
     return loop.config("unused:1")
 
 

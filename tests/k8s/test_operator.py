@@ -113,7 +113,12 @@ def test_each_workload_has_its_own_certificate_of_the_operators_ca(operator, kub
         assert secret["type"] == "kubernetes.io/tls"
         data = {k: base64.b64decode(v) for k, v in secret["data"].items()}
         assert data["ca.crt"] == base64.b64decode(ca["data"]["tls.crt"])
-        assert uri_identities(data["tls.crt"]) == (f"spiffe://scidmz.io/link/{name}/{component}",)
+        # the identity names this incarnation of the link: a link deleted and created
+        # again under the same name accepts none of these keys
+        uid = links.get(name)["metadata"]["uid"]
+        assert uri_identities(data["tls.crt"]) == (
+            f"spiffe://scidmz.io/link/{name}/{uid}/{component}",
+        )
         pod = links.child("deployment", f"{name}-{component}")["spec"]["template"]["spec"]
         volumes = {v["name"]: v.get("secret", {}).get("secretName") for v in pod["volumes"]}
         assert volumes["identity"] == f"{name}-{component}-tls"

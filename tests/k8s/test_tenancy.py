@@ -279,25 +279,27 @@ def test_a_flood_of_policies_stops_at_the_administrators_quota(
     plane, operator, admission_policy, tenant, links
 ):
     """Policy objects are the tenant's to create, so their number is bounded the way
-    Kubernetes bounds any object count: a ResourceQuota in the tenant's namespace."""
+    Kubernetes bounds any object count: the ResourceQuota examples/tenants.yaml gives each
+    tenant namespace (10 policies), applied here as an administrator would."""
     name = links.name("flood")
     links.apply(link_object(name))
-    quota = {
-        "apiVersion": "v1", "kind": "ResourceQuota",
-        "metadata": {"name": "scidmz", "namespace": tenant.namespace},
-        "spec": {"hard": {"count/dtntransferpolicies.scidmz.io": "5"}},
-    }  # fmt: skip
+    quota = next(
+        d for d in yaml.safe_load_all((REPO / "examples" / "tenants.yaml").read_text())
+        if d["kind"] == "ResourceQuota"
+    )  # fmt: skip
+    quota["metadata"]["namespace"] = tenant.namespace
+    limit = int(quota["spec"]["hard"]["count/dtntransferpolicies.scidmz.io"])
     plane.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(quota))
     wait_for(
         lambda: "count/dtntransferpolicies.scidmz.io"
-        in plane.kubectl("get", "resourcequota", "scidmz", "-n", tenant.namespace,
-                         "-o", "jsonpath={.status.hard}").stdout,
+        in plane.kubectl("get", "resourcequota", quota["metadata"]["name"], "-n",
+                         tenant.namespace, "-o", "jsonpath={.status.hard}").stdout,
         10,
         "the quota in force",
     )  # fmt: skip
-    results = [tenant.apply(_policy(name, f"p{k}")) for k in range(8)]
-    assert [r.returncode == 0 for r in results] == [True] * 5 + [False] * 3
-    assert "exceeded quota" in results[5].stderr
+    results = [tenant.apply(_policy(name, f"p{k}")) for k in range(limit + 3)]
+    assert [r.returncode == 0 for r in results] == [True] * limit + [False] * 3
+    assert "exceeded quota" in results[limit].stderr
 
 
 # ---- what one tenant can no longer do to another ---------------------------------------

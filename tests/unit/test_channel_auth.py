@@ -92,6 +92,12 @@ def test_the_peer_policies_are_the_table_in_the_docs():
     assert not stream.admits([identity.link_identity(LINK, "collector")])
     assert not stream.admits([])  # anonymous
     assert not stream.admits([identity.link_identity(LINK, "controller")] * 2)
+    # a link deleted and created again under the same name: the old incarnation's keys
+    # are refused by the new one's servers
+    new = identity.controller_only(LINK, "uid-2")
+    assert new.admits([identity.link_identity(LINK, "controller", uid="uid-2")])
+    assert not new.admits([identity.link_identity(LINK, "controller", uid="uid-1")])
+    assert not new.admits([identity.link_identity(LINK, "controller")])
     assert identity.OBSERVER_POLICY.admits([identity.METRICS_READER])
     assert not identity.OBSERVER_POLICY.admits([identity.link_identity(LINK, "controller")])
 

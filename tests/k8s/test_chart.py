@@ -349,6 +349,14 @@ def test_simulated_switch_is_optional_and_its_certificates_chain(plane):
     assert link["tls"]["serverName"] in names.get_values_for_type(x509.DNSName)
     usages = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    # a second pair for the controller's sim actuators; the switch answers each its part
+    actuator = certificate(client_secret, "actuator.crt")
+    actuator.verify_directly_issued_by(ca)
+    names_of = {c: c.subject.rfc4514_string() for c in (client, actuator)}
+    assert names_of == {client: "CN=scidmz-collector", actuator: "CN=scidmz-sim-actuator"}
     container = by_name[("Deployment", service)]["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--p4runtime-client") + 1] == "scidmz-collector"
+    assert args[args.index("--actuator-client") + 1] == "scidmz-sim-actuator"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["resources"]["requests"]

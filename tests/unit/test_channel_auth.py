@@ -459,3 +459,63 @@ def test_p4runtime_on_a_mutual_tls_switch_refuses_anonymous_and_foreign_clients(
         assert asyncio.run(arbitrate(own)) == "MASTER"
     finally:
         _stop(target)
+
+
+def test_the_simulated_switch_gives_each_client_identity_only_its_part(tmp_path):
+    """The administrators' Secret of the simulated switch holds two client pairs: the
+    collector's may speak P4Runtime and not move the simulator's actuators, the
+    controller's the reverse (it once could set rates without being anyone's primary)."""
+    from finsy.proto import p4r, p4r_grpc
+
+    from scidmz.testenv.certs import generate_switch_tls
+
+    pki = generate_switch_tls(tmp_path / "switch", "tofino-1.campus.example")
+    port = free_port()
+    target = _start([
+        "target", "--listen", f"127.0.0.1:{port}", "--tls-cert", str(pki.switch_cert),
+        "--tls-key", str(pki.switch_key), "--tls-client-ca", str(pki.ca_cert),
+        "--p4runtime-client", "scidmz-collector", "--actuator-client", "scidmz-sim-actuator",
+    ])  # fmt: skip
+    options = [("grpc.ssl_target_name_override", "tofino-1.campus.example")]
+    ca = pki.ca_cert.read_bytes()
+
+    def credentials(pair: str) -> grpc.ChannelCredentials:
+        directory = pki.collector_dir
+        return grpc.ssl_channel_credentials(
+            ca, (directory / f"{pair}.key").read_bytes(), (directory / f"{pair}.crt").read_bytes()
+        )
+
+    async def p4runtime(pair: str) -> str:
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials(pair),
+                                           options=options) as channel:  # fmt: skip
+            request = p4r.StreamMessageRequest()
+            request.arbitration.device_id = 1
+            request.arbitration.election_id.low = 10
+            try:
+                async for answer in p4r_grpc.P4RuntimeStub(channel).StreamChannel(
+                    iter([request]), timeout=3
+                ):
+                    return "OK" if answer.HasField("arbitration") else "?"
+                return "CLOSED"
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+
+    async def actuate(pair: str) -> str:
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials(pair),
+                                           options=options) as channel:  # fmt: skip
+            stub = telemetry_pb2_grpc.SimActuatorStub(channel)
+            try:
+                await stub.SetCampusRateLimit(telemetry_pb2.CampusRateLimit(rate_bps=1e8),
+                                              timeout=3)  # fmt: skip
+                return "OK"
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+
+    try:
+        _wait_listening(port, target)
+        assert asyncio.run(actuate("tls")) == "PERMISSION_DENIED"  # the collector's pair
+        assert asyncio.run(p4runtime("actuator")) == "PERMISSION_DENIED"
+        assert asyncio.run(actuate("actuator")) == "OK"
+        assert asyncio.run(p4runtime("tls")) == "OK"
+    finally:
+        _stop(target)

@@ -54,19 +54,32 @@ def _read_pem(path: Path, problems: list[str]) -> bytes | None:
     return data
 
 
-def load_channel_tls(directory: Path, server_name: str | None = None) -> ChannelTls:
-    """Read ``ca.crt`` and the optional client pair from ``directory`` (the mounted Secret).
+ACTUATOR_CERT_FILE = "actuator.crt"
+ACTUATOR_KEY_FILE = "actuator.key"
+"""An optional second client pair in the same Secret: the controller's, for a simulated
+switch's actuators (the simulated switch answers each pair only its part)."""
+
+
+def load_channel_tls(
+    directory: Path, server_name: str | None = None, actuator: bool = False
+) -> ChannelTls:
+    """Read ``ca.crt`` and the optional client pair from ``directory`` (the mounted Secret);
+    with ``actuator``, the controller's pair (``actuator.crt``/``actuator.key``) when the
+    Secret has one, else the collector's.
 
     Raises ``TlsConfigError`` naming every missing or unreadable file.
     """
     problems: list[str] = []
     ca = _read_pem(directory / CA_FILE, problems)
-    cert = _read_pem(directory / CERT_FILE, problems)
-    key = _read_pem(directory / KEY_FILE, problems)
+    pair = (CERT_FILE, KEY_FILE)
+    if actuator and (directory / ACTUATOR_CERT_FILE).exists():
+        pair = (ACTUATOR_CERT_FILE, ACTUATOR_KEY_FILE)
+    cert = _read_pem(directory / pair[0], problems)
+    key = _read_pem(directory / pair[1], problems)
     if ca is None:
         problems.append(f"{directory / CA_FILE}: missing (the CA that signed the switch's cert)")
     if (cert is None) != (key is None):
-        have, lacking = (CERT_FILE, KEY_FILE) if key is None else (KEY_FILE, CERT_FILE)
+        have, lacking = pair if key is None else (pair[1], pair[0])
         problems.append(f"{directory}: {have} without {lacking} (mutual TLS needs both)")
     if problems or ca is None:
         raise TlsConfigError("switch TLS: " + "; ".join(problems))

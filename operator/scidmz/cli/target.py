@@ -72,6 +72,20 @@ def target(
         Path | None,
         typer.Option(help="Require client certificates signed by this PEM CA (mutual TLS)."),
     ] = None,
+    p4runtime_client: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --tls-client-ca: P4Runtime answers only client certificates of this "
+            "common name (repeatable; default: every one the CA signed)."
+        ),
+    ] = None,
+    actuator_client: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --tls-client-ca: the simulator's actuators answer only client "
+            "certificates of this common name (repeatable; default: every one)."
+        ),
+    ] = None,
 ) -> None:
     """Software P4Runtime target running the scidmz pipeline over the network simulator.
 
@@ -90,6 +104,8 @@ def target(
     if source not in ("sim", "packets", "lab"):
         fail(f"--source must be sim, packets or lab, not {source!r}")
     credentials = _target_credentials(tls_cert, tls_key, tls_client_ca)
+    if (p4runtime_client or actuator_client) and tls_client_ca is None:
+        fail("--p4runtime-client and --actuator-client need --tls-client-ca")
     packet_source: PacketSource
     try:
         wired = _parse_ports(ports)
@@ -103,6 +119,8 @@ def target(
 
     async def main() -> None:
         device = Target(build_p4info("v1model"), packet_source, device_id=device_id)
+        device.p4runtime_clients = frozenset(p4runtime_client) if p4runtime_client else None
+        device.actuator_clients = frozenset(actuator_client) if actuator_client else None
         try:
             await device.start(listen, credentials)
         except OSError as error:

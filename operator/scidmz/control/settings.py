@@ -155,7 +155,7 @@ def _simulator_channel(config: RuntimeConfig, address: str, switch_tls_dir: Path
     if not config.switch.tls_secret:
         return None
     try:
-        tls = load_channel_tls(switch_tls_dir, config.switch.tls_server_name)
+        tls = load_channel_tls(switch_tls_dir, config.switch.tls_server_name, actuator=True)
     except TlsConfigError as error:
         raise ConfigError(str(error)) from None
     return open_switch_channel(address, tls)

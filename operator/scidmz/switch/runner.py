@@ -26,7 +26,7 @@ from scidmz.auth.channels import server_options
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.switch.netsim_source import NetsimSource
 from scidmz.switch.observation import PacketSource
-from scidmz.switch.server import TargetService, add_p4runtime, add_port
+from scidmz.switch.server import TargetService, add_p4runtime, add_port, refuse_unless_named
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +53,17 @@ JOURNAL_DEPTH = 100_000
 class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     """u(t) into the simulated shaper; the simulator's ground truth out."""
 
-    def __init__(self, source: NetsimSource, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        source: NetsimSource,
+        clock: Callable[[], float] = time.monotonic,
+        clients: frozenset[str] | None = None,
+    ) -> None:
+        """``clients``: the client certificates' common names it answers (None: every
+        client the TLS handshake let in)."""
         self.source = source
         self._clock = clock
+        self.clients = clients
         self._journal: deque[telemetry_pb2.Actuation] = deque(maxlen=JOURNAL_DEPTH)
         self._journaled = 0  # actuations ever recorded: the index after the newest
 
@@ -68,6 +76,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def SetCampusRateLimit(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.CampusRateLimit, context: Any
     ) -> telemetry_pb2.CampusRateLimit:
+        await refuse_unless_named(context, self.clients, "the simulator's actuators")
         await _check_rate(request.rate_bps, context)
         self.source.set_campus_rate_limit(request.rate_bps)
         self._record("campus", self.source.sim.campus_rate_limit_bps)
@@ -76,6 +85,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def SetDtnRateLimit(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.RateLimit, context: Any
     ) -> telemetry_pb2.RateLimit:
+        await refuse_unless_named(context, self.clients, "the simulator's actuators")
         await _check_rate(request.rate_bps, context)
         self.source.sim.set_dtn_rate_limit(request.rate_bps)
         self._record("dtn", self.source.sim.dtn_rate_limit_bps or 0.0)
@@ -84,6 +94,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def SetBottleneckBuffer(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.BufferSize, context: Any
     ) -> telemetry_pb2.BufferSize:
+        await refuse_unless_named(context, self.clients, "the simulator's actuators")
         try:
             self.source.sim.set_bottleneck_buffer(request.bytes)
         except ValueError as error:
@@ -93,6 +104,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def GetActuations(  # noqa: N802
         self, request: telemetry_pb2.ActuationsRequest, context: Any
     ) -> telemetry_pb2.Actuations:
+        await refuse_unless_named(context, self.clients, "the simulator's actuators")
         first = self._journaled - len(self._journal)  # the oldest index still kept
         start = max(request.after, first) - first
         return telemetry_pb2.Actuations(
@@ -102,6 +114,7 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     async def GetGroundTruth(  # noqa: N802
         self, request: telemetry_pb2.GroundTruthRequest, context: Any
     ) -> telemetry_pb2.GroundTruth:
+        await refuse_unless_named(context, self.clients, "the simulator's actuators")
         if not self.source.truth:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the simulator has not ticked yet")
         point = self.source.truth[-1]
@@ -139,6 +152,10 @@ class Target:
         self.tick_s = tick_s
         self.stats = TickStats()
         self._clock = clock
+        self.p4runtime_clients: frozenset[str] | None = None
+        """With TLS, the client certificates' common names P4Runtime answers (None: all)."""
+        self.actuator_clients: frozenset[str] | None = None
+        """... and those the simulator's actuators answer."""
         self._server: grpc.aio.Server | None = None
         self._ticker: asyncio.Task[None] | None = None
 
@@ -146,10 +163,10 @@ class Target:
         """Listen on ``listen`` (host:port), with TLS when given ``credentials``, and start
         ticking."""
         server = grpc.aio.server(options=server_options(keepalive=False))
-        add_p4runtime(self.service, server)
+        add_p4runtime(self.service, server, self.p4runtime_clients)
         if isinstance(self.source, NetsimSource):
             telemetry_pb2_grpc.add_SimActuatorServicer_to_server(
-                SimActuatorService(self.source), server
+                SimActuatorService(self.source, clients=self.actuator_clients), server
             )
         add_port(server, listen, credentials)
         await server.start()

@@ -506,25 +506,55 @@ async def _request(kind: Any, raw: bytes, context: Any) -> Any:
         raise  # abort raised already; for the type checker
 
 
-def add_p4runtime(service: TargetService, server: grpc.aio.Server) -> None:
+def client_names(context: Any) -> tuple[str, ...]:
+    """The common names of an RPC's client certificate (() without one)."""
+    return tuple(
+        n.decode("utf-8", "replace") for n in context.auth_context().get("x509_common_name") or []
+    )
+
+
+async def refuse_unless_named(context: Any, allowed: frozenset[str] | None, what: str) -> None:
+    """Abort PERMISSION_DENIED unless the client certificate's common name is ``allowed``
+    (None: every client the TLS handshake let in). The simulated switch gives each client
+    identity of the administrators' Secret only its part: P4Runtime to the collector's,
+    the simulator's actuators to the controller's."""
+    if allowed is None:
+        return
+    names = client_names(context)
+    if not any(name in allowed for name in names):
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{what} accepts the client certificates {', '.join(sorted(allowed))}; this one "
+            f"is {', '.join(names) or 'anonymous'}",
+        )
+
+
+def add_p4runtime(
+    service: TargetService, server: grpc.aio.Server, clients: frozenset[str] | None = None
+) -> None:
     """``p4.v1.P4Runtime`` on ``server``, where a request that is not a valid protobuf
     message is answered INVALID_ARGUMENT (gRPC's own deserializer would answer UNKNOWN, a
-    code that tells the client nothing)."""
+    code that tells the client nothing); with ``clients``, only for those certificates'
+    common names (``refuse_unless_named``)."""
     serialize = {"response_serializer": lambda m: m.SerializeToString()}
 
     def unary(method: Any, kind: Any) -> grpc.RpcMethodHandler:
         async def handle(raw: bytes, context: Any) -> Any:
+            await refuse_unless_named(context, clients, "P4Runtime")
             return await method(await _request(kind, raw, context), context)
 
         return grpc.unary_unary_rpc_method_handler(handle, **serialize)
 
     async def read(raw: bytes, context: Any) -> AsyncIterator[p4r.ReadResponse]:
+        await refuse_unless_named(context, clients, "P4Runtime")
         async for response in service.Read(await _request(p4r.ReadRequest, raw, context), context):
             yield response
 
     async def stream_channel(
         raw_iterator: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[p4r.StreamMessageResponse]:
+        await refuse_unless_named(context, clients, "P4Runtime")
+
         async def parsed() -> AsyncIterator[p4r.StreamMessageRequest]:
             async for raw in raw_iterator:
                 yield _parse(p4r.StreamMessageRequest, raw)

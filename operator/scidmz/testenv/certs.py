@@ -234,4 +234,12 @@ def generate_switch_tls(directory: Path, switch_name: str) -> SwitchTlsPaths:
     )
     _write_key(collector_dir / "tls.key", client_key)
     _write_cert(collector_dir / "tls.crt", client)
+    # the controller's pair for a simulated switch's actuators, in the same Secret
+    actuator_key = _key()
+    actuator = _issue(
+        _name("scidmz-sim-actuator"), actuator_key, ca_name, ca_key,
+        [ExtendedKeyUsageOID.CLIENT_AUTH],
+    )  # fmt: skip
+    _write_key(collector_dir / "actuator.key", actuator_key)
+    _write_cert(collector_dir / "actuator.crt", actuator)
     return paths

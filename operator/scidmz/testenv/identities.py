@@ -42,8 +42,7 @@ def create_switch_secret(
     Secret an administrator would create for it in the operator's namespace."""
     paths = generate_switch_tls(directory, switch_name)
     ensure_namespace(plane, namespace)
-    files = [
-        f"--from-file={key}={paths.collector_dir / key}" for key in ("ca.crt", "tls.crt", "tls.key")
-    ]
+    keys = ("ca.crt", "tls.crt", "tls.key", "actuator.crt", "actuator.key")
+    files = [f"--from-file={key}={paths.collector_dir / key}" for key in keys]
     plane.kubectl("create", "secret", "generic", name, "-n", namespace, *files)
     return paths

@@ -334,11 +334,32 @@ def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(oper
     wait_for(lambda: not rendered()["actuator"]["dtn"]["held"], 10, "the cap controlled again")
     assert links.child("deployment", f"{name}-dtn-shaper")["metadata"]["uid"] == uid
     assert links.get(name)["status"].get("heldDtnHosts") in (None, [])
-    # gone for good: removed after the grace
+    # gone for good: removed after the grace, and its interface given back its original
+    # root qdisc by a Job on its node once its pod is gone
     kube.delete("dtp", "again")
     wait_for(lambda: links.get(name)["status"].get("heldDtnHosts"), 10, "held again")
     wait_for(lambda: links.child("deployment", f"{name}-dtn-shaper") is None, 30, "removed")
     assert rendered()["actuator"]["dtn"] is None
+    job = wait_for(lambda: links.child("job", f"{name}-dtn-shaper-restore"), 30, "the restore")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["args"] == [
+        "shaper", "--interface", "ens1f0", "--state-dir", "/var/lib/scidmz-shapers", "--restore"
+    ]  # fmt: skip
+    assert pod["hostNetwork"] is True
+    term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["dtn-1"]
+    assert {"path": "/var/lib/scidmz/shapers", "type": "DirectoryOrCreate"} in [
+        v.get("hostPath") for v in pod["volumes"]
+    ]
+    wait_for(
+        lambda: (links.get(name)["status"].get("pendingRestore") or {}).get("interface")
+        == "ens1f0" or links.child("job", f"{name}-dtn-shaper-restore") is None,
+        10, "the restore in the link's status",
+    )  # fmt: skip
+    # the Job done (kwok completes its pod): the operator clears it and says so
+    wait_for(lambda: links.child("job", f"{name}-dtn-shaper-restore") is None, 60, "done")
+    wait_for(lambda: not links.get(name)["status"].get("pendingRestore"), 10, "cleared")
+    assert "ShaperRestored" in _events(links.plane, NS, f"{name}-config")
 
 
 def _deleted_at(log: str, kind: str, name: str) -> int:

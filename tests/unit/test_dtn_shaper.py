@@ -291,3 +291,57 @@ def test_with_certificates_only_the_links_controller_sets_the_cap_and_within_bou
         _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 0, stderr
     assert "held within 300000000..1000000000 bit/s" in stderr
+
+
+def _root_qdisc(netns: str) -> str:
+    out = subprocess.run(
+        ["tc", "-n", netns, "qdisc", "show", "dev", "dtn0", "root"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return out.strip()
+
+
+def _restore(netns: str, state_dir) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scidmz.cli", "shaper", "--interface", "dtn0", "--netns", netns,
+         "--state-dir", str(state_dir), "--restore"],
+        check=False, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("original", ["the kernel's", "the host's own tbf"])
+def test_a_shaper_removed_for_good_gives_the_interface_its_original_qdisc(
+    netns, tmp_path, original
+):
+    """The agent records the root qdisc before it first replaces it (once: a restarted
+    agent keeps the record, not its own tbf), and the operator's clean-up on the node
+    (``scidmz shaper --restore``) puts it back."""
+    if original == "the host's own tbf":
+        subprocess.run(["tc", "-n", netns, "qdisc", "add", "dev", "dtn0", "root", "handle",
+                        "5:", "tbf", "rate", "500mbit", "burst", "64kb", "limit", "1mb"],
+                       check=True)  # fmt: skip
+    before = _root_qdisc(netns)
+    state = tmp_path / "state"
+    for _ in range(2):  # the second start is a restart: the record is kept
+        proc, _, _ = _shaper(netns, "--failsafe-rate", "100Mbps", "--state-dir", str(state))
+        assert _wait_rate(netns, "100Mbit") == "100Mbit"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+    assert "tbf" in _root_qdisc(netns) and _root_qdisc(netns) != before
+    done = _restore(netns, state)
+    assert done.returncode == 0, done.stderr
+    after = _root_qdisc(netns)
+    if original == "the kernel's":
+        assert after == before and "tbf" not in after, (before, after)
+    else:
+        assert "qdisc tbf 5: root" in after and "rate 500Mbit" in after, after
+        burst = re.search(r"burst (\d+)b", after) or re.search(r"burst (\d+)Kb", after)
+        assert burst is not None, after
+        size = int(burst.group(1)) * (1024 if burst.group(0).endswith("Kb") else 1)
+        assert abs(size - 64 * 1024) <= 0.01 * 64 * 1024, after  # the kernel keeps it in ticks
+        assert "original tbf at 500000000 bit/s back" in done.stdout
+    assert not list(state.iterdir())  # the record is forgotten
+    # again, with nothing recorded: a no-op that says so
+    again = _restore(netns, state)
+    assert again.returncode == 0 and "no record" in again.stdout
+    assert _root_qdisc(netns) == after

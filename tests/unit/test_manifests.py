@@ -16,10 +16,12 @@ from scidmz.k8s.manifests import (
     LinkWorkloads,
     WorkloadSettings,
     build_children,
+    build_shaper_restore_job,
     child_name,
     collector_address,
     dtn_shaper_address,
     server_names,
+    shaper_restore_of,
 )
 from tests.loops import link_spec, policy_spec, render
 from tests.unit.test_live_config import (
@@ -309,8 +311,24 @@ def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
     # the fail-safe and bounds come from the mounted ConfigMap, followed live
     assert container["args"] == [
         "shaper", "--interface", "ens1f0", "--config", "/etc/scidmz/config.yaml",
-        "--listen", f"0.0.0.0:{SHAPER_PORT + 1}",
+        "--listen", f"0.0.0.0:{SHAPER_PORT + 1}", "--state-dir", "/var/lib/scidmz-shapers",
     ]  # fmt: skip
+    # the interface's original qdisc is recorded on the node, where it outlives the pod
+    assert {"name": "shaper-state", "mountPath": "/var/lib/scidmz-shapers"} in container[
+        "volumeMounts"
+    ]
+    # and what the operator's restore Job needs is read back from the Deployment
+    restore = shaper_restore_of(shaper)
+    assert restore is not None and (restore.node, restore.interface) == ("dtn-1", "ens1f0")
+    job = build_shaper_restore_job(REF, restore, SETTINGS)
+    job_pod = job["spec"]["template"]["spec"]
+    assert job["metadata"]["name"] == "campus-border-dtn-shaper-restore"
+    assert job_pod["containers"][0]["args"][-1] == "--restore"
+    assert job_pod["affinity"] == pod["affinity"] and job_pod["hostNetwork"] is True
+    # labelled apart from the shaper: the operator waits for the shaper's pods alone
+    component = "app.kubernetes.io/component"
+    assert job["spec"]["template"]["metadata"]["labels"][component] == "dtn-shaper-restore"
+    assert shaper_restore_of({"spec": {}}) is None
     assert {"name": "config", "mountPath": "/etc/scidmz", "readOnly": True} in container[
         "volumeMounts"
     ]

@@ -942,6 +942,19 @@ class HeldDtnHost(ApiModel):
     )
 
 
+class ShaperRestore(ApiModel):
+    """A DTN host's interface to give back its original root qdisc, once its shaper is
+    gone for good: the operator runs ``scidmz shaper --restore`` there (a Job)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    node: str = Field(description="The DTN host's node.")
+    interface: str = Field(description="Its interface the shaper's tbf was on.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="The taints of the node the Job tolerates."
+    )
+
+
 class BorderLinkStatus(ApiModel):
     """Observed state, written by the operator."""
 
@@ -970,6 +983,11 @@ class BorderLinkStatus(ApiModel):
         default_factory=list,
         description="Ports the link's host-network pods use, per node; kept for the link's "
         "life so that two links on one node never collide.",
+    )
+    pending_restore: ShaperRestore | None = Field(
+        default=None,
+        description="A removed DTN shaper whose interface is being given back its original "
+        "root qdisc (the Job <link>-dtn-shaper-restore on its node).",
     )
     held_dtn_hosts: list[HeldDtnHost] = Field(
         default_factory=list,

@@ -270,12 +270,30 @@ def shaper(
         ),
     ] = None,
     netns: Annotated[str | None, typer.Option(help="Network namespace of the interface.")] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the interface's original root qdisc is recorded before the agent "
+            "first replaces it (a directory on the node that outlives the pod)."
+        ),
+    ] = None,
+    restore: Annotated[
+        bool,
+        typer.Option(
+            "--restore",
+            help="Put the recorded original root qdisc back (with --state-dir) and exit: what "
+            "the operator runs on the node once the shaper is removed for good.",
+        ),
+    ] = False,
     verbose: VerboseOption = False,
 ) -> None:
     """The DTN actuator's tc agent: a tbf on this node's interface, set by the controller.
 
     It holds its own fail-safe rate when the controller goes quiet, so a dead or
     partitioned controller never leaves a stale cap on the DTN."""
+    if restore:
+        _restore_interface(interface, netns, state_dir)
+        return
     import asyncio
 
     from scidmz.api.runtime import load_runtime_config, workload_tls
@@ -324,15 +342,20 @@ def shaper(
         import grpc
         from prometheus_client import CollectorRegistry
 
+        from scidmz.control.interface_state import record_original
         from scidmz.control.shaper import ShaperService, follow_config
         from scidmz.metrics.endpoint import serve_http
         from scidmz.metrics.http import Health, register_build_info
         from scidmz.proto import telemetry_pb2_grpc
 
         try:
+            if state_dir is not None:
+                typer.echo(await record_original(state_dir, interface, netns), err=True)
             actuator = await TcActuator.open(interface, netns)
         except ActuatorError as error:
             return f"--interface: {error}"
+        except OSError as error:
+            return f"--state-dir: {error}"
         service = ShaperService(actuator, rate, stale, peers=peers, bounds=bounds)
         server = grpc.aio.server(options=server_options())
         telemetry_pb2_grpc.add_ShaperServicer_to_server(service, server)
@@ -379,6 +402,21 @@ def shaper(
         return None
 
     _run_to_the_end(main(), "applying the fail-safe rate")
+
+
+def _restore_interface(interface: str, netns: str | None, state_dir: Path | None) -> None:
+    import asyncio
+
+    from scidmz.control.actuators import ActuatorError
+    from scidmz.control.interface_state import restore_original
+
+    configure_logging(False)
+    if state_dir is None:
+        fail("--restore needs --state-dir (where the original was recorded)")
+    try:
+        typer.echo(asyncio.run(restore_original(state_dir, interface, netns)))
+    except (ActuatorError, OSError, ValueError) as error:
+        fail(f"--restore: {error}", code=1)
 
 
 def _shaper_failsafe_from(path: Path) -> tuple[float, float, tuple[float, float] | None]:

@@ -25,6 +25,7 @@ _PLURALS: Final[dict[str, str]] = {
     "Secret": "secrets",
     "Event": "events",
     "Deployment": "deployments",
+    "Job": "jobs",
     "Pod": "pods",
     "NetworkPolicy": "networkpolicies",
     policy.KIND: policy.PLURAL,

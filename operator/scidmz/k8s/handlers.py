@@ -55,6 +55,7 @@ from scidmz.k8s.links import (
     refuse_orphans,
     remove_loop,
     renew_metrics_reader,
+    restore_on_teardown,
     summarize_link,
     summarize_policy,
 )
@@ -78,6 +79,8 @@ POLICIES = (GROUP, VERSION, policy_api.PLURAL)
 NOT_READY_RESYNC_S = 2.0
 NEW_LINK_GRACE_S = 2.0
 """How long a new link without policies waits for them before its first pass."""
+RESTORE_WAIT_S = 120.0
+"""How long a link's deletion waits for its DTN shaper's interface to be restored."""
 TEARDOWN_WAIT_S = 45.0
 """How long a link's deletion waits for its controller to stop (it has 30 s of grace to
 restore the fail-safe rates) before removing the rest regardless."""
@@ -273,10 +276,12 @@ def link_changed(name: str, memo: kopf.Memo, **_: Any) -> None:
 
 @kopf.on.delete(*LINKS)
 def link_deleted(name: str, memo: kopf.Memo, runtime: dt.timedelta, **indexes: Any) -> None:
-    """Controller first (the fail-safe), then the rest, then the policies' LinkNotFound."""
+    """Controller first (the fail-safe), then the DTN shaper and its interface's original
+    qdisc, then the rest, then the policies' LinkNotFound."""
     policies_by_link = indexes["policies_by_link"]
     client: KubeClient = memo.client
     namespace = memo.settings.operator_namespace
+    link = _one(indexes["links"], name) or LinkSummary(name, "", 0, {}, {})
     try:
         stopped = controller_stopped(client, name, namespace)
         if not stopped and runtime.total_seconds() < TEARDOWN_WAIT_S:
@@ -285,12 +290,17 @@ def link_deleted(name: str, memo: kopf.Memo, runtime: dt.timedelta, **indexes: A
                 delay=1,
             )
         if not stopped:
-            link = _one(indexes["links"], name) or LinkSummary(name, "", 0, {}, {})
             link_event(
                 memo.events, link, namespace, "Warning", "ControllerStillRunning",
                 f"the controller did not stop within {TEARDOWN_WAIT_S:.0f} s; removing the "
                 "loop regardless", action="Delete",
             )  # fmt: skip
+        waited = runtime.total_seconds()
+        if not restore_on_teardown(memo.context, memo.state, link, waited, RESTORE_WAIT_S):
+            raise kopf.TemporaryError(
+                "waiting for the DTN shaper's interface to get its original qdisc back",
+                delay=2,
+            )
         remove_loop(client, memo.state, name, namespace)
         refuse_orphans(client, memo.events, name, _all(policies_by_link, name))
     except KubeApiError as error:

@@ -42,6 +42,7 @@ from scidmz.api.link import (
     HeldDtnHost,
     HostPortAllocation,
     PoliciesStatus,
+    ShaperRestore,
     parse_link_spec,
     tls_secret_problem,
 )
@@ -73,14 +74,17 @@ from scidmz.k8s.manifests import (
     WorkloadSettings,
     build_children,
     build_identity_secret,
+    build_shaper_restore_job,
     child_name,
     collector_address,
     dtn_shaper_address,
     dtn_shaper_workload,
     host_port,
     identity_secret_name,
+    restore_job_name,
     selector_labels,
     server_names,
+    shaper_restore_of,
 )
 from scidmz.k8s.status import (
     Outcome,
@@ -260,6 +264,8 @@ class ReconcilerState:
     """Per link, the place this process last decided for each policy (by UID) and when:
     the index shows a status write a moment after it, and a pass in between must not take
     a policy it just admitted for a newcomer. Trusted for ``PLACE_MEMORY_S``."""
+    restores: dict[str, ShaperRestore] = field(default_factory=dict)
+    """Per link, a removed DTN shaper's interface still to be restored (``prune``)."""
     plans: dict[str, tuple[PoliciesStatus, list[HeldDtnHost]]] = field(default_factory=dict)
     """Per link, the rate plan and holds this process last applied (the link's status
     shows them a moment later)."""
@@ -615,14 +621,66 @@ OPTIONAL = (
 
 def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
           objects: Sequence[dict[str, Any]]) -> None:  # fmt: skip
-    """Delete the optional children this pass no longer renders."""
+    """Delete the optional children this pass no longer renders. A DTN shaper removed
+    for good leaves its interface to be restored (``state.restores``, then the link's
+    status): its Deployment says which node and interface."""
     wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
     for api_version, kind, component in OPTIONAL:
         name = child_name(link, component)
         if (kind, name) in wanted:
             continue
+        if kind == "Deployment":
+            found = client.get(api_version, kind, namespace, name)
+            restore = shaper_restore_of(found) if found is not None else None
+            if restore is not None:
+                state.restores[link] = restore
         if client.delete_if_present(api_version, kind, namespace, name) and kind == "Secret":
             state.certificates.forget(namespace, name)
+
+
+def progress_restore(
+    ctx: Context, link: LinkSummary, restore: ShaperRestore, shaper_rendered: bool
+) -> ShaperRestore | None:
+    """One step of giving a removed shaper's interface back its original root qdisc: wait
+    for the shaper's pods to be gone (on the way out each leaves its fail-safe cap), run
+    ``scidmz shaper --restore`` on its node (a Job), and report how it ended. Returns the
+    restore while it is still under way. A shaper rendered again meanwhile cancels it
+    (the node's record of the original stays for that shaper's own removal)."""
+    client, namespace = ctx.client, ctx.settings.namespace
+    job_name = restore_job_name(link.name)
+    if shaper_rendered:
+        client.delete_if_present("batch/v1", "Job", namespace, job_name)
+        return None
+    if client.list_names("v1", "Pod", namespace, selector_labels(link.name, DTN_SHAPER)):
+        return restore
+    job = client.get("batch/v1", "Job", namespace, job_name)
+    if job is None:
+        ref = LinkRef(link.name, link.uid)
+        client.apply(build_shaper_restore_job(ref, restore, ctx.settings))
+        log.info("%s: restoring %s on %s (Job %s)", link.name, restore.interface,
+                 restore.node, job_name)  # fmt: skip
+        return restore
+    status = job.get("status") or {}
+    failed = any(
+        c.get("type") == "Failed" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+    )
+    if not status.get("succeeded") and not failed:
+        return restore
+    client.delete_if_present("batch/v1", "Job", namespace, job_name)
+    if failed:
+        link_event(
+            ctx.events, link, namespace, "Warning", "ShaperNotRestored",
+            f"the original root qdisc of {restore.interface} on node {restore.node} was not "
+            f"restored (Job {job_name} failed; its pod's log says why): the shaper's last "
+            "cap stays there",
+        )  # fmt: skip
+    else:
+        link_event(
+            ctx.events, link, namespace, "Normal", "ShaperRestored",
+            f"{restore.interface} on node {restore.node} has its original root qdisc again",
+        )  # fmt: skip
+    return None
 
 
 ALL_COMPONENTS = (COLLECTOR, CONTROLLER, DTN_SHAPER)
@@ -766,6 +824,7 @@ def write_link_status(
     warning: tuple[str, str] | None,
     now: str,
     held: Sequence[HeldDtnHost] = (),
+    restore: ShaperRestore | None = None,
 ) -> bool:
     """The link's conditions, policies and host ports, written only when they changed;
     an Event when the rate plan (the admitted policies) changed. True when written."""
@@ -786,6 +845,9 @@ def write_link_status(
     held_json = [h.model_dump(by_alias=True) for h in held]
     if (status.get("heldDtnHosts") or []) != held_json:
         patch["heldDtnHosts"] = held_json
+    restore_json = restore.model_dump(by_alias=True, exclude_none=True) if restore else None
+    if status.get("pendingRestore") != restore_json:
+        patch["pendingRestore"] = restore_json  # None clears it (a merge patch)
     if outcome.ok and status.get("observedGeneration") != outcome.generation:
         patch["observedGeneration"] = outcome.generation
     if not patch:
@@ -804,6 +866,17 @@ def write_link_status(
             f"{plan_text(policies)}; was {plan_text(old)}",
         )  # fmt: skip
     return True
+
+
+def pending_restore_of(link: LinkSummary) -> ShaperRestore | None:
+    """The restore the link's status says is under way (an earlier process's)."""
+    found = link.status.get("pendingRestore")
+    if not found:
+        return None
+    try:
+        return ShaperRestore.model_validate(found)
+    except ValidationError:
+        return None
 
 
 def failsafe_held(status: Mapping[str, Any]) -> str | None:
@@ -902,6 +975,17 @@ def reconcile_link(
             rendered = render(ctx, state, link, spec, admitted, others_ports, held)
             applied = apply_loop(ctx, state, link.name, rendered)
             state.plans[link.name] = (plan, list(held))
+            restore = state.restores.get(link.name) or pending_restore_of(link)
+            if restore is not None:
+                shaper = child_name(link.name, DTN_SHAPER)
+                rendered_shaper = any(
+                    o["kind"] == "Deployment" and o["metadata"]["name"] == shaper
+                    for o in rendered.objects
+                )
+                restore = progress_restore(ctx, link, restore, rendered_shaper)
+                state.restores.pop(link.name, None)
+                if restore is not None:
+                    state.restores[link.name] = restore
             host_ports = rendered.host_ports
             for line in rendered.reissued:
                 log.info("%s: certificate issued (%s)", link.name, line)
@@ -925,7 +1009,7 @@ def reconcile_link(
     states = workload_states(ctx.client, link.name, namespace, paused)
     link_written = write_link_status(
         ctx.client, ctx.events, namespace, link, outcome, states, paused,
-        plan, host_ports, warning, now, held,
+        plan, host_ports, warning, now, held, state.restores.get(link.name),
     )  # fmt: skip
     ready = outcome.ok and states[0].ready and states[1].ready and not paused
     if paused:
@@ -957,12 +1041,39 @@ def refuse_orphans(
     return write_policy_statuses(client, events, policies, decisions, None, utc_now())
 
 
+def restore_on_teardown(
+    ctx: Context, state: ReconcilerState, link: LinkSummary, waited_s: float, limit_s: float
+) -> bool:
+    """A deleted link's DTN shaper: removed, and its interface given back its original
+    root qdisc before the rest goes. True when done (or given up after ``limit_s``, with a
+    Warning Event); False: call again."""
+    namespace = ctx.settings.namespace
+    prune(ctx.client, state, link.name, namespace, [])
+    restore = state.restores.get(link.name) or pending_restore_of(link)
+    if restore is None:
+        return True
+    state.restores[link.name] = restore
+    if progress_restore(ctx, link, restore, False) is None:
+        state.restores.pop(link.name, None)
+        return True
+    if waited_s < limit_s:
+        return False
+    link_event(
+        ctx.events, link, namespace, "Warning", "ShaperNotRestored",
+        f"the original root qdisc of {restore.interface} on node {restore.node} was not "
+        f"restored within {limit_s:.0f} s of the link's deletion: removing the loop regardless",
+        action="Delete",
+    )  # fmt: skip
+    return True
+
+
 def teardown_order(link: str) -> list[tuple[str, str, str]]:
     """What deleting a link removes, in order, once its controller has stopped (its
     fail-safe first, through the shapers that must still be there): the DTN shaper, then
     the rest."""
     return [
         ("apps/v1", "Deployment", child_name(link, DTN_SHAPER)),
+        ("batch/v1", "Job", restore_job_name(link)),
         ("apps/v1", "Deployment", child_name(link, COLLECTOR)),
         ("v1", "Service", child_name(link, COLLECTOR)),
         ("v1", "Service", child_name(link, CONTROLLER)),
@@ -992,5 +1103,6 @@ def remove_loop(client: KubeClient, state: ReconcilerState, link: str, namespace
     state.applied.pop(link, None)
     state.plans.pop(link, None)
     state.places.pop(link, None)
+    state.restores.pop(link, None)
     with state.ports_lock:
         state.host_ports.pop(link, None)

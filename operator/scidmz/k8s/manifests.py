@@ -19,7 +19,7 @@ from typing import Any, Final
 import yaml
 
 from scidmz import __version__
-from scidmz.api.link import KIND, HostPortAllocation, Toleration
+from scidmz.api.link import KIND, HostPortAllocation, ShaperRestore, Toleration
 from scidmz.api.runtime import (
     CONFIG_KEY,
     RuntimeConfig,
@@ -511,11 +511,91 @@ def build_dtn_shaper_deployment(
     container = _container(
         DTN_SHAPER, settings, http, [grpc], _tc_security_context(), host_network=True
     )
-    container["args"] = shaper_agent_args(
-        config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"
-    )
+    container["args"] = [
+        *shaper_agent_args(config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"),
+        "--state-dir", SHAPER_STATE_MOUNT,
+    ]  # fmt: skip
     extra = _on_host_network_of(dtn.tc_node_name, work.dtn_tolerations)
-    return _deployment(ref, DTN_SHAPER, config, settings, container, extra, work)
+    deployment = _deployment(ref, DTN_SHAPER, config, settings, container, extra, work)
+    _mount_shaper_state(deployment["spec"]["template"]["spec"])
+    return deployment
+
+
+SHAPER_STATE_DIR: Final = "/var/lib/scidmz/shapers"
+"""On the DTN host's node: where its shaper agent records the interface's original root
+qdisc (``control.interface_state``), outliving the pod, for the restore."""
+SHAPER_STATE_MOUNT: Final = "/var/lib/scidmz-shapers"
+
+
+def _mount_shaper_state(pod: dict[str, Any]) -> None:
+    host_path = {"path": SHAPER_STATE_DIR, "type": "DirectoryOrCreate"}
+    pod["volumes"].append({"name": "shaper-state", "hostPath": host_path})
+    pod["containers"][0]["volumeMounts"].append(
+        {"name": "shaper-state", "mountPath": SHAPER_STATE_MOUNT}
+    )
+
+
+RESTORE: Final = f"{DTN_SHAPER}-restore"
+
+
+def restore_job_name(link: str) -> str:
+    return child_name(link, RESTORE)
+
+
+def build_shaper_restore_job(
+    ref: LinkRef, restore: ShaperRestore, settings: WorkloadSettings
+) -> dict[str, Any]:
+    # (the pod is labelled apart from the shaper's: the operator waits for the shaper's
+    # pods to be gone before it starts this one)
+    """A Job on the DTN host's node that runs ``scidmz shaper --restore`` once the shaper is
+    gone for good (its pod stopped: it leaves its fail-safe cap on the way out)."""
+    container = {
+        "name": "restore",
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "args": ["shaper", "--interface", restore.interface, "--state-dir",
+                 SHAPER_STATE_MOUNT, "--restore"],
+        "securityContext": _tc_security_context(),
+        "volumeMounts": [],
+        "resources": settings.resources_of(DTN_SHAPER),
+    }  # fmt: skip
+    pod: dict[str, Any] = {
+        "serviceAccountName": child_name(ref.name, "scidmz"),
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "restartPolicy": "OnFailure",
+        "containers": [container],
+        "volumes": [],
+        **_on_host_network_of(restore.node, restore.tolerations),
+    }
+    _mount_shaper_state(pod)
+    metadata = _metadata(ref, restore_job_name(ref.name), RESTORE, settings)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "backoffLimit": 4,
+            "activeDeadlineSeconds": 300,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": common_labels(ref.name, RESTORE)}, "spec": pod},
+        },
+    }
+
+
+def shaper_restore_of(deployment: dict[str, Any]) -> ShaperRestore | None:
+    """What a DTN shaper Deployment the operator made shapes: its node, interface and
+    tolerations (None: not one of ours, e.g. made by hand)."""
+    pod = deployment.get("spec", {}).get("template", {}).get("spec", {})
+    try:
+        args = pod["containers"][0]["args"]
+        interface = args[args.index("--interface") + 1]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        node = terms["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+    except (KeyError, IndexError, ValueError, TypeError):
+        return None
+    tolerations = [Toleration.model_validate(t) for t in pod.get("tolerations") or []]
+    return ShaperRestore(node=str(node), interface=str(interface), tolerations=tolerations)
 
 
 def _service(

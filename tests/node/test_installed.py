@@ -127,7 +127,8 @@ def _new_decisions(cluster: Installed, count: int) -> list[dict[str, Any]]:
 
 def _held_campus_limit(cluster: Installed) -> float | None:
     """What the simulated switch's shaper holds now, read back from it with the
-    collector's switch certificate (the administrators' Secret)."""
+    controller's actuator certificate of the administrators' Secret (the collector's pair
+    may speak P4Runtime only)."""
     (pod,) = _pods(cluster.plane, "simulated-switch")
     switch_dir = secret_to_directory(
         cluster.plane, NS, "campus-switch-tls", cluster.directory / "switch"
@@ -135,7 +136,8 @@ def _held_campus_limit(cluster: Installed) -> float | None:
 
     async def read() -> float | None:
         address = f"{pod['status']['podIP']}:9559"
-        channel = open_switch_channel(address, load_channel_tls(switch_dir, "scidmz-target"))
+        tls = load_channel_tls(switch_dir, "scidmz-target", actuator=True)
+        channel = open_switch_channel(address, tls)
         actuator = SimActuator(address, timeout_s=5.0, channel=channel)
         try:
             return await actuator.current()

@@ -504,8 +504,9 @@ class TenantsSpec(ApiModel):
         ge=1,
         le=99,
         description="The share of capacity, in percent, that the admitted policies' targets "
-        "may take together; the rest is the campus's. Policies are admitted first come, "
-        "first served (by creation time) until it is used up.",
+        "may take together; the rest is the campus's. Policies are admitted in the order "
+        "they ask (status.admission) until it is used up; lowered, the policies admitted "
+        "last give way first.",
     )
 
 

@@ -500,6 +500,19 @@ def test_the_simulated_switch_gives_each_client_identity_only_its_part(tmp_path)
             except grpc.aio.AioRpcError as error:
                 return error.code().name
 
+    async def capabilities(pair: str) -> str:
+        """A unary P4Runtime call (a stream refused before its first message can reach a
+        client still writing its request as gRPC core's INTERNAL)."""
+        async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials(pair),
+                                           options=options) as channel:  # fmt: skip
+            try:
+                await p4r_grpc.P4RuntimeStub(channel).Capabilities(
+                    p4r.CapabilitiesRequest(), timeout=3
+                )
+                return "OK"
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+
     async def actuate(pair: str) -> str:
         async with grpc.aio.secure_channel(f"127.0.0.1:{port}", credentials(pair),
                                            options=options) as channel:  # fmt: skip
@@ -514,8 +527,10 @@ def test_the_simulated_switch_gives_each_client_identity_only_its_part(tmp_path)
     try:
         _wait_listening(port, target)
         assert asyncio.run(actuate("tls")) == "PERMISSION_DENIED"  # the collector's pair
-        assert asyncio.run(p4runtime("actuator")) == "PERMISSION_DENIED"
+        assert asyncio.run(capabilities("actuator")) == "PERMISSION_DENIED"
+        assert asyncio.run(p4runtime("actuator")) in ("PERMISSION_DENIED", "INTERNAL")
         assert asyncio.run(actuate("actuator")) == "OK"
         assert asyncio.run(p4runtime("tls")) == "OK"
+        assert asyncio.run(capabilities("tls")) == "OK"
     finally:
         _stop(target)

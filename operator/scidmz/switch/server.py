@@ -513,6 +513,19 @@ def client_names(context: Any) -> tuple[str, ...]:
     )
 
 
+def refusal(allowed: frozenset[str] | None, context: Any, what: str) -> str | None:
+    """Why ``refuse_unless_named`` refuses this client (None: it does not)."""
+    if allowed is None:
+        return None
+    names = client_names(context)
+    if any(name in allowed for name in names):
+        return None
+    return (
+        f"{what} accepts the client certificates {', '.join(sorted(allowed))}; this one "
+        f"is {', '.join(names) or 'anonymous'}"
+    )
+
+
 async def refuse_unless_named(context: Any, allowed: frozenset[str] | None, what: str) -> None:
     """Abort PERMISSION_DENIED unless the client certificate's common name is ``allowed``
     (None: every client the TLS handshake let in). The simulated switch gives each client
@@ -553,7 +566,13 @@ def add_p4runtime(
     async def stream_channel(
         raw_iterator: AsyncIterator[bytes], context: Any
     ) -> AsyncIterator[p4r.StreamMessageResponse]:
-        await refuse_unless_named(context, clients, "P4Runtime")
+        refused = refusal(clients, context, "P4Runtime")
+        if refused is not None:
+            # a status and an end, not an abort: an abort raised in a bidirectional
+            # stream's generator before its first message reaches the client as INTERNAL
+            context.set_code(grpc.StatusCode.PERMISSION_DENIED)
+            context.set_details(refused)
+            return
 
         async def parsed() -> AsyncIterator[p4r.StreamMessageRequest]:
             async for raw in raw_iterator:

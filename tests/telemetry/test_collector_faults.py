@@ -198,11 +198,12 @@ def test_entries_left_by_an_earlier_configuration_are_removed():
     asyncio.run(main())
 
 
-def test_after_a_long_switch_outage_samples_are_fresh_within_2_s_of_the_switch_accepting():
+def test_after_a_long_switch_outage_samples_are_fresh_seconds_after_the_switch_accepts():
     """Left to gRPC's own reconnect backoff (up to 120 s, shared by every channel to the same
     address) a collector came back 9–27 s after the switch did; with the collector's own
-    policy and a first sample 0.25 s after set-up, within ~1–2 s (bench/chaos.py measures
-    60 s and 5 min outages)."""
+    policy (retry every 1 s at most) and a first sample 0.25 s after set-up, within ~1–2 s.
+    The bound here is 5 s, under the 9 s the old behaviour never beat, because a loaded CI
+    machine adds its own second; bench/chaos.py measures the figure (60 s and 5 min outages)."""
 
     async def main():
         port = free_port()
@@ -228,4 +229,4 @@ def test_after_a_long_switch_outage_samples_are_fresh_within_2_s_of_the_switch_a
             await collector_ctx.__aexit__(None, None, None)
 
     back_after = asyncio.run(main())
-    assert back_after < 2.0, back_after
+    assert back_after < 5.0, back_after

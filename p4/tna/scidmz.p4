@@ -8,7 +8,7 @@
  * digest per packet, chosen in the deparser by ig_dprsr_md.digest_type. The sojourn sum of
  * a class is taken over one packet in 16 (packet hash), so that its 32-bit cell lasts a
  * sample time (TNA_QD_SAMPLE_MASK in the contract). Entity names and
- * widths are the contract in operator/scidmz/telemetry/pipeline.py; bf-p4c prefixes them
+ * widths are the contract in operator/scidmz/contract/pipeline.py; bf-p4c prefixes them
  * with the pipe ("pipe.ScidmzIngress.classify_v4"), which the collector accepts.
  *
  * No Tofino compiler runs in this repository's CI: this file is checked by tests for the
@@ -26,6 +26,9 @@ const bit<8>  ROLE_BOTTLENECK_SIDE = 3;
 const bit<8>  STOP_FIN = 1;
 const bit<8>  STOP_IDLE = 2;
 const bit<32> FLOW_SLOTS = 65536;
+// Class ids: 0 not measured, 1 the campus, 2..65 one per DTN host of the link (the
+// collector installs them); every per-class counter and register has CLASS_SLOTS cells.
+const bit<32> CLASS_SLOTS = 66;
 
 const bit<3> DIGEST_NONE = 0;
 const bit<3> DIGEST_RTT = 1;
@@ -99,10 +102,10 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
                       inout ingress_intrinsic_metadata_for_tm_t ig_tm_md) {
     DirectCounter<bit<64>>(CounterType_t.BYTES) class_bytes_v4;
     DirectCounter<bit<64>>(CounterType_t.BYTES) class_bytes_v6;
-    Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_traffic;
-    Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_retrans;
-    Counter<bit<64>, bit<32>>(4, CounterType_t.PACKETS_AND_BYTES) class_egress;
-    Register<bit<32>, bit<32>>(4) queuing_delay_ns;
+    Counter<bit<64>, bit<32>>(CLASS_SLOTS, CounterType_t.PACKETS_AND_BYTES) class_traffic;
+    Counter<bit<64>, bit<32>>(CLASS_SLOTS, CounterType_t.PACKETS_AND_BYTES) class_retrans;
+    Counter<bit<64>, bit<32>>(CLASS_SLOTS, CounterType_t.PACKETS_AND_BYTES) class_egress;
+    Register<bit<32>, bit<32>>(CLASS_SLOTS) queuing_delay_ns;
     Register<bit<32>, bit<32>>(FLOW_SLOTS) packet_ts;
     Register<bit<8>, bit<32>>(FLOW_SLOTS) packet_class;
     Register<bit<32>, bit<32>>(FLOW_SLOTS) seq_ts;
@@ -111,8 +114,8 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     Register<bit<32>, bit<32>>(FLOW_SLOTS) flow_last_ns;
     Register<bit<8>, bit<32>>(FLOW_SLOTS) flow_active;
     Register<bit<32>, bit<32>>(FLOW_SLOTS) flow_next_seq;
-    Register<bit<32>, bit<32>>(4) queuing_delay_sum_1024ns;
-    Register<bit<32>, bit<32>>(4) queuing_delay_count;
+    Register<bit<32>, bit<32>>(CLASS_SLOTS) queuing_delay_sum_1024ns;
+    Register<bit<32>, bit<32>>(CLASS_SLOTS) queuing_delay_count;
 
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v4;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v6;

@@ -7,7 +7,7 @@
  * plus SEQ/ACK matching for RTT, and loss telemetry after P4BS (seed 003 §IV-B): resent data
  * per class (method 1), data leaving BR1 per class (method 2, with class_traffic) and the
  * sojourn sum and count for a mean queuing delay per sample time. The entity names and widths are the contract in
- * operator/scidmz/telemetry/pipeline.py (tests check that this file declares each one).
+ * operator/scidmz/contract/pipeline.py (tests check that this file declares each one).
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -15,8 +15,11 @@
 const bit<16> TYPE_IPV4 = 0x0800;
 const bit<16> TYPE_IPV6 = 0x86DD;
 const bit<8>  PROTO_TCP = 6;
-const bit<8>  CLASS_DTN = 1;
-const bit<8>  CLASS_CAMPUS = 2;
+// Class ids: 0 not measured, 1 the campus, 2..65 one per DTN host of the link (the
+// collector installs them); every per-class counter and register has CLASS_SLOTS cells.
+const bit<8>  CLASS_CAMPUS = 1;
+const bit<8>  FIRST_DTN_CLASS = 2;
+const bit<32> CLASS_SLOTS = 66;
 const bit<8>  ROLE_CAMPUS_SIDE = 1;
 const bit<8>  ROLE_DTN_SIDE = 2;
 const bit<8>  ROLE_BOTTLENECK_SIDE = 3;
@@ -73,10 +76,10 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
                       inout standard_metadata_t std) {
     direct_counter(CounterType.bytes) class_bytes_v4;
     direct_counter(CounterType.bytes) class_bytes_v6;
-    counter(4, CounterType.packets_and_bytes) class_traffic;
-    counter(4, CounterType.packets_and_bytes) class_retrans;
-    counter(4, CounterType.packets_and_bytes) class_egress;
-    register<bit<48>>(4) queuing_delay_ns;
+    counter(CLASS_SLOTS, CounterType.packets_and_bytes) class_traffic;
+    counter(CLASS_SLOTS, CounterType.packets_and_bytes) class_retrans;
+    counter(CLASS_SLOTS, CounterType.packets_and_bytes) class_egress;
+    register<bit<48>>(CLASS_SLOTS) queuing_delay_ns;
     register<bit<48>>(FLOW_SLOTS) packet_ts;
     register<bit<8>>(FLOW_SLOTS) packet_class;
     register<bit<48>>(FLOW_SLOTS) seq_ts;
@@ -85,8 +88,8 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<48>>(FLOW_SLOTS) flow_last_ns;
     register<bit<8>>(FLOW_SLOTS) flow_active;
     register<bit<32>>(FLOW_SLOTS) flow_next_seq;
-    register<bit<48>>(4) queuing_delay_sum_1024ns;
-    register<bit<32>>(4) queuing_delay_count;
+    register<bit<48>>(CLASS_SLOTS) queuing_delay_sum_1024ns;
+    register<bit<32>>(CLASS_SLOTS) queuing_delay_count;
 
     action set_class(bit<8> class_id) { meta.class_id = class_id; }
     action set_tap_role(bit<8> role) { meta.role = role; }
@@ -95,8 +98,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         meta.rtt_max_ns = rtt_max_ns;
     }
 
-    // Algorithm 2: data packets are classified, and counted, by destination: the DTN-r
-    // prefix and the remote-network prefix (longest prefix first). The collector installs
+    // Algorithm 2: data packets are classified, and counted, by destination: each DTN
+    // host's receiver prefix (its own class) and the remote-network prefix (longest
+    // prefix first). The collector installs
     // the same prefixes in the reverse_* tables, which classify pure ACKs by source and
     // count nothing, so the class byte counters hold data bytes only.
     table classify_v4 {

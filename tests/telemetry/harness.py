@@ -13,14 +13,14 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from scidmz.contract.pipeline import build_p4info
+from scidmz.contract.pipeline import FIRST_DTN_CLASS, build_p4info
 from scidmz.netsim.scenario import Scenario
 from scidmz.proto import telemetry_pb2, telemetry_pb2_grpc
 from scidmz.switch.netsim_source import NetsimSource, TruthPoint, Wiring
 from scidmz.switch.runner import Target
 from scidmz.telemetry.collector import Collector, CollectorSettings
 from scidmz.telemetry.exporter import Snapshot
-from scidmz.telemetry.program import Plan
+from scidmz.telemetry.program import DtnClass, Plan
 from scidmz.telemetry.sampling import EstimatorSettings
 from scidmz.testenv.cluster import free_port
 
@@ -32,7 +32,7 @@ WIRING = Wiring(
     campus_address=ipaddress.ip_address("198.51.100.10"),
 )
 PLAN = Plan(
-    dtn_prefixes=("203.0.113.10/32",),
+    dtn_classes=(DtnClass("dtn-1", "203.0.113.10/32", FIRST_DTN_CLASS),),
     campus_prefix="198.51.100.0/24",
     campus_port=1,
     dtn_port=2,

@@ -65,8 +65,8 @@ def test_counters_registers_and_digest_config_read_back():
                     e.table_entry.counter_data.byte_count
                     for e in found if e.WhichOneof("entity") == "table_entry"
                 ]  # fmt: skip
-                assert set(indirect) == {0, 1, 2, 3}
-                for class_id in (contract.CLASS_DTN, contract.CLASS_CAMPUS):
+                assert set(indirect) == set(range(contract.CLASS_SLOTS))
+                for class_id in (contract.FIRST_DTN_CLASS, contract.CLASS_CAMPUS):
                     assert direct[class_id] > 100_000
                     assert indirect[class_id].byte_count == direct[class_id]
                     assert indirect[class_id].packet_count > 0
@@ -103,7 +103,7 @@ def test_bad_requests_get_the_p4runtime_status_codes():
 
                 out_of_range = p4r.Entity()
                 out_of_range.register_entry.register_id = qd
-                out_of_range.register_entry.index.index = 4
+                out_of_range.register_entry.index.index = contract.CLASS_SLOTS
                 with pytest.raises(P4RuntimeError) as error:
                     await session.read([out_of_range])
                 assert error.value.code == grpc.StatusCode.OUT_OF_RANGE

@@ -208,6 +208,20 @@ def test_what_only_the_collector_reads_rolls_the_pods(change: Change) -> None:
     assert update.applied == update.needs_restart == ()
 
 
+def test_a_dtn_class_that_comes_or_goes_rolls_no_pod() -> None:
+    """A policy admitted onto another DTN host adds its class to the config: the collector
+    programs it live (``Collector.set_plan``), the controller does not read it."""
+    running = _rendered()
+    second = running.dtn_classes[0].model_copy(
+        update={"host": "dtn-2", "prefix": "203.0.113.11/32", "class_id": 3}
+    )
+    wanted = running.model_copy(update={"dtn_classes": [*running.dtn_classes, second]})
+    for component in ("controller", "collector", "dtn-shaper"):
+        assert restart_relevant(running, component) == restart_relevant(wanted, component)
+    update = plan_reload(running, controller_settings(running), wanted)
+    assert update.needs_restart == ()
+
+
 def test_the_dtn_caps_gains_failsafe_and_floor_are_live_too() -> None:
     running = _rendered(WITH_DTN_CAP)
     changed = _with_cap(

@@ -8,17 +8,23 @@ from google.protobuf import text_format
 
 from scidmz.contract.pipeline import (
     ACTIONS,
+    CLASS_CAMPUS,
+    CLASS_SLOTS,
     COUNTERS,
     DIGESTS,
+    DTN_CLASSES,
+    FIRST_DTN_CLASS,
     REGISTERS,
     TABLES,
     PipelineError,
     build_p4info,
     check_p4info,
+    declared_dtn_classes,
 )
 from scidmz.testenv.cluster import REPO_ROOT
 
 V1MODEL = REPO_ROOT / "p4" / "v1model"
+TNA = REPO_ROOT / "p4" / "tna"
 
 
 def _checked_in() -> p4i.P4Info:
@@ -29,11 +35,30 @@ def _short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+def _size(source: str, token: str) -> int:
+    """An array size as the program writes it: a number or a ``const bit<32>`` name."""
+    if token.isdigit():
+        return int(token)
+    constant = re.search(rf"const bit<32> {token} = (\d+);", source)
+    assert constant, f"no constant {token}"
+    return int(constant.group(1))
+
+
 def test_the_checked_in_p4info_is_the_contracts():
     assert _checked_in() == build_p4info("v1model"), "run: scidmz p4info --out " + str(
         V1MODEL / "p4info.txtpb"
     )
     check_p4info(_checked_in())
+
+
+def test_the_programs_hold_the_contracts_classes():
+    for arch in (V1MODEL, TNA):
+        source = (arch / "scidmz.p4").read_text()
+        assert _size(source, "CLASS_SLOTS") == CLASS_SLOTS == FIRST_DTN_CLASS + DTN_CLASSES
+    v1model = (V1MODEL / "scidmz.p4").read_text()
+    assert re.search(rf"const bit<8>\s+CLASS_CAMPUS = {CLASS_CAMPUS};", v1model)
+    assert re.search(rf"const bit<8>\s+FIRST_DTN_CLASS = {FIRST_DTN_CLASS};", v1model)
+    assert declared_dtn_classes(build_p4info()) == DTN_CLASSES == 64  # the API's dtnHosts max
 
 
 def test_the_v1model_source_declares_every_entity_with_its_width():
@@ -55,11 +80,13 @@ def test_the_v1model_source_declares_every_entity_with_its_width():
         declared = re.search(rf"register<bit<(\d+)>>\((\w+)\) {_short(register.name)};", source)
         assert declared, register.name
         assert int(declared.group(1)) == register.bitwidth, register.name
+        assert _size(source, declared.group(2)) == register.size, register.name
     for counter in COUNTERS:
         declared = re.search(
             rf"counter\((\w+), CounterType.packets_and_bytes\) {_short(counter.name)};", source
         )
         assert declared, counter.name
+        assert _size(source, declared.group(1)) == counter.size, counter.name
         assert f"{_short(counter.name)}.count(" in source, counter.name
     for digest in DIGESTS:
         members = " ".join(f"bit<{m.bitwidth}> {m.name};" for m in digest.members)
@@ -92,10 +119,10 @@ def test_check_names_every_missing_or_wrong_entity():
     for fragment in (
         "register ScidmzIngress.seq_ts is missing",
         "digest flow_stop_t is missing",
-        "register ScidmzIngress.queuing_delay_ns: want bit<48>[4], found bit<32>[4]",
+        "register ScidmzIngress.queuing_delay_ns: want bit<48>[3], found bit<32>[66]",
         "table ScidmzIngress.classify_v4 key hdr.ipv4.dst_addr: want LPM bit<32>, found bit<24>",
         "digest rtt_sample_t member rtt_ns: want bit<32>, found bit<16>",
-        "counter ScidmzIngress.class_traffic: want packets and bytes [4], found BYTES[4]",
+        "counter ScidmzIngress.class_traffic: want packets and bytes [3..], found BYTES[66]",
     ):
         assert fragment in message
 
@@ -116,9 +143,6 @@ def test_ids_carry_the_p4runtime_prefixes():
     ids = [e.preamble.id for kind in kinds
            for e in getattr(info, kind)]  # fmt: skip
     assert len(ids) == len(set(ids))
-
-
-TNA = REPO_ROOT / "p4" / "tna"
 
 
 def test_the_checked_in_tna_p4info_is_the_contracts():
@@ -154,12 +178,16 @@ def test_the_tna_source_declares_every_entity_with_its_width():
         )
         assert declared, register.name
         assert int(declared.group(1)) == register.width("tna"), register.name
+        assert _size(source, declared.group(2)) == register.size, register.name
         assert f"({_short(register.name)})" in source, f"{register.name} is never used"
     for counter in COUNTERS:
-        assert (
-            f"Counter<bit<64>, bit<32>>({counter.size}, CounterType_t.PACKETS_AND_BYTES) "
-            f"{_short(counter.name)};" in source
+        declared = re.search(
+            rf"Counter<bit<64>, bit<32>>\((\w+), CounterType_t.PACKETS_AND_BYTES\) "
+            rf"{_short(counter.name)};",
+            source,
         )
+        assert declared, counter.name
+        assert _size(source, declared.group(1)) == counter.size, counter.name
     for digest in DIGESTS:
         members = " ".join(f"bit<{m.bitwidth}> {m.name};" for m in digest.members)
         assert f"struct {digest.name} {{ {members} }}" in source, digest.name
@@ -171,5 +199,7 @@ def test_the_tna_source_declares_every_entity_with_its_width():
 def test_wrong_tna_register_widths_are_named():
     info = build_p4info("tna")
     info.registers[0].type_spec.bitstring.bit.bitwidth = 48
-    with pytest.raises(PipelineError, match=r"queuing_delay_ns: want bit<32>\[4\], found bit<48>"):
+    with pytest.raises(
+        PipelineError, match=r"queuing_delay_ns: want bit<32>\[3\], found bit<48>\[66\]"
+    ):
         check_p4info(info)

@@ -229,7 +229,9 @@ def test_resolution_fills_the_tuned_defaults():
     assert config.link == "campus-border" and config.generation == 3
     assert config.target_rate_bps == 6e8
     assert config.bottleneck_capacity_bps == 1e9
-    assert config.dtn_prefixes == ["203.0.113.10/32"]
+    assert [(c.host, c.prefix, c.class_id) for c in config.dtn_classes] == [
+        ("dtn-1", "203.0.113.10/32", 2)  # the first of spec.dtnHosts: class 2
+    ]
     gains = config.controller.gains
     assert (gains.kp, gains.ki, gains.kw) == TUNED_GAINS["bbr"]["mlc"]
     assert config.controller.desired_state_mode == "reachable"

@@ -1,5 +1,6 @@
 """The target's data half applies the installed tables to observations like the P4 program."""
 
+from dataclasses import replace
 from ipaddress import ip_address
 
 import pytest
@@ -7,15 +8,15 @@ from finsy.proto import p4r
 
 from scidmz.contract import pipeline as contract
 from scidmz.contract.p4runtime import EntryKey, entry_key
-from scidmz.contract.pipeline import build_p4info
+from scidmz.contract.pipeline import FIRST_DTN_CLASS, build_p4info
 from scidmz.switch.dataplane import Dataplane
 from scidmz.switch.digests import DigestConfig
 from scidmz.switch.entries import Change
 from scidmz.switch.observation import FlowChange, Observation, RttMatch, Traffic
-from scidmz.telemetry.program import Ids, Plan, desired_entries
+from scidmz.telemetry.program import DtnClass, Ids, Plan, desired_entries
 
 PLAN = Plan(
-    dtn_prefixes=("203.0.113.10/32",),
+    dtn_classes=(DtnClass("dtn-1", "203.0.113.10/32", FIRST_DTN_CLASS),),
     campus_prefix="203.0.113.0/24",  # the DTN-r host inside the remote network
     campus_port=1,
     dtn_port=2,
@@ -26,6 +27,7 @@ PLAN = Plan(
     rtt_horizon_ns=300_000_000,
 )
 DTN = ip_address("203.0.113.10")
+DTN_CLASS = contract.FIRST_DTN_CLASS
 CAMPUS = ip_address("203.0.113.77")
 ELSEWHERE = ip_address("192.0.2.1")
 
@@ -86,11 +88,48 @@ def test_longest_prefix_classifies_and_counts_per_class():
         ),
         now_ns=1,
     )
-    assert _by_class(dataplane) == {contract.CLASS_DTN: (9000, 6), contract.CLASS_CAMPUS: (3000, 2)}
+    assert _by_class(dataplane) == {
+        DTN_CLASS: (9000, 6),
+        contract.CLASS_CAMPUS: (3000, 2),
+    }
     indirect = dataplane.counters[dataplane.counter_ids["ScidmzIngress.class_traffic"]]
-    assert indirect[contract.CLASS_DTN].tolist() == [9000, 6]
+    assert indirect[DTN_CLASS].tolist() == [9000, 6]
     qd = dataplane.registers[dataplane.register_ids["ScidmzIngress.queuing_delay_ns"]]
-    assert qd[contract.CLASS_DTN] == 1_000_000 and qd[contract.CLASS_CAMPUS] == 2_000_000
+    assert qd[DTN_CLASS] == 1_000_000 and qd[contract.CLASS_CAMPUS] == 2_000_000
+
+
+def test_each_dtn_host_counts_in_its_own_class_and_a_removed_one_in_none():
+    other = ip_address("203.0.113.12")
+    two = replace(
+        PLAN,
+        dtn_classes=(*PLAN.dtn_classes, DtnClass("dtn-3", "203.0.113.12/32", DTN_CLASS + 2)),
+    )
+    dataplane, _ = _installed(two)
+    flows = (FlowChange(31, 2, DTN, True), FlowChange(32, 2, other, True))
+    dataplane.observe(
+        Observation(
+            bottleneck_port=3,
+            traffic=(Traffic(2, DTN, 9000, 6, 1_000_000), Traffic(2, other, 4000, 3, 5_000_000)),
+            rtt_matches=(RttMatch(31, DTN, 100_000_000), RttMatch(32, other, 60_000_000)),
+            flow_changes=flows,
+        ),
+        now_ns=1,
+    )
+    assert _by_class(dataplane) == {
+        DTN_CLASS: (9000, 6), DTN_CLASS + 2: (4000, 3), contract.CLASS_CAMPUS: (0, 0)
+    }  # fmt: skip
+    qd = dataplane.registers[dataplane.register_ids["ScidmzIngress.queuing_delay_ns"]]
+    assert (qd[DTN_CLASS], qd[DTN_CLASS + 2]) == (1_000_000, 5_000_000)
+    assert [r[1] for r in _digests(dataplane, "rtt_sample_t")] == [DTN_CLASS, DTN_CLASS + 2]
+    assert _digests(dataplane, "flow_start_t") == [(31, DTN_CLASS), (32, DTN_CLASS + 2)]
+    # dtn-3's policy left: the collector deletes its entries; its traffic counts nowhere
+    entries = {entry_key(e): e for e in desired_entries(Ids.from_p4info(build_p4info()), PLAN)}
+    _sync(dataplane, entries, dataplane.installed)
+    dataplane.observe(
+        Observation(bottleneck_port=3, traffic=(Traffic(2, other, 4000, 3, 5_000_000),)), 2
+    )
+    traffic = dataplane.counters[dataplane.counter_ids["ScidmzIngress.class_traffic"]]
+    assert traffic[DTN_CLASS + 2].tolist() == [4000, 3]  # as it was
 
 
 def test_untapped_ports_measure_nothing_and_qd_needs_the_bottleneck_side():
@@ -98,7 +137,7 @@ def test_untapped_ports_measure_nothing_and_qd_needs_the_bottleneck_side():
     dataplane.observe(
         Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 1_000_000),)), 1
     )
-    assert _by_class(dataplane)[contract.CLASS_DTN] == (0, 0)
+    assert _by_class(dataplane)[DTN_CLASS] == (0, 0)
     # only the ingress sides tapped: bytes count, but no sojourn can be measured
     dataplane, _ = _installed()
     tap_ports = dataplane.table_ids["ScidmzIngress.tap_ports"]
@@ -111,9 +150,9 @@ def test_untapped_ports_measure_nothing_and_qd_needs_the_bottleneck_side():
     dataplane.observe(
         Observation(bottleneck_port=3, traffic=(Traffic(2, DTN, 9000, 6, 1_000_000),)), 1
     )
-    assert _by_class(dataplane)[contract.CLASS_DTN] == (9000, 6)
+    assert _by_class(dataplane)[DTN_CLASS] == (9000, 6)
     qd = dataplane.registers[dataplane.register_ids["ScidmzIngress.queuing_delay_ns"]]
-    assert qd[contract.CLASS_DTN] == 0
+    assert qd[DTN_CLASS] == 0
 
 
 def test_rtt_matches_are_classified_by_source_and_bounded_by_the_horizon():
@@ -131,7 +170,7 @@ def test_rtt_matches_are_classified_by_source_and_bounded_by_the_horizon():
         1,
     )
     assert _digests(dataplane, "rtt_sample_t") == [
-        (11, contract.CLASS_DTN, 150_000_000),
+        (11, DTN_CLASS, 150_000_000),
         (12, contract.CLASS_CAMPUS, 12_000_000),
     ]
 
@@ -172,7 +211,7 @@ def test_loss_counters_and_sojourn_sums_as_the_program_keeps_them():
         return getattr(dataplane, kind)[ids[f"ScidmzIngress.{name}"]]
 
     sum_1024ns = cells("queuing_delay_sum_1024ns", "registers")
-    sum_1024ns[contract.CLASS_DTN] = (1 << 48) - 10  # about to wrap, as a 48-bit cell does
+    sum_1024ns[DTN_CLASS] = (1 << 48) - 10  # about to wrap, as a 48-bit cell does
     dataplane.observe(
         Observation(
             bottleneck_port=3,
@@ -184,11 +223,11 @@ def test_loss_counters_and_sojourn_sums_as_the_program_keeps_them():
         ),
         now_ns=1,
     )  # fmt: skip
-    assert cells("class_retrans")[contract.CLASS_DTN].tolist() == [1500, 1]
-    assert cells("class_egress")[contract.CLASS_DTN].tolist() == [6000, 4]
+    assert cells("class_retrans")[DTN_CLASS].tolist() == [1500, 1]
+    assert cells("class_egress")[DTN_CLASS].tolist() == [6000, 4]
     assert cells("class_retrans")[contract.CLASS_CAMPUS].tolist() == [0, 0]  # unclassified
-    assert cells("queuing_delay_count", "registers")[contract.CLASS_DTN] == 4
-    assert sum_1024ns[contract.CLASS_DTN] == (40 << 10) - 10  # wrapped at 2^48
+    assert cells("queuing_delay_count", "registers")[DTN_CLASS] == 4
+    assert sum_1024ns[DTN_CLASS] == (40 << 10) - 10  # wrapped at 2^48
     # with the bottleneck side untapped, nothing is seen leaving
     untapped, _ = _installed(skip=("tap_ports",))
     untapped.observe(
@@ -196,4 +235,4 @@ def test_loss_counters_and_sojourn_sums_as_the_program_keeps_them():
                                                         egress_packets=4),)), 1
     )  # fmt: skip
     egress = untapped.counters[untapped.counter_ids["ScidmzIngress.class_egress"]]
-    assert egress[contract.CLASS_DTN].tolist() == [0, 0]
+    assert egress[DTN_CLASS].tolist() == [0, 0]

@@ -5,17 +5,20 @@ from dataclasses import fields
 
 import pytest
 
+from scidmz.contract.classes import CLASS_CAMPUS, FIRST_DTN_CLASS
 from scidmz.contract.state import STATE_VARIABLES, NetworkState
+from scidmz.telemetry.classes import byte_weighted
 from scidmz.telemetry.estimators import (
-    CounterReading,
     FlowEvent,
     RttSample,
     RttState,
-    class_rates,
-    queuing_delays,
+    rate_bps,
     update_active_flows,
+    update_flow_classes,
     update_rtt,
 )
+
+DTN = FIRST_DTN_CLASS
 
 
 def test_state_order_is_the_models():
@@ -26,34 +29,37 @@ def test_state_order_is_the_models():
 
 
 def test_rates_from_counter_deltas():
-    before = CounterReading(dtn_bytes=1_000, campus_bytes=5_000, at_s=10.0)
-    after = CounterReading(dtn_bytes=75_001_000, campus_bytes=50_005_000, at_s=11.0)
-    assert class_rates(before, after) == (600e6, 400e6)
+    assert rate_bps(75_000_000, 1.0) == 600e6
     # Δt is measured, not assumed to be T
-    late = CounterReading(dtn_bytes=75_001_000, campus_bytes=50_005_000, at_s=11.25)
-    assert class_rates(before, late) == pytest.approx((480e6, 320e6))
+    assert rate_bps(75_000_000, 1.25) == pytest.approx(480e6)
 
 
 def test_rates_refuse_what_they_cannot_know():
-    before = CounterReading(dtn_bytes=10_000, campus_bytes=10_000, at_s=10.0)
-    reset = CounterReading(dtn_bytes=10, campus_bytes=20_000, at_s=11.0)
-    dtn, campus = class_rates(before, reset)
-    assert math.isnan(dtn) and campus == 80_000.0
-    assert all(math.isnan(r) for r in class_rates(before, before))
+    assert math.isnan(rate_bps(None, 1.0))  # the counter went backwards
+    assert math.isnan(rate_bps(10, 0.0)) and math.isnan(rate_bps(10, math.nan))
+
+
+def test_byte_weighting_is_the_one_classs_value_with_one_class():
+    assert byte_weighted({2: 0.1}, {2: 5.0}) == 0.1
+    assert byte_weighted({2: 0.1}, {}) == 0.1  # no bytes known yet: the plain mean
+    assert byte_weighted({2: 0.1, 3: 0.3}, {2: 3.0, 3: 1.0}) == pytest.approx(0.15)
+    assert byte_weighted({2: 0.1, 3: math.nan}, {2: 0.0, 3: 9.0}) == 0.1
+    assert math.isnan(byte_weighted({2: math.nan}, {2: 1.0}))
+    assert math.isnan(byte_weighted({}, {}))
 
 
 def test_campus_rtt_averages_live_flows_and_smooths():
     state = update_rtt(
         RttState(),
-        [RttSample(1, False, 0.010, 0.1), RttSample(2, False, 0.030, 0.2)],
+        [RttSample(1, CLASS_CAMPUS, 0.010, 0.1), RttSample(2, CLASS_CAMPUS, 0.030, 0.2)],
         now_s=1.0,
         flow_timeout_s=2.0,
         alpha=0.5,
     )
     assert state.campus_rtt_s == pytest.approx(0.020)  # first mean taken as is
-    assert math.isnan(state.dtn_rtt_s)
+    assert state.dtn_rtt_by_class == {}
     # flow 2 reports again; flow 1 stays in the vector with its last RTT
-    state = update_rtt(state, [RttSample(2, False, 0.050, 1.5)], 2.0, 2.0, alpha=0.5)
+    state = update_rtt(state, [RttSample(2, CLASS_CAMPUS, 0.050, 1.5)], 2.0, 2.0, alpha=0.5)
     assert state.campus_rtt_s == pytest.approx(0.5 * 0.020 + 0.5 * 0.030)
     # flow 1 (last seen at 0.1 s) times out at 2.1 s: only flow 2 counts
     state = update_rtt(state, [], 3.0, 2.0, alpha=0.5)
@@ -61,24 +67,24 @@ def test_campus_rtt_averages_live_flows_and_smooths():
     assert state.campus_rtt_s == pytest.approx(0.5 * 0.025 + 0.5 * 0.050)
 
 
-def test_dtn_rtt_is_this_intervals_samples_or_the_last_value():
+def test_each_dtn_classs_rtt_is_this_intervals_samples_or_its_last_value():
     state = update_rtt(
-        RttState(), [RttSample(9, True, 0.100, 0.5), RttSample(9, True, 0.120, 0.9)], 1.0, 2.0
-    )
-    assert state.dtn_rtt_s == pytest.approx(0.110)
-    assert update_rtt(state, [], 2.0, 2.0).dtn_rtt_s == pytest.approx(0.110)
-    bad = [RttSample(9, True, math.nan, 2.5), RttSample(9, True, -1.0, 2.6)]
-    assert update_rtt(state, bad, 3.0, 2.0).dtn_rtt_s == pytest.approx(0.110)
+        RttState(),
+        [RttSample(9, DTN, 0.100, 0.5), RttSample(9, DTN, 0.120, 0.9),
+         RttSample(4, DTN + 1, 0.050, 0.9)],
+        1.0,
+        2.0,
+    )  # fmt: skip
+    assert state.dtn_rtt_by_class == pytest.approx({DTN: 0.110, DTN + 1: 0.050})
+    later = update_rtt(state, [RttSample(4, DTN + 1, 0.070, 1.5)], 2.0, 2.0)
+    assert later.dtn_rtt_by_class == pytest.approx({DTN: 0.110, DTN + 1: 0.070})
+    bad = [RttSample(9, DTN, math.nan, 2.5), RttSample(9, DTN, -1.0, 2.6)]
+    assert update_rtt(state, bad, 3.0, 2.0).dtn_rtt_by_class[DTN] == pytest.approx(0.110)
 
 
 def test_rtt_smoothing_must_be_a_weight():
     with pytest.raises(ValueError, match="alpha"):
         update_rtt(RttState(), [], 1.0, 2.0, alpha=1.0)
-
-
-def test_queuing_delay_registers():
-    assert queuing_delays(2_500_000, 0)[0] == 0.0025
-    assert math.isnan(queuing_delays(2_500_000, 0)[1])
 
 
 def test_active_flows_follow_the_digests_in_order():
@@ -90,3 +96,13 @@ def test_active_flows_follow_the_digests_in_order():
     assert active == {2}
     # a flow that stops and starts again within one poll ends up active
     assert update_active_flows(active, [FlowEvent(2, False), FlowEvent(2, True)]) == {2}
+
+
+def test_each_active_flow_keeps_the_class_its_start_digest_named():
+    events = [FlowEvent(1, True, class_id=DTN), FlowEvent(2, True, class_id=DTN + 3),
+              FlowEvent(3, True)]  # fmt: skip
+    active = update_active_flows(frozenset(), events)
+    classes = update_flow_classes({}, active, events)
+    assert classes == {1: DTN, 2: DTN + 3}  # flow 3's class is unknown (a register read)
+    active = update_active_flows(active, [FlowEvent(1, False, class_id=DTN)])
+    assert update_flow_classes(classes, active, []) == {2: DTN + 3}

@@ -49,13 +49,15 @@ from scidmz.api.types import (
     tc_settings_required,
 )
 from scidmz.api.units import cel_rate_bps, parse_duration, parse_rate
+from scidmz.contract.classes import DTN_CLASSES
 
 KIND = "BorderLink"
 PLURAL = "borderlinks"
 SINGULAR = "borderlink"
 SHORT_NAMES = ["bl"]
 
-MAX_DTN_HOSTS = 64
+MAX_DTN_HOSTS = DTN_CLASSES
+"""Each DTN host of a link is its own class in the switch (`contract.classes`)."""
 MAX_TOLERATIONS = 16
 
 

@@ -32,6 +32,7 @@ from scidmz.api.types import (
 from scidmz.api.units import parse_duration, parse_rate
 from scidmz.auth.mtls import TlsConfigError, load_mutual_tls
 from scidmz.auth.tls_source import TlsSource
+from scidmz.contract.classes import DTN_CLASSES, FIRST_DTN_CLASS, dtn_class
 
 CONFIG_KEY = "config.yaml"
 DEFAULT_MAX_STEP_FRACTION = 0.2
@@ -221,6 +222,18 @@ class AdmittedPolicyConfig(_Frozen):
     target_rate_bps: PositiveRate
 
 
+class DtnClassConfig(_Frozen):
+    """A DTN host the collector measures as its own class (``contract.pipeline``)."""
+
+    host: str = Field(min_length=1, max_length=63)
+    prefix: str = Field(min_length=1, max_length=43, description="Its receiver prefix.")
+    class_id: int = Field(
+        ge=FIRST_DTN_CLASS,
+        lt=FIRST_DTN_CLASS + DTN_CLASSES,
+        description="2 + the host's index in the link's spec.dtnHosts.",
+    )
+
+
 class ChannelSecurity(_Frozen):
     """Mutual TLS on scidmz's own channels (the sample stream, the DTN shapers, /metrics
     and /state). Absent: plaintext, for processes on one host in development only."""
@@ -249,7 +262,7 @@ class RuntimeConfig(_Frozen):
     """Everything the collector, controller and shaper agents of one link need, with
     units in the field names."""
 
-    api_version: Literal["scidmz.io/runtime/v2"] = "scidmz.io/runtime/v2"
+    api_version: Literal["scidmz.io/runtime/v3"] = "scidmz.io/runtime/v3"
     link: str = Field(min_length=1, max_length=253)
     link_uid: str = Field(
         default="",
@@ -265,7 +278,12 @@ class RuntimeConfig(_Frozen):
     )
     bottleneck_capacity_bps: PositiveRate
     sample_time_s: float = Field(ge=0.1, le=60)
-    dtn_prefixes: list[str] = Field(default_factory=list, max_length=MAX_ADMITTED)
+    dtn_classes: list[DtnClassConfig] = Field(
+        default_factory=list,
+        max_length=MAX_ADMITTED,
+        description="The DTN hosts measured, each its own class: the admitted policies' "
+        "hosts and a held one. Taken live by the collector (it re-programs the switch).",
+    )
     dtn_congestion_control: CongestionControl
     campus_prefix: str
     switch: SwitchConfig
@@ -307,9 +325,13 @@ class RuntimeConfig(_Frozen):
         return self
 
     @property
+    def dtn_prefixes(self) -> list[str]:
+        return [c.prefix for c in self.dtn_classes]
+
+    @property
     def dtn_prefix(self) -> str | None:
-        """The DTN class's one prefix (one admitted policy; see api.admission); None idle."""
-        return self.dtn_prefixes[0] if self.dtn_prefixes else None
+        """The first DTN class's prefix (the demo's one DTN host); None idle."""
+        return self.dtn_classes[0].prefix if self.dtn_classes else None
 
 
 class SampleReport(BaseModel):
@@ -446,8 +468,12 @@ def resolve_runtime_config(
         target_rate_bps=target,
         bottleneck_capacity_bps=capacity,
         sample_time_s=parse_duration(link.sample_time),
-        dtn_prefixes=[h.receiver_prefix for _, h in hosts if h is not None]
-        + ([kept.receiver_prefix] if kept is not None else []),
+        dtn_classes=[
+            DtnClassConfig(
+                host=h.name, prefix=h.receiver_prefix, class_id=dtn_class(link.dtn_hosts.index(h))
+            )
+            for h in [*(h for _, h in hosts if h is not None), *([kept] if kept else [])]
+        ],
         dtn_congestion_control=cca,
         campus_prefix=link.campus.remote_prefix,
         switch=SwitchConfig(
@@ -635,6 +661,7 @@ def dump_runtime_config(config: RuntimeConfig) -> str:
 LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("generation",),
     ("policies",),
+    ("dtn_classes",),
     ("target_rate_bps",),
     ("dtn_congestion_control",),
     ("bottleneck_capacity_bps",),
@@ -654,17 +681,19 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("actuator", "dtn", "held"),
 )
 """Parts of a runtime config a running controller takes from its reloaded file
-(``control.live_config``), and the generation, which only labels the file. The collector
-reads none of them. The tenant's fields are among them (its target, and its DTN's
+(``control.live_config``), the generation, which only labels the file, and the DTN classes,
+which only the collector reads (live). The collector reads none of the others. The
+tenant's fields are among them (its target, and its DTN's
 congestion control, which picks the inverse model and the default gains): no edit of a
 policy rolls the loop's pods."""
 
 
 COLLECTOR_FIELDS = frozenset(
-    {"api_version", "link", "link_uid", "sample_time_s", "dtn_prefixes", "campus_prefix", "switch",
+    {"api_version", "link", "link_uid", "sample_time_s", "campus_prefix", "switch",
      "telemetry", "bottleneck_capacity_bps", "collector_address", "security"}
 )  # fmt: skip
-"""What ``scidmz collector`` reads of its config (at start; it follows nothing)."""
+"""What ``scidmz collector`` reads of its config at start; ``dtn_classes`` it follows
+live (``telemetry.collector.Collector.set_plan``)."""
 SHAPER_FIELDS = frozenset({"api_version", "link", "link_uid", "security", "actuator"})
 """What a DTN host's ``scidmz shaper`` reads at start: its identity and its interface (its
 fail-safe and bounds it follows live)."""

@@ -110,7 +110,9 @@ def collector(
         typer.echo(f"{config}: a valid collector config for link {runtime.link}")
         return
     port = resolve_http_port(http_port, 9460)
-    process = CollectorProcess(settings, listen or listen_address(runtime), port)
+    process = CollectorProcess(
+        settings, listen or listen_address(runtime), port, config=(config, runtime)
+    )
     message = process.run_until_signalled()
     if message:
         fail(message)

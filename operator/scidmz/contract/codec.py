@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from scidmz.contract.state import (
+    DTN_FIGURES,
     PATH_SIGNALS,
     STATE_VARIABLES,
+    DtnFigures,
     NetworkState,
     PathSignals,
     StateVector,
@@ -48,6 +50,14 @@ def to_message(
         stale=stale,
         link=link,
         has_signals=True,
+        dtns=[
+            telemetry_pb2.DtnSample(
+                host=dtn.host,
+                class_id=dtn.class_id,
+                **{name: float(getattr(dtn, name)) for name in DTN_FIGURES},
+            )
+            for dtn in sample.dtns
+        ],
         **{name: float(getattr(sample.signals, name)) for name in PATH_SIGNALS},
     )
 
@@ -71,6 +81,20 @@ def from_message(sample: telemetry_pb2.StateSample) -> StateVector:
     if len(valid) != len(STATE_VARIABLES):
         return values
     return StateVector(*(v if ok else math.nan for v, ok in zip(values, valid, strict=True)))
+
+
+def dtns_from_message(sample: telemetry_pb2.StateSample) -> tuple[DtnFigures, ...]:
+    """Each DTN host's own figures (none from a stale sample: they are not fresh)."""
+    if sample.stale:
+        return ()
+    return tuple(
+        DtnFigures(
+            host=dtn.host,
+            class_id=dtn.class_id,
+            **{name: float(getattr(dtn, name)) for name in DTN_FIGURES},
+        )
+        for dtn in sample.dtns
+    )
 
 
 def signals_from_message(sample: telemetry_pb2.StateSample) -> PathSignals:

@@ -20,15 +20,28 @@ from typing import Literal
 
 from finsy.proto import p4i, p4t
 
+from scidmz.contract.classes import (
+    CLASS_CAMPUS,
+    CLASS_NONE,
+    CLASS_SLOTS,
+    DTN_CLASSES,
+    FIRST_DTN_CLASS,
+    dtn_class,
+    is_dtn_class,
+)
+
 CONTROL = "ScidmzIngress"
-CLASS_DTN = 1
-CLASS_CAMPUS = 2
+__all__ = [
+    "CLASS_CAMPUS", "CLASS_NONE", "CLASS_SLOTS", "DTN_CLASSES", "FIRST_DTN_CLASS", "dtn_class",
+    "is_dtn_class",
+]  # fmt: skip
 ROLE_CAMPUS_SIDE = 1
 ROLE_DTN_SIDE = 2
 ROLE_BOTTLENECK_SIDE = 3
 STOP_FIN = 1
 STOP_IDLE = 2
 FLOW_SLOTS = 65536
+
 
 MatchKind = Literal["EXACT", "LPM"]
 
@@ -137,7 +150,7 @@ TABLES: tuple[Table, ...] = (
     Table(qualified("settings"), (), (qualified("set_settings"), "NoAction"), size=1),
 )
 REGISTERS: tuple[Register, ...] = (
-    Register(qualified("queuing_delay_ns"), 48, 4, 32),  # index: class id (algorithm 5)
+    Register(qualified("queuing_delay_ns"), 48, CLASS_SLOTS, 32),  # index: class (alg. 5)
     Register(qualified("packet_ts"), 48, FLOW_SLOTS, 32),  # ingress-tap time by packet hash
     Register(qualified("packet_class"), 8, FLOW_SLOTS),  # ... and that packet's class
     Register(qualified("seq_ts"), 48, FLOW_SLOTS, 32),  # data time by hash(flow, expected ACK)
@@ -149,16 +162,17 @@ REGISTERS: tuple[Register, ...] = (
     Register(qualified("flow_next_seq"), 32, FLOW_SLOTS),
     # per class, for a mean BR1 sojourn per sample time: the sum of the sojourns of the
     # packets seen leaving (in units of 1.024 us, ns >> 10) and how many there were
-    Register(qualified("queuing_delay_sum_1024ns"), 48, 4, 32),
-    Register(qualified("queuing_delay_count"), 32, 4),
+    Register(qualified("queuing_delay_sum_1024ns"), 48, CLASS_SLOTS, 32),
+    Register(qualified("queuing_delay_count"), 32, CLASS_SLOTS),
 )
 COUNTERS: tuple[Counter, ...] = (
-    Counter(
-        qualified("class_traffic"), 4
-    ),  # index: class id; data packets and bytes at BR1 ingress
-    Counter(qualified("class_retrans"), 4),  # ... of which resent (SEQ below the flow's next)
-    Counter(qualified("class_egress"), 4),  # data leaving BR1, by the class it entered as
+    # index: class id; data packets and bytes at BR1 ingress
+    Counter(qualified("class_traffic"), CLASS_SLOTS),
+    Counter(qualified("class_retrans"), CLASS_SLOTS),  # ... of which resent (SEQ below next)
+    Counter(qualified("class_egress"), CLASS_SLOTS),  # data leaving BR1, by class entered as
 )
+PER_CLASS_REGISTERS = ("queuing_delay_ns", "queuing_delay_sum_1024ns", "queuing_delay_count")
+"""Registers indexed by class id: with the counters, what a program pays per class."""
 QD_SUM_SHIFT = 10
 """``queuing_delay_sum_1024ns`` adds each sojourn in ns shifted right by this much."""
 TNA_QD_SAMPLE_MASK = 0xF
@@ -329,10 +343,11 @@ def check_p4info(info: p4i.P4Info) -> None:
         if found_counter is None:
             problems.append(f"counter {wanted.name} is missing")
         elif (
-            found_counter.size < wanted.size or found_counter.spec.unit != p4i.CounterSpec.Unit.BOTH
+            found_counter.size < MIN_CLASS_SLOTS
+            or found_counter.spec.unit != p4i.CounterSpec.Unit.BOTH
         ):
             problems.append(
-                f"counter {wanted.name}: want packets and bytes [{wanted.size}], found "
+                f"counter {wanted.name}: want packets and bytes [{MIN_CLASS_SLOTS}..], found "
                 f"{p4i.CounterSpec.Unit.Name(found_counter.spec.unit)}[{found_counter.size}]"
             )
     registers = {canonical_name(r.preamble.name): r for r in info.registers}
@@ -342,9 +357,9 @@ def check_p4info(info: p4i.P4Info) -> None:
         want = register.width(arch)
         if found_register is None:
             problems.append(f"register {register.name} is missing")
-        elif width != want or found_register.size < register.size:
+        elif width != want or found_register.size < _least_size(register):
             problems.append(
-                f"register {register.name}: want bit<{want}>[{register.size}], "
+                f"register {register.name}: want bit<{want}>[{_least_size(register)}], "
                 f"found {_width(width)}[{found_register.size}]"
             )
     digests = {digest_struct(d) for d in info.digests}
@@ -364,6 +379,24 @@ def check_p4info(info: p4i.P4Info) -> None:
                 )
     if problems:
         raise PipelineError("the P4Info does not fit scidmz: " + "; ".join(problems))
+
+
+MIN_CLASS_SLOTS = FIRST_DTN_CLASS + 1
+"""A program with per-class arrays this small holds one DTN class (the paper's testbed)."""
+
+
+def _least_size(register: Register) -> int:
+    per_class = register.name in {qualified(n) for n in PER_CLASS_REGISTERS}
+    return MIN_CLASS_SLOTS if per_class else register.size
+
+
+def declared_dtn_classes(info: p4i.P4Info) -> int:
+    """How many DTN classes a (checked) P4Info holds: its smallest per-class array, less
+    the campus class and class 0. The collector programs at most this many DTN hosts."""
+    per_class = {qualified(n) for n in PER_CLASS_REGISTERS} | {c.name for c in COUNTERS}
+    sizes = [r.size for r in info.registers if canonical_name(r.preamble.name) in per_class]
+    sizes += [c.size for c in info.counters if canonical_name(c.preamble.name) in per_class]
+    return max(0, min(sizes, default=0) - FIRST_DTN_CLASS)
 
 
 def _width(bitwidth: int | None) -> str:

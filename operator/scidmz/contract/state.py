@@ -60,8 +60,38 @@ PATH_SIGNALS: tuple[str, ...] = (
 
 
 @dataclass(frozen=True)
+class DtnFigures:
+    """One DTN host's own class in a sample (several DTNs on one link): what y(t) and the
+    path signals say of the DTN class, for this host alone. NaN where not measured."""
+
+    host: str
+    """The link's ``spec.dtnHosts[].name``."""
+    class_id: int
+    rate_bps: float = math.nan
+    rtt_s: float = math.nan
+    queuing_delay_s: float = math.nan
+    mean_queuing_delay_s: float = math.nan
+    retransmission_ratio: float = math.nan
+    active_flows: float = math.nan
+    """Its flows active by the activity rule (those whose start digest was seen)."""
+
+
+DTN_FIGURES: tuple[str, ...] = (
+    "rate_bps",
+    "rtt_s",
+    "queuing_delay_s",
+    "mean_queuing_delay_s",
+    "retransmission_ratio",
+    "active_flows",
+)
+
+
+@dataclass(frozen=True)
 class NetworkState:
-    """y(t) at ``measured_at_s`` (monotonic seconds of the collector)."""
+    """y(t) at ``measured_at_s`` (monotonic seconds of the collector). The DTN variables
+    are the DTN classes' aggregate (the paper's one DTN class: rates summed, RTT and
+    queuing delay byte-weighted, see ``telemetry.classes.byte_weighted``); ``dtns`` holds
+    each DTN host's own figures."""
 
     dtn_rate_bps: float
     campus_rate_bps: float
@@ -72,6 +102,7 @@ class NetworkState:
     active_flows: float
     measured_at_s: float
     signals: PathSignals = field(default_factory=PathSignals)
+    dtns: tuple[DtnFigures, ...] = ()
 
     def vector(self) -> StateVector:
         """The seven values by name, in model order (NaN where not measured)."""

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from scidmz.api.runtime import TelemetryConfig
-from scidmz.contract.pipeline import QD_SUM_SHIFT
+from scidmz.contract.pipeline import CLASS_CAMPUS, FIRST_DTN_CLASS, QD_SUM_SHIFT
 from scidmz.contract.state import STATE_VARIABLES, PathSignals, StateVector
 from scidmz.control.features import FALLBACK_STATE, fill_missing
 from scidmz.netsim import layout
@@ -30,8 +30,8 @@ from scidmz.netsim.scenario import Scenario
 from scidmz.netsim.simulator import Simulator
 from scidmz.switch.netsim_source import NetsimSource, Wiring
 from scidmz.switch.observation import ActivityRule
-from scidmz.telemetry.estimators import CounterReading, FlowEvent, RttBatch
-from scidmz.telemetry.loss import LossReading
+from scidmz.telemetry.classes import ClassCells
+from scidmz.telemetry.estimators import FlowEvent, RttBatch
 from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
 
 FloatArray = npt.NDArray[np.float64]
@@ -119,21 +119,23 @@ class SimCollector:
         return self.source.sim
 
     def _poll(self, now_s: float) -> Poll:
+        """The twin's one DTN as the pipeline's first DTN class."""
         loss = self._loss
-        return Poll(
-            CounterReading(self._counters[0], self._counters[1], now_s),
-            self._registers[0],
-            self._registers[1],
-            LossReading(
-                ingress_packets=_pair(loss["ingress_packets"]),
-                ingress_bytes=_pair(self._counters),
-                retrans_packets=_pair(loss["retrans_packets"]),
-                egress_packets=_pair(loss["egress_packets"]),
-                egress_bytes=_pair(loss["egress_bytes"]),
-                sojourn_sum=_pair(loss["sojourn_sum"]),
-                sojourn_count=_pair(loss["egress_packets"]),
-            ),
-        )
+
+        def cells(index: int) -> ClassCells:
+            return ClassCells(
+                bytes=self._counters[index],
+                queuing_delay_ns=self._registers[index],
+                ingress_packets=loss["ingress_packets"][index],
+                ingress_bytes=self._counters[index],
+                retrans_packets=loss["retrans_packets"][index],
+                egress_packets=loss["egress_packets"][index],
+                egress_bytes=loss["egress_bytes"][index],
+                sojourn_sum=loss["sojourn_sum"][index],
+                sojourn_count=loss["egress_packets"][index],
+            )
+
+        return Poll(at_s=now_s, campus=cells(1), dtns={FIRST_DTN_CLASS: cells(0)})
 
     def measure(self) -> SimSample:
         """Advance one sample time T and return y(t) as the collector computes it."""
@@ -162,7 +164,7 @@ class SimCollector:
                 batches.append(
                     RttBatch(
                         tick.rtt_flow[kept],
-                        tick.rtt_is_dtn[kept],
+                        np.where(tick.rtt_is_dtn[kept], FIRST_DTN_CLASS, CLASS_CAMPUS),
                         tick.rtt_ns[kept] / 1e9,
                         np.full(count, tick.sim_s),
                     )
@@ -353,7 +355,3 @@ def training_table(data: Identification) -> tuple[FloatArray, FloatArray]:
     y, u = data.y, data.u_bps
     x = np.hstack([y[2:], y[1:-1], y[:-2], u[1:-1, None]])
     return x, u[2:].copy()
-
-
-def _pair(values: list[int]) -> tuple[int, int]:
-    return values[0], values[1]

@@ -24,6 +24,14 @@ SAMPLE_AGE_HELP = (
 )
 SAMPLE_STALE = "scidmz_sample_stale"
 
+# ---- each DTN host's own class (collector; several DTNs on one link) ----------------------
+DTN_HOST_RATE = "scidmz_dtn_host_rate_bytes_per_second"
+DTN_HOST_RTT = "scidmz_dtn_host_rtt_seconds"
+DTN_HOST_QUEUING_DELAY = "scidmz_dtn_host_queuing_delay_seconds"
+DTN_HOST_MEAN_QUEUING_DELAY = "scidmz_dtn_host_mean_queuing_delay_seconds"
+DTN_HOST_RETRANSMISSION_RATIO = "scidmz_dtn_host_retransmission_ratio"
+DTN_HOST_ACTIVE_FLOWS = "scidmz_dtn_host_active_flows"
+
 # ---- beyond y(t): loss telemetry (collector; P4BS, seed 003) ------------------------------
 RETRANSMISSION_RATIO = "scidmz_retransmission_ratio"
 BOTTLENECK_LOSS_RATIO = "scidmz_bottleneck_loss_ratio"

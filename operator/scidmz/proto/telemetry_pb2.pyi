@@ -53,6 +53,7 @@ class StateSample(_message.Message):
     CAMPUS_MEAN_QUEUING_DELAY_S_FIELD_NUMBER: _builtins.int
     LONG_FLOWS_FIELD_NUMBER: _builtins.int
     HAS_SIGNALS_FIELD_NUMBER: _builtins.int
+    DTNS_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """1, 2, ... per collector process"""
     interval_s: _builtins.float
@@ -101,6 +102,13 @@ class StateSample(_message.Message):
         is NaN (no packets of that class yet, no RTT sample yet).
         """
 
+    @_builtins.property
+    def dtns(self) -> _containers.RepeatedCompositeFieldContainer[Global___DtnSample]:
+        """Several DTN hosts on one link: each host's own class. The DTN variables above are
+        their aggregate (rates summed; RTT and queuing delay weighted by the bytes each class
+        sent in the interval: ours, the paper has one DTN). Empty on an idle link.
+        """
+
     def __init__(
         self,
         *,
@@ -124,14 +132,62 @@ class StateSample(_message.Message):
         campus_mean_queuing_delay_s: _builtins.float = ...,
         long_flows: _builtins.float = ...,
         has_signals: _builtins.bool = ...,
+        dtns: _abc.Iterable[Global___DtnSample] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_loss_ratio", b"bottleneck_loss_ratio", "campus_mean_queuing_delay_s", b"campus_mean_queuing_delay_s", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_retransmission_ratio", b"campus_retransmission_ratio", "campus_rtt_s", b"campus_rtt_s", "dtn_mean_queuing_delay_s", b"dtn_mean_queuing_delay_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_retransmission_ratio", b"dtn_retransmission_ratio", "dtn_rtt_s", b"dtn_rtt_s", "has_signals", b"has_signals", "interval_s", b"interval_s", "link", b"link", "long_flows", b"long_flows", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_loss_ratio", b"bottleneck_loss_ratio", "campus_mean_queuing_delay_s", b"campus_mean_queuing_delay_s", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_retransmission_ratio", b"campus_retransmission_ratio", "campus_rtt_s", b"campus_rtt_s", "dtn_mean_queuing_delay_s", b"dtn_mean_queuing_delay_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_retransmission_ratio", b"dtn_retransmission_ratio", "dtn_rtt_s", b"dtn_rtt_s", "dtns", b"dtns", "has_signals", b"has_signals", "interval_s", b"interval_s", "link", b"link", "long_flows", b"long_flows", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___StateSample: _TypeAlias = StateSample  # noqa: Y015
+
+@_typing.final
+class DtnSample(_message.Message):
+    """One DTN host's class at one sample time; NaN where not measured."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_FIELD_NUMBER: _builtins.int
+    CLASS_ID_FIELD_NUMBER: _builtins.int
+    RATE_BPS_FIELD_NUMBER: _builtins.int
+    RTT_S_FIELD_NUMBER: _builtins.int
+    QUEUING_DELAY_S_FIELD_NUMBER: _builtins.int
+    MEAN_QUEUING_DELAY_S_FIELD_NUMBER: _builtins.int
+    RETRANSMISSION_RATIO_FIELD_NUMBER: _builtins.int
+    ACTIVE_FLOWS_FIELD_NUMBER: _builtins.int
+    host: _builtins.str
+    """spec.dtnHosts[].name"""
+    class_id: _builtins.int
+    """2 + its index in spec.dtnHosts"""
+    rate_bps: _builtins.float
+    rtt_s: _builtins.float
+    queuing_delay_s: _builtins.float
+    """the class's last BR1 sojourn"""
+    mean_queuing_delay_s: _builtins.float
+    """mean BR1 sojourn over the interval"""
+    retransmission_ratio: _builtins.float
+    active_flows: _builtins.float
+    """its flows whose start digest was seen"""
+    def __init__(
+        self,
+        *,
+        host: _builtins.str = ...,
+        class_id: _builtins.int = ...,
+        rate_bps: _builtins.float = ...,
+        rtt_s: _builtins.float = ...,
+        queuing_delay_s: _builtins.float = ...,
+        mean_queuing_delay_s: _builtins.float = ...,
+        retransmission_ratio: _builtins.float = ...,
+        active_flows: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "class_id", b"class_id", "host", b"host", "mean_queuing_delay_s", b"mean_queuing_delay_s", "queuing_delay_s", b"queuing_delay_s", "rate_bps", b"rate_bps", "retransmission_ratio", b"retransmission_ratio", "rtt_s", b"rtt_s"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DtnSample: _TypeAlias = DtnSample  # noqa: Y015
 
 @_typing.final
 class SubscribeRequest(_message.Message):

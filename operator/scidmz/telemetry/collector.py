@@ -38,7 +38,7 @@ from scidmz.auth.switch_tls import ChannelTls, load_channel_tls
 from scidmz.auth.tls_source import TlsSource
 from scidmz.contract.codec import to_message
 from scidmz.contract.p4runtime import canonical, entry_key
-from scidmz.contract.pipeline import PipelineError, check_p4info
+from scidmz.contract.pipeline import DTN_CLASSES, PipelineError, check_p4info, declared_dtn_classes
 from scidmz.contract.state import NetworkState
 from scidmz.metrics.http import Health
 from scidmz.outage_log import OutageLog
@@ -125,6 +125,14 @@ class Collector:
         self._last_good: NetworkState | None = None
         self._became_ready = asyncio.Event()
         self._outage = OutageLog(log, f"switch {settings.address}")
+        self.plan = settings.plan
+        """The plan the switch is (to be) programmed with; ``set_plan`` changes it live."""
+        self._programmed = settings.plan
+        """What the switch's entries hold: the plan, less classes its program cannot hold."""
+        self.unfitted: tuple[program.DtnClass, ...] = ()
+        """DTN classes of the plan beyond what the switch's program declares."""
+        self._entries_lock = asyncio.Lock()
+        self._declared = DTN_CLASSES
 
     # ---- the public face -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -263,7 +271,9 @@ class Collector:
             raise self._die(f"switch {s.address}: {error}") from None
         ids = program.Ids.from_p4info(info)
         self._ids = ids
-        await self._reconcile_entries(session, ids)
+        self._declared = declared_dtn_classes(info)
+        async with self._entries_lock:
+            await self._reconcile_entries(session, ids)
         # Digests from here on apply on top of the register snapshot read below: a flow
         # that starts while the register streams out is caught by one or the other.
         self._rtt_batches.clear()
@@ -279,13 +289,14 @@ class Collector:
             await session.read(program.poll_request(ids), s.rpc_timeout_s),
             (started + self._clock()) / 2,
             ids,
+            self._programmed,
         )
         self._state = replace(
             self._state,
-            previous=baseline.counters,
+            previous=baseline,
             active_flows=active,
             flow_started_at={flow: started for flow in active},
-            loss=baseline.loss,
+            flow_classes={},
         )
         log.info("set up %s: entries installed, %d active flows held", s.address, len(active))
 
@@ -293,9 +304,36 @@ class Collector:
         self._fatal = CollectorError(message)
         return self._fatal
 
+    async def set_plan(self, plan: program.Plan) -> None:
+        """Take a new plan live (a DTN host's class added or removed, as policies are
+        admitted or leave): the switch's entries follow at once when a session is ready,
+        else at the next set-up. The next sample reads the new classes; a class joins the
+        DTN aggregate from its second read (``sampling.estimate``)."""
+        if plan == self.plan:
+            return
+        self.plan = plan
+        session, ids = self._ready, self._ids
+        if session is None or ids is None:
+            return
+        async with self._entries_lock:
+            try:
+                await self._reconcile_entries(session, ids)
+            except P4RuntimeError as error:
+                self.metrics.p4runtime_errors.labels(*self._labels, error.code.name).inc()
+                log.warning("re-programming the classes failed: %s; retrying at set-up", error)
+                if error.is_transient:
+                    await session.close()
+
     async def _reconcile_entries(self, session: SwitchSession, ids: program.Ids) -> None:
         s = self.settings
-        desired = program.desired_entries(ids, s.plan)
+        fitted, unfitted = program.fit_plan(self.plan, self._declared)
+        if unfitted and unfitted != self.unfitted:
+            log.error(
+                "switch %s holds %d DTN classes: not measuring DTN hosts %s",
+                s.address, self._declared, ", ".join(d.host for d in unfitted),
+            )  # fmt: skip
+        self.unfitted = unfitted
+        desired = program.desired_entries(ids, fitted)
         wanted = {entry_key(e): e for e in desired if not e.is_default_action}
         read = []
         for table_id in program.managed_tables(ids):
@@ -322,6 +360,12 @@ class Collector:
             if error.failures_with("INVALID_ARGUMENT") or error.failures_with("NOT_FOUND"):
                 raise self._die(f"switch {s.address} refused the configuration: {error}") from None
             raise
+        if fitted != self._programmed:
+            log.info(
+                "classes on %s: campus and %s", s.address,
+                ", ".join(f"{d.host}={d.class_id}" for d in fitted.dtn_classes) or "no DTN",
+            )  # fmt: skip
+        self._programmed = fitted
 
     async def _configure_digests(self, session: SwitchSession, ids: program.Ids) -> None:
         s = self.settings
@@ -386,7 +430,11 @@ class Collector:
             return
         started = self._clock()
         try:
-            entities = await session.read(program.poll_request(ids), self.settings.rpc_timeout_s)
+            async with self._entries_lock:
+                plan = self._programmed
+                entities = await session.read(
+                    program.poll_request(ids), self.settings.rpc_timeout_s
+                )
         except P4RuntimeError as error:
             self.metrics.p4runtime_errors.labels(*self._labels, error.code.name).inc()
             log.warning("poll failed: %s", error)
@@ -398,15 +446,15 @@ class Collector:
         # call's midpoint bounds the error by half its duration, where stamping them when
         # the answer is parsed moved a sample's boundary by the whole of a late answer (a
         # loaded host: ~100 ms, one sample 10 % high and the next 10 % low)
-        poll = program.parse_poll(entities, (started + self._clock()) / 2, ids)
+        poll = program.parse_poll(entities, (started + self._clock()) / 2, ids, plan)
         samples = RttBatch.concat(self._rtt_batches)
         self._rtt_batches = []
         events, self._flow_events = self._flow_events, []
         previous = self._state.previous
         self._state, state = estimate(self._state, poll, samples, events, self.settings.estimator)
-        interval = poll.counters.at_s - previous.at_s if previous is not None else math.nan
+        interval = poll.at_s - previous.at_s if previous is not None else math.nan
         self._last_good = state
-        counters = (poll.counters.dtn_bytes, poll.counters.campus_bytes)
+        counters = (sum(c.bytes for c in poll.dtns.values()), poll.campus.bytes)
         self._publish(state, interval, stale=False, counters=counters)
         self.metrics.poll_seconds.labels(*self._labels).observe(self._clock() - started)
 

@@ -19,7 +19,7 @@ from scidmz.api.types import PREFIX_OVERLAP_MESSAGE, prefixes_conflict
 from scidmz.auth.mtls import TlsConfigError
 from scidmz.auth.switch_tls import ChannelTls, load_channel_tls
 from scidmz.telemetry.collector import CollectorSettings
-from scidmz.telemetry.program import Plan
+from scidmz.telemetry.program import DtnClass, Plan
 from scidmz.telemetry.sampling import EstimatorSettings
 
 MAX_PORT = 511  # ports are bit<9> in v1model and TNA
@@ -52,7 +52,20 @@ def _problems(config: RuntimeConfig) -> list[str]:
             for other in config.dtn_prefixes[k + 1 :]:
                 if prefixes_conflict(dtn, other) or prefixes_conflict(other, dtn):
                     found.append(f"dtn prefixes {dtn} and {other} overlap")
+    for what in ("host", "class_id"):
+        values = [getattr(c, what) for c in config.dtn_classes]
+        repeated = sorted({str(v) for v in values if values.count(v) > 1})
+        if repeated:
+            found.append(f"dtn classes: {what} {', '.join(repeated)} given twice")
     return found
+
+
+def check_runtime_config(config: RuntimeConfig) -> None:
+    """Raise ``ConfigError`` listing every problem the collector can see without the
+    switch (at start, and in a reloaded config before its DTN classes are taken)."""
+    problems = _problems(config)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _pipeline(config: RuntimeConfig, pipeline_dir: Path) -> tuple[p4i.P4Info, bytes] | None:
@@ -79,9 +92,7 @@ def collector_settings(
     ``pipeline_dir`` and ``tls_dir`` are where the pipeline ConfigMap and the TLS Secret
     are mounted; each is read only when the config names one.
     """
-    problems = _problems(config)
-    if problems:
-        raise ConfigError("; ".join(problems))
+    check_runtime_config(config)
     t = config.telemetry
     sw = config.switch
     return CollectorSettings(
@@ -92,7 +103,7 @@ def collector_settings(
         election_id=sw.election_id,
         sample_time_s=config.sample_time_s,
         plan=Plan(
-            dtn_prefixes=tuple(config.dtn_prefixes),
+            dtn_classes=dtn_plan(config),
             campus_prefix=config.campus_prefix,
             campus_port=sw.campus_port,
             dtn_port=sw.dtn_port,
@@ -120,6 +131,11 @@ def _switch_tls(directory: Path, server_name: str | None) -> ChannelTls:
         return load_channel_tls(directory, server_name)
     except TlsConfigError as error:
         raise ConfigError(str(error)) from None
+
+
+def dtn_plan(config: RuntimeConfig) -> tuple[DtnClass, ...]:
+    """The DTN classes of a runtime config, as the collector programs them."""
+    return tuple(DtnClass(c.host, c.prefix, c.class_id) for c in config.dtn_classes)
 
 
 def listen_address(config: RuntimeConfig) -> str:

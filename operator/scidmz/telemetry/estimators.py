@@ -14,6 +14,8 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from scidmz.contract.pipeline import FIRST_DTN_CLASS
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -23,30 +25,12 @@ DEFAULT_RTT_SMOOTHING = 0.875
 0.875, the weight of the previous value, as TCP's SRTT does."""
 
 
-@dataclass(frozen=True)
-class CounterReading:
-    """The two per-class direct counters (algorithm 2) read at ``at_s`` (monotonic s)."""
-
-    dtn_bytes: int
-    campus_bytes: int
-    at_s: float
-
-
-def class_rates(previous: CounterReading, current: CounterReading) -> tuple[float, float]:
-    """Algorithm 3: R = ΔB·8/Δt per class, in bit/s, as ``(dtn, campus)``.
-
-    NaN for both when Δt ≤ 0, and NaN for a class whose counter went backwards (a pipeline
-    push or a switch restart resets counters; a negative rate would be nonsense).
-    """
-    elapsed = current.at_s - previous.at_s
-    if elapsed <= 0:
-        return math.nan, math.nan
-    dtn = current.dtn_bytes - previous.dtn_bytes
-    campus = current.campus_bytes - previous.campus_bytes
-    return (
-        dtn * 8.0 / elapsed if dtn >= 0 else math.nan,
-        campus * 8.0 / elapsed if campus >= 0 else math.nan,
-    )
+def rate_bps(delta_bytes: int | None, elapsed_s: float) -> float:
+    """Algorithm 3: R = ΔB·8/Δt in bit/s. NaN when Δt ≤ 0 or the counter went backwards
+    (a pipeline push or a switch restart resets counters; a negative rate is nonsense)."""
+    if elapsed_s <= 0 or delta_bytes is None:
+        return math.nan
+    return delta_bytes * 8.0 / elapsed_s
 
 
 @dataclass(frozen=True)
@@ -54,7 +38,7 @@ class RttSample:
     """One SEQ→ACK match pushed by the data plane (a digest): flow, class, RTT, when."""
 
     flow_id: int
-    is_dtn: bool
+    class_id: int
     rtt_s: float
     at_s: float
 
@@ -64,16 +48,20 @@ class RttBatch:
     """RTT samples as columns, in arrival order (what a digest list decodes into)."""
 
     flow_id: IntArray
-    is_dtn: BoolArray
+    class_id: IntArray
     rtt_s: FloatArray
     at_s: FloatArray
+
+    @property
+    def is_dtn(self) -> BoolArray:
+        return self.class_id >= FIRST_DTN_CLASS
 
     @classmethod
     def of(cls, samples: Iterable[RttSample]) -> RttBatch:
         rows = list(samples)
         return cls(
             np.array([r.flow_id for r in rows], dtype=np.int64),
-            np.array([r.is_dtn for r in rows], dtype=bool),
+            np.array([r.class_id for r in rows], dtype=np.int64),
             np.array([r.rtt_s for r in rows], dtype=np.float64),
             np.array([r.at_s for r in rows], dtype=np.float64),
         )
@@ -84,7 +72,7 @@ class RttBatch:
             return EMPTY_BATCH
         return cls(
             np.concatenate([b.flow_id for b in batches]),
-            np.concatenate([b.is_dtn for b in batches]),
+            np.concatenate([b.class_id for b in batches]),
             np.concatenate([b.rtt_s for b in batches]),
             np.concatenate([b.at_s for b in batches]),
         )
@@ -94,7 +82,7 @@ class RttBatch:
 
 
 EMPTY_BATCH = RttBatch(
-    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0), np.zeros(0)
+    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
 )
 
 
@@ -107,7 +95,8 @@ class RttState:
     flow_rtt_s: FloatArray = field(default_factory=lambda: EMPTY_BATCH.rtt_s)
     flow_seen_s: FloatArray = field(default_factory=lambda: EMPTY_BATCH.at_s)
     campus_rtt_s: float = math.nan
-    dtn_rtt_s: float = math.nan
+    dtn_rtt_by_class: Mapping[int, float] = field(default_factory=dict)
+    """Each DTN class's RTT: the mean of its latest interval with samples."""
 
     @property
     def campus_flows(self) -> Mapping[int, float]:
@@ -128,15 +117,22 @@ def update_rtt(
 
     Campus: every flow keeps its latest RTT; flows silent for ``flow_timeout_s`` leave the
     vector; the vector's mean is smoothed, ``RTT ← α·RTT + (1−α)·mean`` (the first mean is
-    taken as is). DTN: the mean of this interval's DTN samples (the paper reads it straight
-    from the digest); with none, the previous value stands. NaN until a first sample.
+    taken as is). DTN, per class: the mean of this interval's samples of that class (the
+    paper reads it straight from the digest); with none, the previous value stands. NaN
+    (absent) until a first sample.
     Columnar (numpy), so 100,000 flows cost milliseconds, not a Python loop each.
     """
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha must be in [0, 1), got {alpha}")
     batch = samples if isinstance(samples, RttBatch) else RttBatch.of(samples)
     good = np.isfinite(batch.rtt_s) & (batch.rtt_s >= 0)
-    dtn = batch.rtt_s[good & batch.is_dtn]
+    dtn = good & batch.is_dtn
+    dtn_rtt = dict(state.dtn_rtt_by_class)
+    if dtn.any():
+        classes, where = np.unique(batch.class_id[dtn], return_inverse=True)
+        sums = np.bincount(where, weights=batch.rtt_s[dtn])
+        counts = np.bincount(where)
+        dtn_rtt.update(zip(classes.tolist(), (sums / counts).tolist(), strict=True))
     campus = good & ~batch.is_dtn
     # the newest value per flow wins: new samples (latest last) ahead of the old vector
     ids = np.concatenate([batch.flow_id[campus][::-1], state.flow_ids])
@@ -155,17 +151,7 @@ def update_rtt(
         flow_rtt_s=rtts,
         flow_seen_s=seen,
         campus_rtt_s=campus_rtt,
-        dtn_rtt_s=float(dtn.mean()) if dtn.size else state.dtn_rtt_s,
-    )
-
-
-def queuing_delays(dtn_register_ns: int, campus_register_ns: int) -> tuple[float, float]:
-    """Algorithm 6: the per-class queuing-delay registers (egress − ingress timestamp of the
-    last packet, algorithm 5) read every T, in seconds. A zero register has never been
-    written (no packet of that class yet): NaN."""
-    return (
-        dtn_register_ns / 1e9 if dtn_register_ns > 0 else math.nan,
-        campus_register_ns / 1e9 if campus_register_ns > 0 else math.nan,
+        dtn_rtt_by_class=dtn_rtt,
     )
 
 
@@ -177,6 +163,8 @@ class FlowEvent:
     started: bool
     at_s: float = math.nan
     """When the digest arrived (collector clock); NaN: unknown."""
+    class_id: int = 0
+    """The digest's class (0: unknown, e.g. a flow known only from a register read)."""
 
 
 def update_active_flows(active: frozenset[int], events: Iterable[FlowEvent]) -> frozenset[int]:
@@ -191,3 +179,15 @@ def update_active_flows(active: frozenset[int], events: Iterable[FlowEvent]) -> 
         else:
             flows.discard(event.flow_id)
     return frozenset(flows)
+
+
+def update_flow_classes(
+    classes: Mapping[int, int], active: frozenset[int], events: Iterable[FlowEvent]
+) -> dict[int, int]:
+    """Each active flow's class, from its start digest (a flow known only from the
+    register read at a (re)connect has none, and counts in AF but in no class's)."""
+    kept = {flow: c for flow, c in classes.items() if flow in active}
+    for event in events:
+        if event.started and event.flow_id in active and event.class_id:
+            kept[event.flow_id] = event.class_id
+    return kept

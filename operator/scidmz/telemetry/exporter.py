@@ -15,6 +15,8 @@ each sample time; a scrape never sees half a sample. Its exposition, for one lin
     scidmz_bottleneck_loss_ratio{link="campus-border"} 0.003
     scidmz_mean_queuing_delay_seconds{class="campus",link="campus-border"} 0.0125
     scidmz_long_flows{link="campus-border"} 100.0
+    scidmz_dtn_host_rate_bytes_per_second{dtn_host="dtn-1",link="campus-border"} 5e+07
+    scidmz_dtn_host_rtt_seconds{dtn_host="dtn-1",link="campus-border"} 0.101
 
 Values that were not measured (no packets of a class yet) are left out rather than
 exported as NaN, so PromQL sees "absent", not a number.
@@ -30,7 +32,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from scidmz.contract.state import STATE_VARIABLES, NetworkState, PathSignals
+from scidmz.contract.state import STATE_VARIABLES, DtnFigures, NetworkState, PathSignals
 from scidmz.metrics import names
 from scidmz.metrics.snapshot import LABELS, SnapshotExporter
 
@@ -103,6 +105,40 @@ class StateExporter(SnapshotExporter[Snapshot]):
             names.SAMPLE_STALE, "1 while the switch cannot be read.", 1.0 if snap.stale else 0.0
         )
         yield from _signals(s.signals, self._labels, stale=snap.stale)
+        yield from _dtn_hosts(s.dtns, self._labels, stale=snap.stale)
+
+
+DTN_HOST_FAMILIES = (
+    (names.DTN_HOST_RATE, "rate_bps", 1 / 8.0, "A DTN host's data rate at the tap."),
+    (names.DTN_HOST_RTT, "rtt_s", 1.0, "A DTN host's round-trip time."),
+    (names.DTN_HOST_QUEUING_DELAY, "queuing_delay_s", 1.0, "A DTN host's last BR1 sojourn."),
+    (
+        names.DTN_HOST_MEAN_QUEUING_DELAY,
+        "mean_queuing_delay_s",
+        1.0,
+        "A DTN host's mean BR1 sojourn over the last sample time.",
+    ),
+    (
+        names.DTN_HOST_RETRANSMISSION_RATIO,
+        "retransmission_ratio",
+        1.0,
+        "A DTN host's resent over sent data packets (P4BS loss method 1).",
+    ),
+    (names.DTN_HOST_ACTIVE_FLOWS, "active_flows", 1.0, "A DTN host's active flows."),
+)
+
+
+def _dtn_hosts(dtns: tuple[DtnFigures, ...], link: list[str], stale: bool) -> Iterator[Metric]:
+    """Each DTN host's own class (label ``dtn_host``, one per host of the link: bounded by
+    the API's 64); nothing while stale."""
+    for name, attribute, scale, doc in DTN_HOST_FAMILIES:
+        family = GaugeMetricFamily(name, doc, labels=[*LABELS, "dtn_host"])
+        if not stale:
+            for dtn in dtns:
+                value = float(getattr(dtn, attribute))
+                if math.isfinite(value) and dtn.host:
+                    family.add_metric([*link, dtn.host], value * scale)
+        yield family
 
 
 def _signals(signals: PathSignals, link: list[str], stale: bool) -> Iterator[Metric]:

@@ -10,7 +10,7 @@ digest lists into the estimators' inputs.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from finsy.proto import p4i, p4r
@@ -18,8 +18,8 @@ from finsy.proto import p4i, p4r
 from scidmz.contract import pipeline as contract
 from scidmz.contract.p4runtime import ids_by_name
 from scidmz.contract.pipeline import qualified
-from scidmz.telemetry.estimators import EMPTY_BATCH, CounterReading, FlowEvent, RttBatch
-from scidmz.telemetry.loss import LossReading
+from scidmz.telemetry.classes import ClassCells
+from scidmz.telemetry.estimators import EMPTY_BATCH, FlowEvent, RttBatch
 from scidmz.telemetry.sampling import Poll
 from scidmz.telemetry.wire import struct_members
 
@@ -32,11 +32,20 @@ DIGEST_ACK_TIMEOUT_NS = 1_000_000_000
 
 
 @dataclass(frozen=True)
+class DtnClass:
+    """One DTN host's class: its receiver prefix classified as ``class_id``."""
+
+    host: str
+    prefix: str
+    class_id: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """The classification, tap wiring and settings one link asks of the switch."""
 
-    dtn_prefixes: tuple[str, ...]
-    """The admitted DTN hosts' prefixes (none: an idle link, campus only)."""
+    dtn_classes: tuple[DtnClass, ...]
+    """The measured DTN hosts' classes (none: an idle link, campus only)."""
     campus_prefix: str
     campus_port: int
     dtn_port: int
@@ -46,6 +55,15 @@ class Plan:
     idle_timeout_ns: int
     rtt_horizon_ns: int
     digest_max_timeout_ns: int = DIGEST_MAX_TIMEOUT_NS
+
+
+def fit_plan(plan: Plan, declared_dtn_classes: int) -> tuple[Plan, tuple[DtnClass, ...]]:
+    """The plan a switch whose program holds ``declared_dtn_classes`` DTN classes can run,
+    and the DTN classes it cannot (their class id is beyond its per-class arrays)."""
+    limit = contract.FIRST_DTN_CLASS + declared_dtn_classes
+    kept = tuple(d for d in plan.dtn_classes if d.class_id < limit)
+    refused = tuple(d for d in plan.dtn_classes if d.class_id >= limit)
+    return replace(plan, dtn_classes=kept), refused
 
 
 @dataclass(frozen=True)
@@ -108,7 +126,7 @@ def desired_entries(ids: Ids, plan: Plan) -> list[p4r.TableEntry]:
     """Classification (both directions), tap roles and the settings default action."""
     entries = []
     for prefix, class_id in (
-        *((dtn, contract.CLASS_DTN) for dtn in plan.dtn_prefixes),
+        *((dtn.prefix, dtn.class_id) for dtn in plan.dtn_classes),
         (plan.campus_prefix, contract.CLASS_CAMPUS),
     ):
         family = "v4" if ipaddress.ip_network(prefix).version == 4 else "v6"
@@ -158,42 +176,50 @@ def digest_entries(ids: Ids, max_timeout_ns: int = DIGEST_MAX_TIMEOUT_NS) -> lis
 
 
 LOSS_COUNTERS = ("class_traffic", "class_retrans", "class_egress")
-SOJOURN_REGISTERS = ("queuing_delay_sum_1024ns", "queuing_delay_count")
 
 
 def poll_request(ids: Ids) -> list[p4r.Entity]:
-    """One Read per sample time: the classification counters, the two QD registers, and
-    for loss and the mean sojourn the class counters and the sojourn sum/count registers."""
+    """One Read per sample time: the classification entries' direct counters, and every
+    cell of the per-class registers (last and summed sojourns) and counters (traffic,
+    resent, egress), wildcard reads whatever the number of classes."""
     entities = []
     for table in ("classify_v4", "classify_v6"):
         entity = p4r.Entity()
         entity.direct_counter_entry.table_entry.table_id = ids.tables[qualified(table)]
         entities.append(entity)
-    classes = (contract.CLASS_DTN, contract.CLASS_CAMPUS)
-    for name in ("queuing_delay_ns", *SOJOURN_REGISTERS):
-        for class_id in classes:
-            entity = p4r.Entity()
-            entity.register_entry.register_id = ids.registers[qualified(name)]
-            entity.register_entry.index.index = class_id
-            entities.append(entity)
+    for name in contract.PER_CLASS_REGISTERS:
+        entity = p4r.Entity()
+        entity.register_entry.register_id = ids.registers[qualified(name)]
+        entities.append(entity)
     for name in LOSS_COUNTERS:
-        for class_id in classes:
-            entity = p4r.Entity()
-            entity.counter_entry.counter_id = ids.counters[qualified(name)]
-            entity.counter_entry.index.index = class_id
-            entities.append(entity)
+        entity = p4r.Entity()
+        entity.counter_entry.counter_id = ids.counters[qualified(name)]
+        entities.append(entity)
     return entities
 
 
-def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids) -> Poll:
-    """Sum the direct counters per class (the entry's ``set_class`` argument), read the
-    QD registers (index = class id), and the loss counters and sojourn sums by name."""
-    class_bytes = {contract.CLASS_DTN: 0, contract.CLASS_CAMPUS: 0}
+_CELL_FIELDS = {
+    ("queuing_delay_ns", 0): "queuing_delay_ns",
+    ("queuing_delay_sum_1024ns", 0): "sojourn_sum",
+    ("queuing_delay_count", 0): "sojourn_count",
+    ("class_traffic", 0): "ingress_packets",
+    ("class_traffic", 1): "ingress_bytes",
+    ("class_retrans", 0): "retrans_packets",
+    ("class_egress", 0): "egress_packets",
+    ("class_egress", 1): "egress_bytes",
+}
+
+
+def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids, plan: Plan) -> Poll:
+    """Each class's cells: the direct counters summed per class (the entry's ``set_class``
+    argument), the per-class registers and counters by index, for the campus and the
+    plan's DTN classes (cells of other classes are not this link's)."""
     names = {
-        **{ids.registers[qualified(n)]: n for n in ("queuing_delay_ns", *SOJOURN_REGISTERS)},
+        **{ids.registers[qualified(n)]: n for n in contract.PER_CLASS_REGISTERS},
         **{ids.counters[qualified(n)]: n for n in LOSS_COUNTERS},
     }
-    cells: dict[tuple[str, int], tuple[int, int]] = {}  # (name, class) -> value(s)
+    wanted = {contract.CLASS_CAMPUS, *(d.class_id for d in plan.dtn_classes)}
+    cells: dict[int, dict[str, int]] = {c: {"bytes": 0} for c in wanted}
     for entity in entities:
         kind = entity.WhichOneof("entity")
         if kind == "direct_counter_entry":
@@ -201,46 +227,32 @@ def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids) -> Poll:
             params = counter.table_entry.action.action.params
             if params:
                 class_id = int.from_bytes(params[0].value, "big")
-                if class_id in class_bytes:
-                    class_bytes[class_id] += counter.data.byte_count
+                if class_id in cells:
+                    cells[class_id]["bytes"] += counter.data.byte_count
         elif kind == "register_entry":
             register = entity.register_entry
-            value = int.from_bytes(register.data.bitstring, "big")
-            cells[(names.get(register.register_id, ""), register.index.index)] = (value, 0)
+            if register.index.index in cells:
+                field = _CELL_FIELDS.get((names.get(register.register_id, ""), 0))
+                if field:
+                    value = int.from_bytes(register.data.bitstring, "big")
+                    cells[register.index.index][field] = value
         elif kind == "counter_entry":
             counter_entry = entity.counter_entry
-            cells[(names.get(counter_entry.counter_id, ""), counter_entry.index.index)] = (
-                counter_entry.data.packet_count,
-                counter_entry.data.byte_count,
-            )
-
-    def pair(name: str, column: int = 0) -> tuple[int, int]:
-        return (
-            cells.get((name, contract.CLASS_DTN), (0, 0))[column],
-            cells.get((name, contract.CLASS_CAMPUS), (0, 0))[column],
-        )
-
-    loss = LossReading(
-        ingress_packets=pair("class_traffic"),
-        ingress_bytes=pair("class_traffic", 1),
-        retrans_packets=pair("class_retrans"),
-        egress_packets=pair("class_egress"),
-        egress_bytes=pair("class_egress", 1),
-        sojourn_sum=pair("queuing_delay_sum_1024ns"),
-        sojourn_count=pair("queuing_delay_count"),
+            if counter_entry.index.index in cells:
+                name = names.get(counter_entry.counter_id, "")
+                data = (counter_entry.data.packet_count, counter_entry.data.byte_count)
+                for column in (0, 1):
+                    field = _CELL_FIELDS.get((name, column))
+                    if field:
+                        cells[counter_entry.index.index][field] = data[column]
+    read = {c: ClassCells(**values) for c, values in cells.items()}
+    return Poll(
+        at_s=at_s,
+        campus=read[contract.CLASS_CAMPUS],
+        dtns={d.class_id: read[d.class_id] for d in plan.dtn_classes},
+        dtn_hosts={d.class_id: d.host for d in plan.dtn_classes},
         sum_bits=ids.register_bits[qualified("queuing_delay_sum_1024ns")],
         count_bits=ids.register_bits[qualified("queuing_delay_count")],
-    )
-    qd = pair("queuing_delay_ns")
-    return Poll(
-        counters=CounterReading(
-            dtn_bytes=class_bytes[contract.CLASS_DTN],
-            campus_bytes=class_bytes[contract.CLASS_CAMPUS],
-            at_s=at_s,
-        ),
-        dtn_queuing_delay_ns=qd[0],
-        campus_queuing_delay_ns=qd[1],
-        loss=loss,
     )
 
 
@@ -255,7 +267,7 @@ def parse_digest(ids: Ids, digest: p4r.DigestList, at_s: float) -> tuple[RttBatc
             return EMPTY_BATCH, []
         batch = RttBatch(
             values[:, 0],
-            values[:, 1] == contract.CLASS_DTN,
+            values[:, 1],
             values[:, 2] / 1e9,
             np.full(values.shape[0], at_s),
         )
@@ -263,12 +275,12 @@ def parse_digest(ids: Ids, digest: p4r.DigestList, at_s: float) -> tuple[RttBatc
     if name == "flow_start_t":
         rows = struct_members(digest, 2)
         return EMPTY_BATCH, [
-            FlowEvent(int(h) % contract.FLOW_SLOTS, True, at_s) for h in rows[:, 0]
+            FlowEvent(int(h) % contract.FLOW_SLOTS, True, at_s, int(c)) for h, c in rows[:, :2]
         ]
     if name == "flow_stop_t":
         rows = struct_members(digest, 3)
         return EMPTY_BATCH, [
-            FlowEvent(int(h) % contract.FLOW_SLOTS, False, at_s) for h in rows[:, 0]
+            FlowEvent(int(h) % contract.FLOW_SLOTS, False, at_s, int(c)) for h, c in rows[:, :2]
         ]
     return EMPTY_BATCH, []
 

@@ -13,23 +13,24 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scidmz.contract.state import NetworkState, PathSignals
+from scidmz.contract.state import DtnFigures, NetworkState, PathSignals
+from scidmz.telemetry.classes import ClassCells, ClassDelta, byte_weighted, combined, grown
 from scidmz.telemetry.estimators import (
-    CounterReading,
     FlowEvent,
     RttBatch,
     RttSample,
     RttState,
-    class_rates,
-    queuing_delays,
+    rate_bps,
     update_active_flows,
+    update_flow_classes,
     update_rtt,
 )
 from scidmz.telemetry.loss import (
-    LossReading,
+    bottleneck_loss,
     long_flow_count,
-    path_signals,
+    mean_queuing_delay_s,
     queue_delay_at_read,
+    retransmission_ratio,
 )
 
 LONG_FLOW_S = 2.0
@@ -39,13 +40,19 @@ count-min sketch)."""
 
 @dataclass(frozen=True)
 class Poll:
-    """What one Read returned: the class counters and the queuing-delay registers."""
+    """What one Read returned: every measured class's cells, at ``at_s`` (monotonic s)."""
 
-    counters: CounterReading
-    dtn_queuing_delay_ns: int
-    campus_queuing_delay_ns: int
-    loss: LossReading | None = None
-    """The loss counters and sojourn sums (None: a pipeline without them was read)."""
+    at_s: float
+    campus: ClassCells
+    dtns: Mapping[int, ClassCells]
+    """DTN class id -> cells, for the classes of the plan the switch was read for."""
+    dtn_hosts: Mapping[int, str] = field(default_factory=dict)
+    """DTN class id -> the host it stands for (``spec.dtnHosts[].name``)."""
+    has_loss: bool = True
+    """False: a pipeline without the loss counters was read (their cells are 0)."""
+    sum_bits: int = 48
+    count_bits: int = 32
+    """Widths of the sojourn sum and count registers in the P4Info read."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +66,23 @@ class EstimatorSettings:
 
 @dataclass(frozen=True)
 class EstimatorState:
-    previous: CounterReading | None = None
+    previous: Poll | None = None
     rtt: RttState = field(default_factory=RttState)
     active_flows: frozenset[int] = frozenset()
     flow_started_at: Mapping[int, float] = field(default_factory=dict)
     """When each active flow started (collector clock): for N."""
-    loss: LossReading | None = None
+    flow_classes: Mapping[int, int] = field(default_factory=dict)
+    """Each active flow's class, from its start digest (per-DTN active flows)."""
     queue_delay_s: float = math.nan
     """BR1's queue, as delay, at the previous read (method 2's ΔQ)."""
+
+
+def _queuing_delay_s(register_ns: int, rate: float) -> float:
+    """Algorithm 6: a class's queuing-delay register (egress − ingress timestamp of its
+    last packet, algorithm 5), in s. A zero register has never been written (no packet of
+    that class yet), and a class that sent nothing in the interval has none (the register
+    still holds the last packet's, however old): NaN."""
+    return register_ns / 1e9 if register_ns > 0 and rate != 0 else math.nan
 
 
 def estimate(
@@ -76,56 +92,103 @@ def estimate(
     flow_events: Sequence[FlowEvent],
     settings: EstimatorSettings,
 ) -> tuple[EstimatorState, NetworkState]:
-    """y(t) at ``poll.counters.at_s``, and the state for the next sample.
+    """y(t) at ``poll.at_s``, each DTN host's figures, and the state for the next sample.
 
     Without a previous reading (the first poll, or the first after a reconnect) the rates
-    are NaN. A class that sent nothing in the interval has no queuing delay (its register
-    still holds the last packet's, however old).
+    are NaN. A DTN class counts in the aggregate from its second read on (one admitted
+    between two reads joins the sum a sample later, one gone leaves it at once), so the
+    aggregate never jumps by a class's whole counter.
     """
-    now = poll.counters.at_s
-    if state.previous is None:
-        dtn_rate = campus_rate = math.nan
-    else:
-        dtn_rate, campus_rate = class_rates(state.previous, poll.counters)
+    now = poll.at_s
+    previous = state.previous
+    elapsed = now - previous.at_s if previous is not None else math.nan
+
+    def delta(before: ClassCells | None, cells: ClassCells) -> ClassDelta | None:
+        if before is None:
+            return None
+        return grown(before, cells, poll.sum_bits, poll.count_bits)
+
+    campus = delta(previous.campus if previous else None, poll.campus)
+    dtn = {
+        c: delta(previous.dtns.get(c) if previous else None, cells)
+        for c, cells in poll.dtns.items()
+    }
+    known = {c: d for c, d in dtn.items() if d is not None}
+    dtn_total = combined(known.values())
+    rates = {c: rate_bps(d.bytes if d else None, elapsed) for c, d in dtn.items()}
+    weights = {c: float(d.bytes) for c, d in known.items() if d.bytes is not None}
+    dtn_rate = rate_bps(dtn_total.bytes, elapsed) if dtn_total else math.nan
+    campus_rate = rate_bps(campus.bytes if campus else None, elapsed)
+
     rtt = update_rtt(
         state.rtt, rtt_samples, now, settings.flow_timeout_s, alpha=settings.rtt_smoothing
     )
-    dtn_qd, campus_qd = queuing_delays(poll.dtn_queuing_delay_ns, poll.campus_queuing_delay_ns)
-    if dtn_rate == 0:
-        dtn_qd = math.nan
-    if campus_rate == 0:
-        campus_qd = math.nan
+    dtn_rtts = {c: rtt.dtn_rtt_by_class.get(c, math.nan) for c in poll.dtns}
+    qds = {c: _queuing_delay_s(cells.queuing_delay_ns, rates[c]) for c, cells in poll.dtns.items()}
     active = update_active_flows(state.active_flows, flow_events)
+    classes = update_flow_classes(state.flow_classes, active, flow_events)
     started_at = _start_times(state.flow_started_at, active, flow_events, now)
     long_flows = long_flow_count(started_at, now, settings.long_flow_s)
+    queue_delay = queue_delay_at_read(
+        [poll.campus.queuing_delay_ns, *(c.queuing_delay_ns for c in poll.dtns.values())]
+    )
     signals = PathSignals(long_flows=float(long_flows))
-    queue_delay = queue_delay_at_read(poll.dtn_queuing_delay_ns, poll.campus_queuing_delay_ns)
-    if poll.loss is not None and state.loss is not None:
-        signals = path_signals(
-            state.loss,
-            poll.loss,
-            settings.capacity_bps,
-            (state.queue_delay_s, queue_delay),
-            long_flows,
+    if poll.has_loss and campus is not None:
+        signals = PathSignals(
+            dtn_retransmission_ratio=retransmission_ratio(dtn_total),
+            campus_retransmission_ratio=retransmission_ratio(campus),
+            bottleneck_loss_ratio=bottleneck_loss(
+                [campus, *known.values()],
+                settings.capacity_bps,
+                state.queue_delay_s,
+                queue_delay,
+            ),
+            dtn_mean_queuing_delay_s=mean_queuing_delay_s(dtn_total),
+            campus_mean_queuing_delay_s=mean_queuing_delay_s(campus),
+            long_flows=float(long_flows),
         )
+    flows_per_class: dict[int, int] = {}
+    for flow_class in classes.values():
+        flows_per_class[flow_class] = flows_per_class.get(flow_class, 0) + 1
+    dtns = tuple(
+        DtnFigures(
+            host=poll.dtn_hosts.get(c, ""),
+            class_id=c,
+            rate_bps=rates[c],
+            rtt_s=dtn_rtts[c],
+            queuing_delay_s=qds[c],
+            mean_queuing_delay_s=mean_queuing_delay_s(dtn[c]) if poll.has_loss else math.nan,
+            retransmission_ratio=retransmission_ratio(dtn[c]) if poll.has_loss else math.nan,
+            active_flows=float(flows_per_class.get(c, 0)),
+        )
+        for c in sorted(poll.dtns)
+    )
     sample = NetworkState(
         dtn_rate_bps=dtn_rate,
         campus_rate_bps=campus_rate,
-        dtn_rtt_s=rtt.dtn_rtt_s,
+        dtn_rtt_s=byte_weighted(dtn_rtts, weights),
         campus_rtt_s=rtt.campus_rtt_s,
-        dtn_queuing_delay_s=dtn_qd,
-        campus_queuing_delay_s=campus_qd,
+        dtn_queuing_delay_s=byte_weighted(qds, weights),
+        campus_queuing_delay_s=_queuing_delay_s(poll.campus.queuing_delay_ns, campus_rate),
         active_flows=float(len(active)),
         measured_at_s=now,
         signals=signals,
+        dtns=dtns,
+    )
+    kept_rtt = RttState(
+        flow_ids=rtt.flow_ids,
+        flow_rtt_s=rtt.flow_rtt_s,
+        flow_seen_s=rtt.flow_seen_s,
+        campus_rtt_s=rtt.campus_rtt_s,
+        dtn_rtt_by_class={c: v for c, v in rtt.dtn_rtt_by_class.items() if c in poll.dtns},
     )
     return (
         EstimatorState(
-            previous=poll.counters,
-            rtt=rtt,
+            previous=poll,
+            rtt=kept_rtt,
             active_flows=active,
             flow_started_at=started_at,
-            loss=poll.loss,
+            flow_classes=classes,
             queue_delay_s=queue_delay,
         ),
         sample,

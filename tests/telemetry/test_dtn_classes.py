@@ -8,6 +8,7 @@ import asyncio
 import math
 from dataclasses import replace
 
+import pytest
 import yaml
 
 from scidmz.contract.classes import CLASS_CAMPUS, FIRST_DTN_CLASS
@@ -110,3 +111,68 @@ def test_the_collector_process_takes_new_dtn_classes_from_its_config_file(tmp_pa
                 await asyncio.wait_for(running, 10)
 
     asyncio.run(main())
+
+
+def test_each_dtn_hosts_rate_through_the_switch_matches_the_twins_truth():
+    """Two DTN hosts in the twin, each its own class: the collector's per-host rate over
+    the run against the simulator's own per-host tap bytes (the 2 % target of the
+    accuracy test), and the aggregate is their sum."""
+    import ipaddress
+
+    from scidmz.netsim.scenario import parse_scenario
+    from scidmz.switch.netsim_source import Wiring
+    from tests.telemetry.harness import WIRING
+
+    scenario = parse_scenario(
+        {
+            "campus": {"long_flows": 20},
+            "dtn": {"streams": 4, "rate_limit_bps": "300Mbps"},
+            "more_dtns": [
+                {"name": "dtn-2", "streams": 4, "base_rtt_s": "50ms",
+                 "rate_limit_bps": "200Mbps"},
+            ],
+            "shaper": {"initial_rate_bps": "400Mbps"},
+        }
+    )  # fmt: skip
+    wiring = Wiring(
+        WIRING.campus_port, WIRING.dtn_port, WIRING.bottleneck_port, WIRING.dtn_address,
+        WIRING.campus_address, more_dtn_addresses=(ipaddress.ip_address("203.0.113.11"),),
+    )  # fmt: skip
+    two = (DTN_1, DtnClass("dtn-2", "203.0.113.11/32", FIRST_DTN_CLASS + 1))
+
+    async def main():
+        async with (
+            running_target(scenario, wiring=wiring) as (target, address),
+            running_collector(
+                settings(address, plan=replace(PLAN, dtn_classes=two), sample_time_s=0.5)
+            ) as collector,
+        ):
+            await wait_for(lambda: collector.sequence >= 6, 20, "warm-up samples")
+            first = collector.snapshot
+            truth_first = target.source.truth[-1]
+            seen = {}
+            while collector.sequence < first.sequence + 8:
+                snap = collector.snapshot
+                seen[snap.sequence] = snap
+                await asyncio.sleep(0.02)
+            seen[collector.snapshot.sequence] = collector.snapshot
+            return first, truth_first, collector.snapshot, target.source.truth[-1], seen
+
+    first, truth_first, last, truth_last, seen = asyncio.run(main())
+    (a, b) = last.state.dtns
+    assert (a.host, b.host) == ("dtn-1", "dtn-2") and a.rate_bps > 0 and b.rate_bps > 0
+    assert last.state.dtn_rate_bps == pytest.approx(a.rate_bps + b.rate_bps, rel=1e-9)
+    # bytes counted per class by the switch against the twin's own per-host counts
+    span = [t - f for t, f in zip(truth_last.dtn_host_tap_bytes, truth_first.dtn_host_tap_bytes,
+                                   strict=True)]  # fmt: skip
+    assert span[0] > 0 and span[1] > 0
+    assert last.dtn_bytes - first.dtn_bytes == pytest.approx(sum(span), rel=0.02)
+    assert min(span) / max(span) > 0.3  # both hosts really sent
+    # each host's bytes as the collector measured them: its rate over each interval
+    measured = [0.0, 0.0]
+    for sequence in range(first.sequence + 1, last.sequence + 1):
+        snap = seen[sequence]  # every sample of the window was seen
+        for k, dtn in enumerate(snap.state.dtns):
+            measured[k] += dtn.rate_bps * snap.interval_s / 8
+    for host, (got, truth) in enumerate(zip(measured, span, strict=True)):
+        assert got == pytest.approx(truth, rel=0.02), f"host {host}"

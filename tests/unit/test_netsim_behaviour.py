@@ -156,7 +156,7 @@ def test_a_pooled_transfer_ends_when_its_total_is_delivered():
     sim, pooled = _dtn_done(scenario, 60)
     assert len(pooled) == 8
     assert math.isclose(sum(e.size_bytes for e in pooled), 5e8)
-    assert sim.glob_f[layout.DTN_POOL] == 0.0
+    assert sim.groups[layout.G_POOL, 0] == 0.0
     # the streams took what each could carry (unequal shares) and so ended together
     sizes = [e.size_bytes for e in pooled]
     assert max(sizes) > 1.05 * min(sizes)

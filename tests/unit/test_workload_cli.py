@@ -140,7 +140,7 @@ def test_collector_refuses_bad_wiring_before_connecting(tmp_path, changes, fragm
         text = text.replace("bottleneck_port: 3", "bottleneck_port: 600")
     else:
         text = text.replace("campus_prefix: 198.51.100.0/24", "campus_prefix: 198.51.100.77/32")
-        text = text.replace("- 203.0.113.10/32", "- 198.51.100.0/24")
+        text = text.replace("prefix: 203.0.113.10/32", "prefix: 198.51.100.0/24")
     path.write_text(text)
     proc = _run(["collector", "--config", str(path)])
     _, err = proc.communicate(timeout=30)

@@ -59,7 +59,12 @@ def target(
         str, typer.Option(help="Tap wiring: which switch port sees which side of BR1.")
     ] = "campus=1,dtn=2,bottleneck=3",
     dtn_address: Annotated[
-        str, typer.Option(help="Where the simulated DTN streams go (inside the DTN-r prefix).")
+        str,
+        typer.Option(
+            help="Where the simulated DTN streams go (inside the DTN-r prefix); with several "
+            "DTN hosts in the scenario (more_dtns), one address each, comma-separated, or one: "
+            "the others follow it (203.0.113.10, .11, ...)."
+        ),
     ] = "203.0.113.10",
     campus_address: Annotated[
         str, typer.Option(help="Where simulated campus flows go (inside the remote prefix).")
@@ -201,14 +206,24 @@ def _netsim_source(
     from scidmz.netsim.scenario import Scenario, load_scenario
     from scidmz.switch.netsim_source import NetsimSource, Wiring
 
+    chosen = load_scenario(scenario) if scenario is not None else Scenario()
+    try:
+        given = [ipaddress.ip_address(a.strip()) for a in dtn_address.split(",")]
+        hosts = len(chosen.dtns)
+        if len(given) == 1:
+            given += [given[0] + k for k in range(1, hosts)]
+    except ValueError as error:
+        fail(f"--dtn-address: {error}")
+    if len(given) != hosts:
+        fail(f"--dtn-address: {len(given)} addresses for the scenario's {hosts} DTN hosts")
     wiring = Wiring(
         campus_port=wired["campus"],
         dtn_port=wired["dtn"],
         bottleneck_port=wired["bottleneck"],
-        dtn_address=ipaddress.ip_address(dtn_address),
+        dtn_address=given[0],
         campus_address=ipaddress.ip_address(campus_address),
+        more_dtn_addresses=tuple(given[1:]),
     )
-    chosen = load_scenario(scenario) if scenario is not None else Scenario()
     return NetsimSource(chosen, wiring, speedup=speedup)
 
 

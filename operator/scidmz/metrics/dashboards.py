@@ -134,6 +134,15 @@ def overview() -> dict[str, Any]:
         ], "percentunit", (0, 32, 24, 8), description="Resent over sent data packets per "
            "class (path loss, the campus shaper's drops included), and BR1's own drops over "
            "what entered it (P4BS's loss methods 1 and 2)."),
+        _panel("Each DTN host's rate and its policy's target", [
+            (f"{names.DTN_HOST_RATE}{{{SELECT}}} * 8", "{{link}}/{{dtn_host}} rate"),
+            (f"sum by (link, dtn_host) ({names.POLICY_TARGET_RATE}{{{SELECT}}}) * 8",
+             "{{link}}/{{dtn_host}} target"),
+        ], "bps", (0, 40, 16, 8), description="Several DTN hosts on one link: each host is "
+           "its own class at the tap; the DTN rate above is their sum."),
+        _panel("Each DTN host's RTT", [
+            (f"{names.DTN_HOST_RTT}{{{SELECT}}}", "{{link}}/{{dtn_host}}"),
+        ], "s", (16, 40, 8, 8)),
     ])  # fmt: skip
 
 

@@ -69,6 +69,8 @@ from scidmz.netsim.congestion import (
 )
 from scidmz.netsim.fifo import fifo_pop, fifo_push
 from scidmz.netsim.layout import (
+    ACK_CAMPUS,
+    ACK_GROUP0,
     ACK_SHAPER_DELAY,
     ACKED,
     ARRIVALS_EWMA,
@@ -90,9 +92,6 @@ from scidmz.netsim.layout import (
     DROPPED,
     DROPS_EWMA,
     DTN,
-    DTN_POOL,
-    DTN_RATE_LIMIT,
-    DTN_TOKENS,
     EPOCH_T,
     EV_COLUMN,
     EV_KIND,
@@ -104,6 +103,17 @@ from scidmz.netsim.layout import (
     FLOW_DONE,
     FLOW_START,
     FULL_BW_COUNT,
+    G_BURST,
+    G_DEPARTED,
+    G_END,
+    G_FIRST,
+    G_POOL,
+    G_QD_LAST,
+    G_RATE_LIMIT,
+    G_SOJOURN_W,
+    G_TAP_BYTES,
+    G_TOKENS,
+    GROUP,
     HS_CURR_RTT,
     HS_FOUND,
     INFLIGHT,
@@ -142,7 +152,6 @@ from scidmz.netsim.layout import (
     P_C_TH,
     P_CAPACITY,
     P_DT,
-    P_DTN_BURST,
     P_HYSTART,
     P_IDLE,
     P_IW,
@@ -174,6 +183,7 @@ from scidmz.netsim.layout import (
     RESEND_OWED,
     RESENT_CAMPUS,
     RESENT_DTN,
+    RESENT_TOTAL,
     RETIRED_ACKED,
     RETIRED_DROPPED,
     RETIRED_SENT,
@@ -499,9 +509,10 @@ def _schedule_acks(
     delay_column: int,
     shaper_delay: float,
 ) -> tuple[float, float]:
-    """Put columns ``first..end`` (one class, one base RTT) into the ACK ring.
+    """Put columns ``first..end`` (the campus, or one DTN group: one base RTT) into the
+    ACK ring; ``delay_column``: its ACK_DELAY column (the campus also writes the shaper's).
 
-    Returns the class's bytes departed and their bytes x queueing delay.
+    Returns the bytes departed and their bytes x queueing delay.
     """
     if end <= first:
         return 0.0, 0.0
@@ -517,7 +528,8 @@ def _schedule_acks(
         total += amount
         weighted += sojourn_w[i]
     ack_delay[row, delay_column] = weighted / total if total > 0.0 else 0.0
-    ack_delay[row, ACK_SHAPER_DELAY] = shaper_delay if delay_column == CAMPUS else 0.0
+    if delay_column == ACK_CAMPUS:
+        ack_delay[row, ACK_SHAPER_DELAY] = shaper_delay
     return total, weighted
 
 
@@ -566,19 +578,20 @@ def _tap(
 @compiled_inline
 def _cap_dtn(
     flow_f: FloatArray,
-    glob_f: FloatArray,
-    params: FloatArray,
+    groups: FloatArray,
+    g: int,
+    payload: float,
     send: FloatArray,
-    first: int,
-    end: int,
     dt: float,
 ) -> None:
-    """The DTN host's sending-rate cap (pacing, or a tbf on its egress): the streams share a
-    token bucket at ``DTN_RATE_LIMIT`` in proportion to what each wants to send. What does
+    """DTN host ``g``'s sending-rate cap (pacing, or a tbf on its egress): its streams share
+    a token bucket at ``G_RATE_LIMIT`` in proportion to what each wants to send. What does
     not fit waits in the host (TCP small queues push back: nothing is dropped), and a
     stream held back is not window-limited, so its window does not grow (Linux
     ``tcp_is_cwnd_limited``, RFC 7661)."""
-    tokens = glob_f[DTN_TOKENS] + glob_f[DTN_RATE_LIMIT] * params[P_PAYLOAD] * dt
+    first = int(groups[G_FIRST, g])
+    end = int(groups[G_END, g])
+    tokens = groups[G_TOKENS, g] + groups[G_RATE_LIMIT, g] * payload * dt
     wanted = 0.0
     for i in range(first, end):
         wanted += send[i]
@@ -589,7 +602,7 @@ def _cap_dtn(
                 send[i] *= share
                 flow_f[CWND_LIMITED, i] = 0.0
         wanted = max(tokens, 0.0)
-    glob_f[DTN_TOKENS] = min(params[P_DTN_BURST], tokens - wanted)
+    groups[G_TOKENS, g] = min(groups[G_BURST, g], tokens - wanted)
 
 
 POOL_BLOCK_BYTES = 131_072.0
@@ -599,7 +612,7 @@ mode E sends blocks of the same order)."""
 
 @compiled
 def _draw_from_pool(
-    flow_f: FloatArray, flow_i: IntArray, glob_f: FloatArray, first: int, end: int, mss: float
+    flow_f: FloatArray, flow_i: IntArray, groups: FloatArray, g: int, mss: float
 ) -> None:
     """A pooled transfer: a DTN stream whose backlog is under two windows and a block takes
     whole blocks from the shared pool, as the transfer tool writes to whichever socket has
@@ -608,8 +621,8 @@ def _draw_from_pool(
     other; a static split ends with the slowest stream, whose share of an intra-DTN
     unfairness can be tens of seconds of a 10 GB transfer (measured: the last of 8 Cubic
     streams finished 10-42 s after the first)."""
-    for i in range(first, end):
-        pool = glob_f[DTN_POOL]
+    for i in range(int(groups[G_FIRST, g]), int(groups[G_END, g])):
+        pool = groups[G_POOL, g]
         if pool <= 0.0:
             return
         if flow_i[RUNNING, i] == 0:
@@ -619,7 +632,7 @@ def _draw_from_pool(
             take = min(math.ceil(short / POOL_BLOCK_BYTES) * POOL_BLOCK_BYTES, pool)
             flow_f[REMAINING, i] += take
             flow_f[SIZE, i] += take
-            glob_f[DTN_POOL] = pool - take
+            groups[G_POOL, g] = pool - take
 
 
 @compiled
@@ -656,6 +669,7 @@ def settle_resent(flow_f: FloatArray, glob_f: FloatArray, i: int, campus: bool) 
     resent = lesser(flow_f[RESEND_OWED, i], flow_f[SENT, i] - flow_f[RESEND_FROM, i])
     flow_f[RESEND_OWED, i] -= resent
     flow_f[RESEND_FROM, i] = flow_f[SENT, i]
+    flow_f[RESENT_TOTAL, i] += resent
     glob_f[RESENT_CAMPUS if campus else RESENT_DTN] += resent
 
 
@@ -748,10 +762,12 @@ def advance(
     out_offset: int,
     events: FloatArray,
     scratch: FloatArray,
+    groups: FloatArray,
     n_steps: int,
 ) -> int:
     """Advance ``n_steps``; returns the number of steps done (see the module docstring)."""
     n_flows = flow_f.shape[1]
+    n_groups = groups.shape[1]
     ring = ack_bytes.shape[0]
     dt = params[P_DT]
     capacity_step = params[P_CAPACITY] * dt
@@ -812,13 +828,14 @@ def advance(
         # columns have nothing left to acknowledge, so the passes read zeros there.
         # 2a. ACK accounting, per class (one shared delay each)
         _account_acks(
-            flow_f, ack_bytes, slot, 0, n_campus, ack_delay[slot, CAMPUS],
+            flow_f, ack_bytes, slot, 0, n_campus, ack_delay[slot, ACK_CAMPUS],
             ack_delay[slot, ACK_SHAPER_DELAY], now, rtt_sample, acked_now,
         )  # fmt: skip
-        _account_acks(
-            flow_f, ack_bytes, slot, n_campus, n_flows, ack_delay[slot, DTN], 0.0, now,
-            rtt_sample, acked_now,
-        )  # fmt: skip
+        for g in range(n_groups):
+            _account_acks(
+                flow_f, ack_bytes, slot, int(groups[G_FIRST, g]), int(groups[G_END, g]),
+                ack_delay[slot, ACK_GROUP0 + g], 0.0, now, rtt_sample, acked_now,
+            )  # fmt: skip
         grow_windows(flow_f, flow_i, acked_now, now, per_mss, n_flows, flags)
 
         # 2b. which running flows have rare work now (branch-free, vectorised): a backoff
@@ -883,7 +900,7 @@ def advance(
             if flow_i[HS_FOUND, i] == 0 and acked_now[i] > 0.0:
                 hystart_update(flow_f, flow_i, i, now, acked_now[i], rtt_sample[i], mss)
             if flow_f[ACKED, i] >= flow_f[SIZE, i] - _DONE_TOLERANCE_BYTES and (
-                i < n_campus or glob_f[DTN_POOL] <= 0.0
+                i < n_campus or groups[G_POOL, flow_i[GROUP, i]] <= 0.0
             ):
                 flow_i[RUNNING, i] = 0
                 fct = now - flow_f[START_T, i]
@@ -901,8 +918,9 @@ def advance(
 
         if prr_on:
             _reduce_in_recovery(flow_f, pacing, n_flows, now, acked_now, mss)
-        if glob_f[DTN_POOL] > 0.0:
-            _draw_from_pool(flow_f, flow_i, glob_f, n_campus, n_flows, mss)
+        for g in range(n_groups):
+            if groups[G_POOL, g] > 0.0:
+                _draw_from_pool(flow_f, flow_i, groups, g, mss)
         for i in range(n_flows):  # 2d. what each flow may send (window, NIC, pacing, TSO)
             cwnd_bytes = flow_f[CWND, i] * mss
             window = cwnd_bytes - flow_f[INFLIGHT, i]
@@ -930,8 +948,9 @@ def advance(
             small = amount < lesser(min_tso, cwnd_bytes * (1.0 / 3.0))
             more = flow_f[REMAINING, i] > amount + 1e-9
             send[i] = 0.0 if small & window_limited & more & (not paced) else amount
-        if glob_f[DTN_RATE_LIMIT] < np.inf and n_flows > n_campus:
-            _cap_dtn(flow_f, glob_f, params, send, n_campus, n_flows, dt)
+        for g in range(n_groups):
+            if groups[G_RATE_LIMIT, g] < np.inf:
+                _cap_dtn(flow_f, groups, g, payload, send, dt)
         for i in range(n_flows):  # 2e. send (what was declared lost goes first)
             amount = send[i]
             flow_f[INFLIGHT, i] += amount
@@ -993,10 +1012,16 @@ def advance(
         tap_campus, active_campus = _tap(
             flow_f, flow_i, glob_i, events, arrive, 0, n_campus, now, per_mss, t_th, c_th, idle
         )
-        tap_dtn, active_dtn = _tap(
-            flow_f, flow_i, glob_i, events, arrive, n_campus, n_flows, now, per_mss, t_th, c_th,
-            idle,
-        )  # fmt: skip
+        tap_dtn = 0.0
+        active_dtn = 0
+        for g in range(n_groups):
+            seen, active = _tap(
+                flow_f, flow_i, glob_i, events, arrive, int(groups[G_FIRST, g]),
+                int(groups[G_END, g]), now, per_mss, t_th, c_th, idle,
+            )  # fmt: skip
+            groups[G_TAP_BYTES, g] += seen
+            tap_dtn += seen
+            active_dtn += active
         tap_active = active_campus + active_dtn
         arriving = tap_campus + tap_dtn
         glob_f[TAP_BYTES_DTN] += tap_dtn
@@ -1037,12 +1062,22 @@ def advance(
         # one row of the ACK ring.
         shaper_delay = shaper_w_sum / released if released > 0.0 else 0.0
         dep_campus, qd_campus_w = _schedule_acks(
-            flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot, 0, n_campus, CAMPUS,
+            flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot, 0, n_campus, ACK_CAMPUS,
             shaper_delay,
         )  # fmt: skip
-        dep_dtn, qd_dtn_w = _schedule_acks(
-            flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot, n_campus, n_flows, DTN, 0.0
-        )
+        dep_dtn = 0.0
+        qd_dtn_w = 0.0
+        for g in range(n_groups):
+            dep_g, qd_g_w = _schedule_acks(
+                flow_i, ack_bytes, ack_delay, departed, sojourn_w, slot,
+                int(groups[G_FIRST, g]), int(groups[G_END, g]), ACK_GROUP0 + g, 0.0,
+            )  # fmt: skip
+            if dep_g > 0.0:
+                groups[G_QD_LAST, g] = qd_g_w / dep_g
+                groups[G_DEPARTED, g] += dep_g
+                groups[G_SOJOURN_W, g] += qd_g_w
+            dep_dtn += dep_g
+            qd_dtn_w += qd_g_w
         if dep_dtn > 0.0:
             glob_f[QD_DTN_LAST] = qd_dtn_w / dep_dtn
         if dep_campus > 0.0:
@@ -1065,6 +1100,6 @@ def advance(
         step_out[OUT_RATE_LIMIT, col] = glob_f[CAMPUS_RATE_LIMIT]
         step_out[OUT_SHAPER_W, col] = shaper_w_sum
         step_out[OUT_SHAPED, col] = released
-        step_out[OUT_DTN_RATE_LIMIT, col] = glob_f[DTN_RATE_LIMIT]
+        step_out[OUT_DTN_RATE_LIMIT, col] = groups[G_RATE_LIMIT, 0] if n_groups else np.inf
         glob_i[STEP] = step + 1
     return n_steps

@@ -66,7 +66,8 @@ LOST_NOW = 68  # BBR loss recovery: bytes declared lost since BBR last set its w
 CONSERVE_UNTIL = 69  # BBR loss recovery: packet conservation until then (s): its first round
 RESEND_OWED = 70  # bytes declared lost and not yet sent again (they go out before new data),
 RESEND_FROM = 71  # ... as of SENT = this: sends since then paid it off first (kernel.settle_resent)
-N_FLOW_F = 72
+RESENT_TOTAL = 72  # bytes this column re-sent, as of its last settle_resent (cumulative)
+N_FLOW_F = 73
 
 # ---- per-flow integer rows: FLOW_I[row, flow] ----------------------------------------------
 CLASS = 0  # CAMPUS or DTN
@@ -88,7 +89,8 @@ EXTRA_ACKED_ROUNDS = 15  # BBR: rounds into that window
 BACKOFF = 16  # retransmission timeouts since data was last acknowledged (RTO doubles each)
 HS_FOUND = 17  # Cubic HyStart ended slow start (or does not apply: not Cubic, turned off)
 BBR_RECOVERING = 18  # BBR loss recovery: 1 if the last window update was in recovery
-N_FLOW_I = 19
+GROUP = 19  # a DTN stream's DTN group (its host, GROUP_F's column); 0 for campus flows
+N_FLOW_I = 20
 
 CAMPUS = 0
 DTN = 1
@@ -126,17 +128,29 @@ BOTTLENECK_DROPPED = 13
 RETIRED_SENT = 14  # SENT / ACKED / DROPPED of finished short flows whose column was reused
 RETIRED_ACKED = 15
 RETIRED_DROPPED = 16
-DTN_RATE_LIMIT = 17  # the DTN's sending-rate cap (its host's pacing / tbf), bytes/s; inf = none
-DTN_TOKENS = 18  # the DTN cap's token-bucket content, bytes
-DROPS_EWMA = 19  # bottleneck drops per step, moving average (a probe's loss probability ...)
-ARRIVALS_EWMA = 20  # ... is DROPS_EWMA / ARRIVALS_EWMA)
-SHAPER_DROPS_EWMA = 21  # the same at the campus shaper
-SHAPER_ARRIVALS_EWMA = 22
-DTN_POOL = 23  # a pooled transfer's bytes no DTN stream has taken yet (0: none, or static)
-RESENT_DTN = 24  # bytes the DTN's streams sent again after declaring them lost (cumulative)
-RESENT_CAMPUS = 25  # the same for campus flows, counted as they leave the sender (both as
+DROPS_EWMA = 17  # bottleneck drops per step, moving average (a probe's loss probability ...)
+ARRIVALS_EWMA = 18  # ... is DROPS_EWMA / ARRIVALS_EWMA)
+SHAPER_DROPS_EWMA = 19  # the same at the campus shaper
+SHAPER_ARRIVALS_EWMA = 20
+RESENT_DTN = 21  # bytes the DTN's streams sent again after declaring them lost (cumulative)
+RESENT_CAMPUS = 22  # the same for campus flows, counted as they leave the sender (both as
 # of the last settle_resent: at a loss, a column's reuse, and every read)
-N_GLOB_F = 26
+N_GLOB_F = 23
+
+# ---- DTN groups: GROUP_F[row, group] -------------------------------------------------------
+# One column per DTN host (scenario.dtns): its streams are flow columns FIRST..END-1, in
+# scenario order after the campus columns; its cap, pool and what the tap saw of it.
+G_FIRST = 0  # its first flow column
+G_END = 1  # one past its last
+G_RATE_LIMIT = 2  # its sending-rate cap (its host's pacing / tbf), bytes/s; inf = none
+G_TOKENS = 3  # the cap's token-bucket content, bytes
+G_BURST = 4  # the cap's bucket depth, bytes
+G_POOL = 5  # a pooled transfer's bytes no stream of it has taken yet (0: none, or static)
+G_TAP_BYTES = 6  # bytes of it seen at the tap (its class's direct counter)
+G_QD_LAST = 7  # the last queuing delay of its bytes leaving the bottleneck (s)
+G_DEPARTED = 8  # bytes of it that left the bottleneck (cumulative)
+G_SOJOURN_W = 9  # ... and the sum of their bytes x queuing delay
+N_GROUP_F = 10
 
 # ---- global integers: GLOB_I[row] ----------------------------------------------------------
 STEP = 0
@@ -147,10 +161,12 @@ RNG_STATE = 4  # xorshift32 state for drop sampling
 N_GLOB_I = 5
 
 # ---- ACK ring delays: ACK_DELAY[ring slot, column] ----------------------------------------
-# Columns CAMPUS and DTN hold the mean bottleneck queuing delay of that class's bytes that left
-# in the step the slot acknowledges; ACK_SHAPER_DELAY the campus shaper's delay then.
-ACK_SHAPER_DELAY = 2
-N_ACK_DELAY = 3
+# Column ACK_CAMPUS holds the mean bottleneck queuing delay of the campus bytes that left in
+# the step the slot acknowledges, ACK_SHAPER_DELAY the campus shaper's delay then, and
+# ACK_GROUP0 + g the same as ACK_CAMPUS for DTN group g (each group its own base RTT).
+ACK_CAMPUS = 0
+ACK_SHAPER_DELAY = 1
+ACK_GROUP0 = 2
 
 # ---- per-step outputs: STEP_OUT[row, step] -------------------------------------------------
 OUT_DEP_DTN = 0  # bytes leaving the bottleneck
@@ -169,7 +185,7 @@ OUT_TAP_ACTIVE = 12  # flows active under the C_TH / T_TH rule
 OUT_RATE_LIMIT = 13  # u during the step, bytes/s
 OUT_SHAPER_W = 14  # sum of shaper sojourn x bytes over bytes leaving the shaper
 OUT_SHAPED = 15  # bytes leaving the shaper
-OUT_DTN_RATE_LIMIT = 16  # the DTN cap during the step, bytes/s (inf = none)
+OUT_DTN_RATE_LIMIT = 16  # the first DTN group's cap during the step, bytes/s (inf = none)
 N_OUT = 17
 
 # ---- events: EVENTS[row, k] ----------------------------------------------------------------
@@ -212,11 +228,10 @@ P_SHORT_CC = 13
 P_SHORT_RTT = 14
 P_SHORT_LINE = 15  # bytes per step
 P_SHORTS_ON = 16
-P_DTN_BURST = 17  # the DTN cap's bucket depth, bytes
-P_PAYLOAD = 18  # payload / frame bytes of a full segment: rates in frames -> payload bytes
-P_MIN_TSO = 19  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
-P_HYSTART = 20  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
-P_PRR = 21  # 1: loss-based senders send in recovery as Linux's PRR lets them (RFC 6937)
-P_BBR_RECOVERY = 22  # 1: BBR sets its window in loss recovery as Linux's tcp_bbr does
-P_PACED_DROP_WEIGHT = 23  # a paced sender's arrivals' weight in the drop-tail draw
-N_PARAMS = 24
+P_PAYLOAD = 17  # payload / frame bytes of a full segment: rates in frames -> payload bytes
+P_MIN_TSO = 18  # a loss-based sender's smallest TSO burst, segments (tcp_min_tso_segs)
+P_HYSTART = 19  # 1: Cubic's HyStart on (Linux tcp_cubic hystart=1)
+P_PRR = 20  # 1: loss-based senders send in recovery as Linux's PRR lets them (RFC 6937)
+P_BBR_RECOVERY = 21  # 1: BBR sets its window in loss recovery as Linux's tcp_bbr does
+P_PACED_DROP_WEIGHT = 22  # a paced sender's arrivals' weight in the drop-tail draw
+N_PARAMS = 23

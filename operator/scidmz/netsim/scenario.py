@@ -184,8 +184,14 @@ class Shaper(_Model):
 
 
 class Dtn(_Model):
-    """The Science DMZ sender (DTN-s) and its parallel streams."""
+    """A Science DMZ sender (DTN-s) and its parallel streams."""
 
+    name: str = Field(
+        default="dtn-1",
+        min_length=1,
+        max_length=63,
+        description="The DTN host's name (a link's spec.dtnHosts[].name): its class at the tap.",
+    )
     streams: int = Field(default=8, ge=0, description="M parallel streams; 0 leaves the DTN out.")
     base_rtt_s: Seconds = Field(default=0.100, gt=0)
     congestion_control: CongestionControlModel = "cubic"
@@ -206,6 +212,12 @@ class Dtn(_Model):
         default=None, gt=0, description="The DTN's NIC rate; default: the bottleneck capacity."
     )
     start_s: Seconds = _set_up_time("the streams")
+    stop_s: Seconds | None = Field(
+        default=None,
+        gt=0,
+        description="When its transfer ends: the streams send what they have in flight and "
+        "finish (FIN). None: as transfer_bytes says.",
+    )
     rate_limit_bps: RateBps | None = Field(
         default=None,
         ge=0,
@@ -228,6 +240,12 @@ class Scenario(_Model):
     bottleneck: Bottleneck = Bottleneck()
     campus: Campus = Campus()
     dtn: Dtn = Dtn()
+    more_dtns: list[Dtn] = Field(
+        default_factory=list,
+        max_length=63,
+        description="Further DTN hosts behind the same border link (several DTNs per link), "
+        "each with its own streams, RTT, congestion control, schedule and cap.",
+    )
     shaper: Shaper = Shaper()
     activity: ActivityRule = ActivityRule()
     step_s: Seconds = Field(default=0.001, gt=0, le=0.001, description="Time step, at most 1 ms.")
@@ -288,6 +306,22 @@ class Scenario(_Model):
         """Payload per byte of frame for a full segment (1448 / 1514 by default): what a
         rate counted in frames (B, u, a DTN cap) carries as goodput."""
         return self.mss_bytes / (self.mss_bytes + self.header_bytes)
+
+    @property
+    def dtns(self) -> list[Dtn]:
+        """Every DTN host, ``dtn`` first."""
+        return [self.dtn, *self.more_dtns]
+
+    @model_validator(mode="after")
+    def _dtns_have_their_own_names(self) -> Scenario:
+        names = [d.name for d in self.dtns]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"more_dtns: DTN name {', '.join(repeated)} given twice")
+        for dtn in self.dtns:
+            if dtn.stop_s is not None and dtn.stop_s <= dtn.start_s:
+                raise ValueError(f"DTN {dtn.name}: stop_s must be after start_s")
+        return self
 
     @model_validator(mode="after")
     def _sample_is_whole_steps(self) -> Scenario:

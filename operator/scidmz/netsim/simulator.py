@@ -45,6 +45,8 @@ class FlowLayout:
     n_long: int
     n_pool: int
     n_dtn: int
+    dtn_streams: tuple[int, ...] = ()
+    """Each DTN host's streams, in scenario order (default: one host with all ``n_dtn``)."""
 
     @property
     def n_campus(self) -> int:
@@ -62,6 +64,12 @@ class FlowLayout:
     def long_columns(self) -> slice:
         return slice(0, self.n_long)
 
+    def group_columns(self, group: int) -> slice:
+        """DTN host ``group``'s stream columns."""
+        streams = self.dtn_streams or (self.n_dtn,)
+        first = self.n_campus + sum(streams[:group])
+        return slice(first, first + streams[group])
+
 
 class Simulator:
     """One simulated testbed. Not thread-safe; deterministic for a given scenario seed."""
@@ -75,7 +83,8 @@ class Simulator:
         self.layout = FlowLayout(
             n_long=scenario.campus.long_flows,
             n_pool=shorts.max_concurrent if shorts.enabled else 0,
-            n_dtn=scenario.dtn.streams,
+            n_dtn=sum(d.streams for d in scenario.dtns),
+            dtn_streams=tuple(d.streams for d in scenario.dtns),
         )
         n = self.layout.n_flows
         # The link, the shaper and the DTN cap count frames; the kernel counts payload, so
@@ -92,8 +101,9 @@ class Simulator:
                 f"bottleneck.buffer: {self._max_buffer_bytes:.0f} bytes hold {queue_slots} "
                 f"steps of traffic at capacity; at most {_MAX_QUEUE_SLOTS} are supported"
             )
-        longest_rtt = max(scenario.campus.base_rtt_s, scenario.dtn.base_rtt_s)
+        longest_rtt = max(scenario.campus.base_rtt_s, *(d.base_rtt_s for d in scenario.dtns))
         ring = round(longest_rtt / dt) + 2
+        n_groups = len(scenario.dtns)
 
         # One block, per-flow rows first (arena.py: where the arrays lie sets the speed).
         width = max(n, 1)
@@ -108,7 +118,8 @@ class Simulator:
                 Part("glob_f", (layout.N_GLOB_F,), np.float64),
                 Part("glob_i", (layout.N_GLOB_I,), np.int64),
                 Part("bw_filter", (n, _BW_FILTER_ROUNDS), np.float64),
-                Part("ack_delay", (ring, layout.N_ACK_DELAY), np.float64),
+                Part("ack_delay", (ring, layout.ACK_GROUP0 + n_groups), np.float64),
+                Part("groups", (layout.N_GROUP_F, n_groups), np.float64),
                 Part("bn_step", (queue_slots,), np.int64),
                 Part("bn_total", (queue_slots,), np.float64),
                 Part("bn_cursor", (2,), np.int64),
@@ -125,6 +136,8 @@ class Simulator:
         self.bw_filter: FloatArray = arrays["bw_filter"]
         self.ack_bytes: FloatArray = arrays["ack_bytes"]
         self.ack_delay: FloatArray = arrays["ack_delay"]
+        self.groups: FloatArray = arrays["groups"]
+        """Each DTN host's columns, cap, pool and tap counts (rows ``layout.G_*``)."""
         self.bn_slots: FloatArray = arrays["bn_slots"]
         self.bn_step: IntArray = arrays["bn_step"]
         self.bn_total: FloatArray = arrays["bn_total"]
@@ -143,10 +156,15 @@ class Simulator:
 
         self._campus_demand_bps: float | None = None
         self._active_long = self.layout.n_long
-        # Classes still in connection set-up: the step their data starts (scenario start_s).
-        starts = {"campus": scenario.campus.start_s, "dtn": scenario.dtn.start_s}
+        # Classes still in connection set-up: the step their data starts (scenario start_s);
+        # DTN hosts by group index. And the step each DTN transfer with a stop_s ends.
+        starts: dict[str | int, float] = {"campus": scenario.campus.start_s}
+        starts.update({g: d.start_s for g, d in enumerate(scenario.dtns)})
         self._start_steps = {
             name: round(start_s / dt) for name, start_s in starts.items() if round(start_s / dt) > 0
+        }
+        self._stop_steps = {
+            g: round(d.stop_s / dt) for g, d in enumerate(scenario.dtns) if d.stop_s is not None
         }
         self._paused_at: FloatArray = np.full(self.layout.n_long, np.inf)
         self.glob_i[layout.RNG_STATE] = (scenario.seed * 2654435761 + 1) % 4294967291 or 1
@@ -158,7 +176,8 @@ class Simulator:
             scenario.bottleneck.capacity_bps if rate_limit is None else rate_limit
         )
         self.glob_f[layout.TOKENS] = self.params[layout.P_BURST]
-        self.set_dtn_rate_limit(scenario.dtn.rate_limit_bps)
+        for g, dtn in enumerate(scenario.dtns):
+            self.set_dtn_rate_limit(dtn.rate_limit_bps, g)
         if shorts.enabled:
             self._refill_random()
             self.glob_f[layout.NEXT_ARRIVAL] = self.rand_gap[0]
@@ -210,21 +229,26 @@ class Simulator:
                 float(s.initial_window_segments), serial, float(s.mss_bytes), s.cubic_hystart,
             )  # fmt: skip
             serial += 1
-        per_stream = (
-            np.inf if s.dtn.transfer_bytes is None else s.dtn.transfer_bytes / s.dtn.streams
-        )
-        if s.dtn.transfer_bytes is not None and s.dtn.transfer_split == "pooled":
-            # a block each to start; the kernel hands out the rest (kernel._draw_from_pool)
-            per_stream = min(per_stream, POOL_BLOCK_BYTES)
-            self.glob_f[layout.DTN_POOL] = s.dtn.transfer_bytes - per_stream * s.dtn.streams
-        for column in range(self.layout.dtn_columns.start, self.layout.n_flows):
-            init_flow(
-                self.flow_f, self.flow_i, self.bw_filter, column, layout.DTN,
-                layout.CC_CODES[s.dtn.congestion_control], layout.DTN_STREAM, s.dtn.base_rtt_s,
-                self._line_bytes(s.dtn.line_rate_bps), per_stream, 0.0, self.dt,
-                float(s.initial_window_segments), serial, float(s.mss_bytes), s.cubic_hystart,
-            )  # fmt: skip
-            serial += 1
+        for g, dtn in enumerate(s.dtns):
+            columns = self.layout.group_columns(g)
+            self.groups[layout.G_FIRST, g] = columns.start
+            self.groups[layout.G_END, g] = columns.stop
+            per_stream = (
+                np.inf if dtn.transfer_bytes is None else dtn.transfer_bytes / max(dtn.streams, 1)
+            )
+            if dtn.transfer_bytes is not None and dtn.transfer_split == "pooled":
+                # a block each to start; the kernel hands out the rest (kernel._draw_from_pool)
+                per_stream = min(per_stream, POOL_BLOCK_BYTES)
+                self.groups[layout.G_POOL, g] = dtn.transfer_bytes - per_stream * dtn.streams
+            for column in range(columns.start, columns.stop):
+                init_flow(
+                    self.flow_f, self.flow_i, self.bw_filter, column, layout.DTN,
+                    layout.CC_CODES[dtn.congestion_control], layout.DTN_STREAM, dtn.base_rtt_s,
+                    self._line_bytes(dtn.line_rate_bps), per_stream, 0.0, self.dt,
+                    float(s.initial_window_segments), serial, float(s.mss_bytes), s.cubic_hystart,
+                )  # fmt: skip
+                self.flow_i[layout.GROUP, column] = g
+                serial += 1
         self.glob_i[layout.NEXT_SERIAL] = serial
 
     def _refill_random(self) -> None:
@@ -287,20 +311,22 @@ class Simulator:
     def max_bottleneck_buffer_bytes(self) -> float:
         return float(self._max_buffer_bytes / self.payload_fraction)
 
-    def set_dtn_rate_limit(self, rate_bps: float | None) -> None:
-        """The DTN actuator's hook: cap the DTN's aggregate sending rate (``None`` lifts
-        the cap), from the next step on. The bucket is as deep as the tc actuator makes a
-        tbf at that rate, and starts full."""
+    def set_dtn_rate_limit(self, rate_bps: float | None, group: int = 0) -> None:
+        """The DTN actuator's hook: cap DTN host ``group``'s aggregate sending rate
+        (``None`` lifts the cap), from the next step on. The bucket is as deep as the tc
+        actuator makes a tbf at that rate, and starts full."""
+        if not 0 <= group < self.groups.shape[1]:
+            raise ValueError(f"no DTN host {group}: the scenario has {self.groups.shape[1]}")
         if rate_bps is None:
-            self.glob_f[layout.DTN_RATE_LIMIT] = np.inf
+            self.groups[layout.G_RATE_LIMIT, group] = np.inf
             return
         if not math.isfinite(rate_bps) or rate_bps < 0:
             raise ValueError(f"DTN rate limit must be a finite rate >= 0, got {rate_bps!r}")
         burst = tbf_size(rate_bps).burst_bytes * self.payload_fraction
-        if not math.isfinite(self.glob_f[layout.DTN_RATE_LIMIT]):
-            self.glob_f[layout.DTN_TOKENS] = burst
-        self.glob_f[layout.DTN_RATE_LIMIT] = rate_bps / 8.0
-        self.params[layout.P_DTN_BURST] = burst
+        if not math.isfinite(self.groups[layout.G_RATE_LIMIT, group]):
+            self.groups[layout.G_TOKENS, group] = burst
+        self.groups[layout.G_RATE_LIMIT, group] = rate_bps / 8.0
+        self.groups[layout.G_BURST, group] = burst
 
     def set_campus_demand(self, rate_bps: float | None) -> None:
         """Application-limit the active campus long flows to ``rate_bps`` in aggregate (each
@@ -353,10 +379,11 @@ class Simulator:
     def _apply_lines(self) -> None:
         """Each class's sending limit per step: 0 while it sets up its connections."""
         self._apply_campus_lines()
-        line = self._line_bytes(self.scenario.dtn.line_rate_bps)
-        self.flow_f[layout.LINE_BYTES, self.layout.dtn_columns.start :] = (
-            0.0 if "dtn" in self._start_steps else line
-        )
+        for g, dtn in enumerate(self.scenario.dtns):
+            line = self._line_bytes(dtn.line_rate_bps)
+            self.flow_f[layout.LINE_BYTES, self.layout.group_columns(g)] = (
+                0.0 if g in self._start_steps else line
+            )
 
     def _apply_campus_lines(self) -> None:
         active = self._active_long
@@ -373,8 +400,12 @@ class Simulator:
 
     @property
     def dtn_rate_limit_bps(self) -> float | None:
-        """The DTN cap now (bit/s), or ``None`` when the DTN sends uncapped."""
-        cap = float(self.glob_f[layout.DTN_RATE_LIMIT])
+        """The first DTN host's cap now (bit/s), or ``None`` when it sends uncapped."""
+        return self.group_rate_limit_bps(0)
+
+    def group_rate_limit_bps(self, group: int) -> float | None:
+        """DTN host ``group``'s cap now (bit/s), or ``None`` when it sends uncapped."""
+        cap = float(self.groups[layout.G_RATE_LIMIT, group])
         return cap * 8.0 if math.isfinite(cap) else None
 
     def set_activity_rule(
@@ -420,9 +451,13 @@ class Simulator:
         done = 0
         while done < n_steps:
             chunk = n_steps - done
-            if self._start_steps:
+            if self._start_steps or self._stop_steps:
                 self._start_classes()
-                upcoming = [at - self.step_index for at in self._start_steps.values()]
+                self._stop_transfers()
+                upcoming = [
+                    at - self.step_index
+                    for at in (*self._start_steps.values(), *self._stop_steps.values())
+                ]
                 chunk = min([chunk, *upcoming])
             done += advance(
                 self.flow_f, self.flow_i, self.glob_f, self.glob_i, self.params,
@@ -430,7 +465,7 @@ class Simulator:
                 self.bn_slots, self.bn_step, self.bn_total, self.bn_cursor,
                 self.sh_slots, self.sh_step, self.sh_total, self.sh_cursor,
                 self.rand_gap, self.rand_size, self.step_out, offset + done, self.events,
-                self.scratch, chunk,
+                self.scratch, self.groups, chunk,
             )  # fmt: skip
             self._collect_events()
             if (
@@ -446,6 +481,20 @@ class Simulator:
                 continue
             del self._start_steps[name]
         self._apply_lines()
+
+    def _stop_transfers(self) -> None:
+        """End the transfer of a DTN host whose stop time has come: its streams send nothing
+        new, and finish once what they have in flight is acknowledged (what of it is lost is
+        resent first, as TCP delivers its last data), then FIN at the tap."""
+        for g, at in list(self._stop_steps.items()):
+            if self.step_index < at:
+                continue
+            del self._stop_steps[g]
+            columns = self.layout.group_columns(g)
+            f = self.flow_f
+            self.groups[layout.G_POOL, g] = 0.0
+            f[layout.REMAINING, columns] = 0.0
+            f[layout.SIZE, columns] = f[layout.ACKED, columns] + f[layout.INFLIGHT, columns]
 
     def _collect_events(self) -> None:
         count = int(self.glob_i[layout.N_EVENTS])

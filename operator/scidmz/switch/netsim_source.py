@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +52,11 @@ class Wiring:
     bottleneck_port: int
     dtn_address: Address
     campus_address: Address
+    more_dtn_addresses: tuple[Address, ...] = ()
+    """The receivers of the scenario's ``more_dtns``, in order (each its own class)."""
+
+    def dtn_addresses(self) -> tuple[Address, ...]:
+        return (self.dtn_address, *self.more_dtn_addresses)
 
     def problems(self) -> list[str]:
         found = []
@@ -60,8 +65,9 @@ class Wiring:
             found.append(f"ports must be distinct, got {ports}")
         if any(not 0 <= p < 512 for p in ports):
             found.append(f"ports must fit the 9-bit port number (0..511), got {ports}")
-        if self.dtn_address == self.campus_address:
-            found.append("the DTN and campus addresses must differ")
+        addresses = (*self.dtn_addresses(), self.campus_address)
+        if len(set(addresses)) != len(addresses):
+            found.append("the DTN and campus addresses must all differ")
         return found
 
 
@@ -91,6 +97,8 @@ class TruthPoint:
     campus_sojourn_sum_s: float = 0.0
     bottleneck_dropped_bytes: float = 0.0
     """Cumulative bytes BR1 dropped, both classes."""
+    dtn_host_tap_bytes: tuple[float, ...] = ()
+    """Each DTN host's bytes at the tap (cumulative), in scenario order."""
 
 
 def flow_hash(serial: int) -> int:
@@ -103,6 +111,9 @@ def flow_hashes(serials: IntArray) -> IntArray:
     hashed: IntArray = (serials.astype(np.int64) * 0x9E3779B1 + 0x7F4A7C15) & 0xFFFFFFFF
     hashed[hashed == 0] = 1
     return hashed
+
+
+_NO_COLUMNS: IntArray = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,10 @@ class TapTick:
     change_reason: IntArray
     events: FloatArray
     """Every simulator event of the tick (``netsim.layout.EV_*`` rows), FCTs included."""
+    rtt_column: IntArray = field(default_factory=lambda: _NO_COLUMNS)
+    """The simulator columns of the RTT matches ..."""
+    change_column: IntArray = field(default_factory=lambda: _NO_COLUMNS)
+    """... and of the transitions (which DTN host a flow belongs to)."""
 
 
 _NO_INTS: IntArray = np.zeros(0, dtype=np.int64)
@@ -172,6 +187,11 @@ class NetsimSource:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         problems = wiring.problems()
+        if len(wiring.dtn_addresses()) != len(scenario.dtns):
+            problems.append(
+                f"the scenario has {len(scenario.dtns)} DTN hosts and the wiring "
+                f"{len(wiring.dtn_addresses())} DTN addresses"
+            )
         if problems:
             raise ValueError("; ".join(problems))
         if not speedup > 0:
@@ -186,6 +206,14 @@ class NetsimSource:
         self._rtt_sent_at = np.full(n, -math.inf)
         self._is_dtn = np.zeros(n, dtype=bool)
         self._is_dtn[self.sim.layout.dtn_columns] = True
+        addresses = wiring.dtn_addresses()
+        self._destination = [
+            addresses[int(g)] if dtn else wiring.campus_address
+            for g, dtn in zip(self.sim.flow_i[layout.GROUP], self._is_dtn, strict=True)
+        ]
+        self._groups_before = np.zeros((4, self.sim.groups.shape[1]))
+        """Each DTN host's tap bytes, departed bytes, sojourn x bytes and resent bytes at the
+        last tick (several DTN hosts: each its own Traffic)."""
         self._pending_steps = 0.0
         self._tap_bytes = (0.0, 0.0)
         self._tap_packets = (0.0, 0.0)
@@ -215,9 +243,13 @@ class NetsimSource:
         tick = self.advance_tick(elapsed_s)
         w = self.wiring
         traffic = []
+        several = len(w.dtn_addresses()) > 1
         for index, (port, address) in enumerate(
             ((w.dtn_port, w.dtn_address), (w.campus_port, w.campus_address))
         ):
+            if index == 0 and several:
+                traffic.extend(self._dtn_host_traffic())
+                continue
             if tick.new_bytes[index] > 0 or tick.egress_packets[index] > 0:
                 traffic.append(
                     Traffic(
@@ -231,22 +263,22 @@ class NetsimSource:
                     )
                 )  # fmt: skip
         matches = tuple(
-            RttMatch(int(flow), w.dtn_address if is_dtn else w.campus_address, int(rtt_ns))
-            for flow, is_dtn, rtt_ns in zip(
-                tick.rtt_flow, tick.rtt_is_dtn, tick.rtt_ns, strict=True
+            RttMatch(int(flow), self._destination[column], int(rtt_ns))
+            for flow, column, rtt_ns in zip(
+                tick.rtt_flow, tick.rtt_column, tick.rtt_ns, strict=True
             )
         )
         changes = tuple(
             FlowChange(
                 flow_hash=int(flow),
                 port=w.dtn_port if is_dtn else w.campus_port,
-                destination=w.dtn_address if is_dtn else w.campus_address,
+                destination=self._destination[column],
                 started=bool(started),
                 reason=int(reason),
             )
-            for flow, is_dtn, started, reason in zip(
-                tick.change_flow, tick.change_is_dtn, tick.change_started, tick.change_reason,
-                strict=True,
+            for flow, column, is_dtn, started, reason in zip(
+                tick.change_flow, tick.change_column, tick.change_is_dtn, tick.change_started,
+                tick.change_reason, strict=True,
             )
         )  # fmt: skip
         return Observation(
@@ -255,6 +287,45 @@ class NetsimSource:
             rtt_matches=matches,
             flow_changes=changes,
         )
+
+    def _dtn_host_traffic(self) -> list[Traffic]:
+        """Several DTN hosts: each one's data at the tap as its own destination, from the
+        simulator's per-host counts. Its queuing-delay register is its last departure's
+        sojourn; its retransmissions are its streams' resent bytes."""
+        sim, mss = self.sim, float(self.sim.params[layout.P_MSS])
+        groups = sim.groups
+        resent = np.array(
+            [
+                float(sim.flow_f[layout.RESENT_TOTAL, sim.layout.group_columns(g)].sum())
+                for g in range(groups.shape[1])
+            ]
+        )
+        now = np.vstack(
+            [groups[layout.G_TAP_BYTES], groups[layout.G_DEPARTED],
+             groups[layout.G_SOJOURN_W], resent]
+        )  # fmt: skip
+        before, self._groups_before = self._groups_before, now
+        traffic = []
+        for g, address in enumerate(self.wiring.dtn_addresses()):
+            new = int(now[0, g]) - int(before[0, g])
+            left = int(now[1, g]) - int(before[1, g])
+            if new <= 0 and left <= 0:
+                continue
+            resent_bytes = int(now[3, g]) - int(before[3, g])
+            traffic.append(
+                Traffic(
+                    self.wiring.dtn_port, address, new,
+                    int(now[0, g] / mss) - int(before[0, g] / mss),
+                    _register_ns(new, float(groups[layout.G_QD_LAST, g])),
+                    retrans_bytes=resent_bytes,
+                    retrans_packets=int(now[3, g] / mss) - int(before[3, g] / mss),
+                    egress_bytes=left,
+                    egress_packets=int(now[1, g] / mss) - int(before[1, g] / mss),
+                    queuing_delay_sum_ns=int(now[2, g] / mss * 1e9)
+                    - int(before[2, g] / mss * 1e9),
+                )
+            )  # fmt: skip
+        return traffic
 
     def advance_tick(self, elapsed_s: float, record_truth: bool = True) -> TapTick:
         """Advance the simulator by ``elapsed_s`` (times ``speedup``) and report the tick.
@@ -312,10 +383,11 @@ class NetsimSource:
                 np.where(tap_kinds == layout.TAP_STOP_IDLE, STOP_IDLE, 0),
             ).astype(np.int64)
             change_flow = flow_hashes(events[layout.EV_SERIAL][tap].astype(np.int64))
-            change_is_dtn = self._is_dtn[events[layout.EV_COLUMN][tap].astype(np.int64)]
+            change_column = events[layout.EV_COLUMN][tap].astype(np.int64)
+            change_is_dtn = self._is_dtn[change_column]
             change_started = tap_kinds == layout.TAP_START
         else:
-            reasons = change_flow = _NO_INTS
+            reasons = change_flow = change_column = _NO_INTS
             change_is_dtn = change_started = _NO_BOOLS
         now = sim.now
         if record_truth:
@@ -338,6 +410,8 @@ class NetsimSource:
             change_started=change_started,
             change_reason=reasons,
             events=events,
+            rtt_column=columns,
+            change_column=change_column,
         )
 
     def _record_truth(self, sim_s: float, view: TapView) -> None:
@@ -368,5 +442,6 @@ class NetsimSource:
                 dtn_sojourn_sum_s=self._waited[0],
                 campus_sojourn_sum_s=self._waited[1],
                 bottleneck_dropped_bytes=float(self.sim.glob_f[layout.BOTTLENECK_DROPPED]),
+                dtn_host_tap_bytes=tuple(self.sim.groups[layout.G_TAP_BYTES].tolist()),
             )
         )

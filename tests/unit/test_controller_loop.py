@@ -603,3 +603,36 @@ def test_a_stop_that_restores_the_failsafe_reports_success():
 
     restored, applied = _run(main())
     assert restored is True and applied[-1] == 400 * MBPS
+
+
+def test_state_reports_each_dtn_hosts_figures_and_each_policys_target():
+    """/state carries what the operator needs for each policy's status: its host's rate
+    (several DTN hosts, each its own class) and the target the controller holds for it."""
+    from dataclasses import replace
+
+    from scidmz.control.features import PolicyTarget
+
+    policies = (PolicyTarget("climate", "archive", "dtn-1", 300 * MBPS),
+                PolicyTarget("genomics", "core", "dtn-2", 200 * MBPS))  # fmt: skip
+    settings = replace(SETTINGS, policies=policies)
+
+    async def main():
+        controller = Controller(settings, DryRunActuator(), clock=Clock())
+        sample = _sample(1, 490)
+        sample.dtns.add(host="dtn-1", class_id=2, rate_bps=295 * MBPS, rtt_s=0.1,
+                        queuing_delay_s=math.nan, active_flows=8)  # fmt: skip
+        sample.dtns.add(host="dtn-2", class_id=3, rate_bps=195 * MBPS, rtt_s=0.05)
+        await controller.on_sample(sample)
+        return controller.state()
+
+    state = _run(main())
+    assert state.state is not None
+    hosts = {h.host: h for h in state.state.dtn_hosts}
+    assert hosts["dtn-1"].rate_bps == 295 * MBPS and hosts["dtn-1"].queuing_delay_s is None
+    assert hosts["dtn-2"].rtt_s == 0.05
+    assert [(p.name, p.target_rate_bps) for p in state.policies] == [
+        ("archive", 300 * MBPS), ("core", 200 * MBPS)
+    ]  # fmt: skip
+    from scidmz.api.runtime import ControllerState
+
+    ControllerState.model_validate_json(state.model_dump_json())  # what the operator reads

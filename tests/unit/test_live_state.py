@@ -81,3 +81,41 @@ def test_the_admitted_policy_gets_its_rate_target_and_the_links_limit():
     }
     unmeasured = {**BASE, "state": {"dtn_rate_bps": math.nan, "sampled_at": "x", "sequence": 1}}
     assert policy_live_status(ControllerState.model_validate(unmeasured), 1.0) == {}
+
+
+def test_each_policy_sees_its_own_hosts_rate_and_target_and_no_others():
+    """Several DTN hosts: the link's status lists each host, and each policy's status has
+    its host's rate and RTT and its own target, never another's."""
+    from scidmz.k8s.live_state import policy_live_status
+
+    state = ControllerState.model_validate({
+        **BASE,
+        "campus_rate_limit_bps": 3.5e8,
+        "target_rate_bps": 5e8,
+        "policies": [
+            {"namespace": "climate", "name": "archive", "dtn_host": "dtn-1",
+             "target_rate_bps": 3e8},
+            {"namespace": "genomics", "name": "core", "dtn_host": "dtn-2",
+             "target_rate_bps": 2e8},
+        ],
+        "state": {
+            "dtn_rate_bps": 4.9e8, "dtn_rtt_s": 0.09, "sampled_at": "t", "sequence": 4,
+            "dtn_hosts": [
+                {"host": "dtn-1", "rate_bps": 2.95e8, "rtt_s": 0.1013},
+                {"host": "dtn-2", "rate_bps": 1.95e8, "rtt_s": 0.0507, "queuing_delay_s": 0.002},
+            ],
+        },
+    })  # fmt: skip
+    link = live_status(state, 1.0)["state"]
+    assert link["dtnRate"] == "490Mbps" and link["targetRate"] == "500Mbps"
+    assert link["dtnHosts"] == [
+        {"host": "dtn-1", "rate": "295Mbps", "rtt": "101.3ms"},
+        {"host": "dtn-2", "rate": "195Mbps", "rtt": "50.7ms", "queuingDelay": "2ms"},
+    ]
+    genomics = policy_live_status(state, 1.0, "genomics", "core", "dtn-2")["state"]
+    assert genomics == {"dtnRate": "195Mbps", "dtnRtt": "50.7ms", "targetRate": "200Mbps",
+                        "campusRateLimit": "350Mbps", "sampledAt": "t"}  # fmt: skip
+    climate = policy_live_status(state, 1.0, "climate", "archive", "dtn-1")["state"]
+    assert climate["dtnRate"] == "295Mbps" and climate["targetRate"] == "300Mbps"
+    # a host the collector does not measure yet: no figures rather than another's
+    assert "state" not in policy_live_status(state, 1.0, "physics", "exp", "dtn-3")

@@ -838,12 +838,25 @@ class BorderLinkSpec(ApiModel):
         return next((h for h in self.dtn_hosts if h.name == name), None)
 
 
+class DtnHostState(ApiModel):
+    """One DTN host's own class in the latest sample, in API units."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    host: str = Field(description="The DTN host (spec.dtnHosts[].name).")
+    rate: str | None = Field(default=None, description="Its rate at the tap, e.g. 298.7Mbps.")
+    rtt: str | None = Field(default=None, description="Its round-trip time.")
+    queuing_delay: str | None = Field(default=None, description="Its last BR1 sojourn.")
+
+
 class LinkStateStatus(ApiModel):
     """The latest network state y(t) on the link and the control input u(t), in API units."""
 
     model_config = ConfigDict(extra="ignore")
 
-    dtn_rate: str | None = Field(default=None, description="R_DTN, e.g. 598.2Mbps.")
+    dtn_rate: str | None = Field(
+        default=None, description="R_DTN, e.g. 598.2Mbps: the DTN hosts' rates summed."
+    )
     campus_rate: str | None = Field(default=None, description="R_campus.")
     dtn_rtt: str | None = Field(default=None, description="RTT_DTN, e.g. 101.3ms.")
     campus_rtt: str | None = Field(default=None, description="RTT_campus.")
@@ -864,6 +877,11 @@ class LinkStateStatus(ApiModel):
         description="True while the controller holds the fail-safe rate instead of "
         "controlling (samples stale or implausible); the link is then Degraded=True "
         "FailSafe and its policies Ready=False FailSafe.",
+    )
+    dtn_hosts: list[DtnHostState] | None = Field(
+        default=None,
+        max_length=MAX_DTN_HOSTS,
+        description="Each measured DTN host's own figures: each is its own class at the tap.",
     )
 
 

@@ -105,7 +105,11 @@ class PolicyStateStatus(ApiModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    dtn_rate: str | None = Field(default=None, description="R_DTN, e.g. 598.2Mbps.")
+    dtn_rate: str | None = Field(
+        default=None,
+        description="Its DTN host's rate at the tap (the host's own class), e.g. 298.7Mbps.",
+    )
+    dtn_rtt: str | None = Field(default=None, description="Its DTN host's round-trip time.")
     target_rate: str | None = Field(
         default=None,
         description="The target the running controller holds for this policy (a new "

@@ -334,6 +334,18 @@ class RuntimeConfig(_Frozen):
         return self.dtn_classes[0].prefix if self.dtn_classes else None
 
 
+class DtnHostReport(BaseModel):
+    """One DTN host's own class in the latest sample (SI units; None where not measured)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="null")
+
+    host: str = Field(max_length=63)
+    rate_bps: float | None = None
+    rtt_s: float | None = None
+    queuing_delay_s: float | None = None
+    active_flows: float | None = None
+
+
 class SampleReport(BaseModel):
     """y(t) of the latest fresh sample (SI units; None where not measured)."""
 
@@ -356,6 +368,11 @@ class SampleReport(BaseModel):
     dtn_mean_queuing_delay_s: float | None = None
     campus_mean_queuing_delay_s: float | None = None
     long_flows: float | None = None
+    dtn_hosts: list[DtnHostReport] = Field(
+        default_factory=list,
+        max_length=MAX_ADMITTED,
+        description="Each measured DTN host's own figures (several DTNs on one link).",
+    )
     sampled_at: str = Field(description="When the collector measured it (RFC 3339).")
     sequence: int = Field(ge=0)
 
@@ -380,6 +397,17 @@ class BufferReport(BaseModel):
     searches: int = Field(default=0, ge=0)
 
 
+class PolicyTargetReport(BaseModel):
+    """An admitted policy's target as the running controller holds it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    namespace: str = Field(max_length=63)
+    name: str = Field(max_length=253)
+    dtn_host: str = Field(max_length=63)
+    target_rate_bps: float
+
+
 class ControllerState(BaseModel):
     """The controller's ``/state`` (snake_case JSON, SI units like ``RuntimeConfig``): what
     the operator copies into the link's and its policies' status, and the demo and the lab
@@ -393,6 +421,11 @@ class ControllerState(BaseModel):
     failsafe_active: bool
     target_rate_bps: float | None = Field(
         default=None, description="R* the controller decides on (taken live from its config)."
+    )
+    policies: list[PolicyTargetReport] = Field(
+        default_factory=list,
+        max_length=MAX_ADMITTED,
+        description="Each admitted policy's share of R*, as the controller holds them.",
     )
     campus_rate_limit_bps: float | None = None
     dtn_rate_limit_bps: float | None = None

@@ -34,10 +34,16 @@ from dataclasses import asdict, dataclass
 import grpc
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from scidmz.api.runtime import ControllerState, SampleReport, TrackingReport
+from scidmz.api.runtime import (
+    ControllerState,
+    DtnHostReport,
+    PolicyTargetReport,
+    SampleReport,
+    TrackingReport,
+)
 from scidmz.auth.channels import ClientTls, open_channel
 from scidmz.contract.channels import RECONNECT_OPTIONS
-from scidmz.contract.codec import from_message, signals_from_message
+from scidmz.contract.codec import dtns_from_message, from_message, signals_from_message
 from scidmz.contract.state import StateVector
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.control.antiwindup import (
@@ -663,6 +669,21 @@ class Controller:
             values = from_message(latest)._asdict() | asdict(signals_from_message(latest))
             sample = SampleReport(
                 **{k: (v if math.isfinite(v) else None) for k, v in values.items()},
+                dtn_hosts=[
+                    DtnHostReport(
+                        host=d.host,
+                        **{
+                            k: (v if math.isfinite(v) else None)
+                            for k, v in (
+                                ("rate_bps", d.rate_bps),
+                                ("rtt_s", d.rtt_s),
+                                ("queuing_delay_s", d.queuing_delay_s),
+                                ("active_flows", d.active_flows),
+                            )
+                        },
+                    )
+                    for d in dtns_from_message(latest)
+                ],
                 sampled_at=latest.measured_at.ToJsonString(),
                 sequence=latest.sequence,
             )
@@ -671,6 +692,15 @@ class Controller:
             strategy=self.settings.strategy,
             failsafe_active=self.failsafe_active,
             target_rate_bps=self.settings.setpoint.target_rate_bps,
+            policies=[
+                PolicyTargetReport(
+                    namespace=p.namespace,
+                    name=p.name,
+                    dtn_host=p.dtn_host,
+                    target_rate_bps=p.target_rate_bps,
+                )
+                for p in self.settings.policies
+            ],
             campus_rate_limit_bps=self.applied_bps,
             dtn_rate_limit_bps=self.dtn_applied_bps if self.dtn_actuator is not None else None,
             tracking=TrackingReport(

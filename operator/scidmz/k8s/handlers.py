@@ -432,10 +432,12 @@ def write_live_state(
     if patch:
         client.patch_link_status(link.name, patch)
         writes += 1
-    per_policy = policy_live_status(state, sample_time_s)
     known = {p.key: p for p in policies}
     for item in _admitted(link):
         policy = known.get((item["namespace"], item["name"]))
+        per_policy = policy_live_status(
+            state, sample_time_s, item["namespace"], item["name"], str(item.get("dtnHost", ""))
+        )
         changes = {k: v for k, v in per_policy.items() if policy is None or policy.live.get(k) != v}
         if not changes:
             continue

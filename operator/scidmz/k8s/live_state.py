@@ -2,9 +2,9 @@
 ``status.state`` and ``status.tracking``.
 
 Pure: the operator fetches and writes (``k8s.handlers``); this module only translates SI
-numbers into the API's unit strings (``598.2Mbps``, ``101.3ms``). A link measures its DTN
-hosts as one class (``api.admission``), so its one admitted policy's rate and tracking are
-the link's DTN figures.
+numbers into the API's unit strings (``598.2Mbps``, ``101.3ms``). Each DTN host is its
+own class at the tap, so a policy's rate is its host's; a controller that reports no hosts
+(an older one) gives the link's DTN figures, which with one admitted policy are the same.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from scidmz.api.link import BufferStatus, LinkStateStatus, TrackingStatus
+from scidmz.api.link import BufferStatus, DtnHostState, LinkStateStatus, TrackingStatus
 from scidmz.api.policy import PolicyStateStatus
 from scidmz.api.runtime import ControllerState
 from scidmz.api.units import format_duration, format_rate
@@ -43,15 +43,33 @@ def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, 
     }
 
 
-def policy_live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
-    """The admitted policy's ``state`` and ``tracking``: its DTN rate, the target the
-    controller holds for it, and the link's campus rate limit."""
+def policy_live_status(
+    controller: ControllerState,
+    sample_time_s: float,
+    namespace: str = "",
+    name: str = "",
+    dtn_host: str = "",
+) -> dict[str, Any]:
+    """An admitted policy's ``state`` and ``tracking``: its DTN host's rate and RTT, the
+    target the controller holds for it, and the link's campus rate limit. Nothing of
+    another host's or policy's."""
     result: dict[str, Any] = {}
     state = controller.state
-    if state is not None and _finite(state.dtn_rate_bps) is not None:
+    if state is None:
+        return _tracking(controller, sample_time_s)
+    hosts = {h.host: h for h in state.dtn_hosts}
+    own = hosts.get(dtn_host)
+    if hosts and own is None:
+        return _tracking(controller, sample_time_s)  # its host not measured (yet)
+    rate = own.rate_bps if own is not None else state.dtn_rate_bps
+    rtt = own.rtt_s if own is not None else state.dtn_rtt_s
+    targets = {(p.namespace, p.name): p.target_rate_bps for p in controller.policies}
+    target = targets.get((namespace, name), controller.target_rate_bps if not targets else None)
+    if _finite(rate) is not None:
         result["state"] = PolicyStateStatus(
-            dtn_rate=_rate(state.dtn_rate_bps),
-            target_rate=_rate(controller.target_rate_bps),
+            dtn_rate=_rate(rate),
+            dtn_rtt=_duration(rtt),
+            target_rate=_rate(target),
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
             sampled_at=state.sampled_at,
         ).model_dump(by_alias=True, exclude_none=True)
@@ -78,6 +96,16 @@ def _state(controller: ControllerState) -> dict[str, Any]:
             target_rate=_rate(controller.target_rate_bps),
             sampled_at=state.sampled_at,
             failsafe_active=controller.failsafe_active,
+            dtn_hosts=[
+                DtnHostState(
+                    host=h.host,
+                    rate=_rate(h.rate_bps),
+                    rtt=_duration(h.rtt_s),
+                    queuing_delay=_duration(h.queuing_delay_s),
+                )
+                for h in state.dtn_hosts
+            ]
+            or None,
         )
         fields = status.model_dump(by_alias=True, exclude_none=True)
         if fields:

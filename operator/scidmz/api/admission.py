@@ -30,10 +30,10 @@ from scidmz.api.selection import namespace_allowed
 from scidmz.api.units import format_rate, parse_rate
 
 DTN_CLASSES_PER_LINK = 1
-"""The telemetry classes a link's DTN hosts are measured in. The P4 contract has one DTN
-class: the admitted hosts' traffic is counted together, so a link holds one policy at a
-time, and a second is refused (``DtnClassShared``) rather than mixed into the first one's
-rate. Per-DTN classes lift this."""
+"""The DTN targets a link's loop holds at once. Each DTN host is measured as its own class
+(``contract.classes``), but the loop drives one DTN target with one DTN cap, so a link
+holds one policy at a time, and a second is refused (``DtnClassShared``) rather than mixed
+into the first one's rate. Per-host caps and targets lift this."""
 
 # Accepted=True
 ACCEPTED = "Accepted"
@@ -279,7 +279,7 @@ def admit(
         if len(holders) >= DTN_CLASSES_PER_LINK:
             first = next(iter(holders.values()))
             return DTN_CLASS_SHARED, (
-                f"BorderLink {link_name} measures its DTN hosts as one class, so it holds "
+                f"BorderLink {link_name}'s loop holds one DTN target at a time, so it holds "
                 f"one policy at a time; {_holder_text(first, policy)} holds it (admitted "
                 "first); this one waits"
             )

@@ -621,7 +621,8 @@ def _dtn_actuator(
     default_gains: tuple[float, float, float],
     shaper_address: str | None,
 ) -> DtnActuatorConfig | None:
-    """The DTN cap of the admitted host (one DTN class: one host at most), if it has one."""
+    """The DTN cap of the admitted host (one DTN target per link: one host at most), if it
+    has one."""
     if len(hosts) != 1 or hosts[0][1] is None or hosts[0][1].shaper is None:
         return None
     policy, host = hosts[0]

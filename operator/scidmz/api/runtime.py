@@ -10,7 +10,9 @@ changed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -768,6 +770,22 @@ def config_changed(seen: bytes | None, current: bytes | None) -> bool:
     acted on. An unreadable file (None) is no change: the process runs on as configured
     and acts when the file is readable again (and only if it then differs)."""
     return current is not None and current != seen
+
+
+async def config_changes(
+    path: Path, wake: asyncio.Event, interval_s: Callable[[], float]
+) -> AsyncIterator[None]:
+    """Yield each time ``path`` holds new bytes, looking every ``interval_s()`` (at once when
+    ``wake`` is set, e.g. on SIGHUP); see ``config_changed`` for what counts."""
+    seen = read_config_bytes(path)
+    while True:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), interval_s())
+        wake.clear()
+        current = read_config_bytes(path)
+        if config_changed(seen, current):
+            seen = current
+            yield
 
 
 def load_runtime_config(path: Path) -> RuntimeConfig:

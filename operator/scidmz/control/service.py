@@ -4,7 +4,6 @@ and its config file watched for live changes (``control.live_config``)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from pathlib import Path
 
@@ -13,9 +12,8 @@ from prometheus_client import CollectorRegistry
 from scidmz.api.runtime import (
     ConfigError,
     RuntimeConfig,
-    config_changed,
+    config_changes,
     load_runtime_config,
-    read_config_bytes,
 )
 from scidmz.auth.tls_source import TlsSource
 from scidmz.control.actuators import Actuator
@@ -139,18 +137,9 @@ class ControllerProcess:
         is validated as at start-up, and its live fields are taken (``live_config``). An
         invalid file changes nothing: the controller runs on, and says why in its log and
         in ``scidmz_controller_config_reloads_total{result="rejected"}``."""
-        seen = read_config_bytes(path)
         running = started_with
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self.reload_requested.wait(), self.controller.settings.sample_time_s
-                )
-            self.reload_requested.clear()
-            current = read_config_bytes(path)
-            if not config_changed(seen, current):
-                continue
-            seen = current
+        interval = lambda: self.controller.settings.sample_time_s  # noqa: E731 (live)
+        async for _ in config_changes(path, self.reload_requested, interval):
             running = self.reload(path, running)
 
     def reload(self, path: Path, running: RuntimeConfig) -> RuntimeConfig:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 from dataclasses import replace
@@ -16,9 +15,8 @@ from scidmz import __version__
 from scidmz.api.runtime import (
     ConfigError,
     RuntimeConfig,
-    config_changed,
+    config_changes,
     load_runtime_config,
-    read_config_bytes,
     restart_relevant,
 )
 from scidmz.auth.channels import add_port, server_options
@@ -56,17 +54,8 @@ class CollectorProcess:
         if self.config is None:
             return
         path, running = self.config
-        seen = read_config_bytes(path)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    self.reload_requested.wait(), self.collector.settings.sample_time_s
-                )
-            self.reload_requested.clear()
-            current = read_config_bytes(path)
-            if not config_changed(seen, current):
-                continue
-            seen = current
+        interval = lambda: self.collector.settings.sample_time_s  # noqa: E731
+        async for _ in config_changes(path, self.reload_requested, interval):
             try:
                 wanted = load_runtime_config(path)
                 check_runtime_config(wanted)

@@ -20,7 +20,3 @@ def dtn_class(index: int) -> int:
     if not 0 <= index < DTN_CLASSES:
         raise ValueError(f"DTN host index {index} is outside 0..{DTN_CLASSES - 1}")
     return FIRST_DTN_CLASS + index
-
-
-def is_dtn_class(class_id: int) -> bool:
-    return class_id >= FIRST_DTN_CLASS

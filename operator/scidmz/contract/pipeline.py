@@ -27,13 +27,11 @@ from scidmz.contract.classes import (
     DTN_CLASSES,
     FIRST_DTN_CLASS,
     dtn_class,
-    is_dtn_class,
 )
 
 CONTROL = "ScidmzIngress"
 __all__ = [
     "CLASS_CAMPUS", "CLASS_NONE", "CLASS_SLOTS", "DTN_CLASSES", "FIRST_DTN_CLASS", "dtn_class",
-    "is_dtn_class",
 ]  # fmt: skip
 ROLE_CAMPUS_SIDE = 1
 ROLE_DTN_SIDE = 2
@@ -41,7 +39,6 @@ ROLE_BOTTLENECK_SIDE = 3
 STOP_FIN = 1
 STOP_IDLE = 2
 FLOW_SLOTS = 65536
-
 
 MatchKind = Literal["EXACT", "LPM"]
 
@@ -173,6 +170,8 @@ COUNTERS: tuple[Counter, ...] = (
 )
 PER_CLASS_REGISTERS = ("queuing_delay_ns", "queuing_delay_sum_1024ns", "queuing_delay_count")
 """Registers indexed by class id: with the counters, what a program pays per class."""
+_PER_CLASS = frozenset({qualified(n) for n in PER_CLASS_REGISTERS} | {c.name for c in COUNTERS})
+"""Every per-class array, by its qualified name."""
 QD_SUM_SHIFT = 10
 """``queuing_delay_sum_1024ns`` adds each sojourn in ns shifted right by this much."""
 TNA_QD_SAMPLE_MASK = 0xF
@@ -386,16 +385,14 @@ MIN_CLASS_SLOTS = FIRST_DTN_CLASS + 1
 
 
 def _least_size(register: Register) -> int:
-    per_class = register.name in {qualified(n) for n in PER_CLASS_REGISTERS}
-    return MIN_CLASS_SLOTS if per_class else register.size
+    return MIN_CLASS_SLOTS if register.name in _PER_CLASS else register.size
 
 
 def declared_dtn_classes(info: p4i.P4Info) -> int:
     """How many DTN classes a (checked) P4Info holds: its smallest per-class array, less
     the campus class and class 0. The collector programs at most this many DTN hosts."""
-    per_class = {qualified(n) for n in PER_CLASS_REGISTERS} | {c.name for c in COUNTERS}
-    sizes = [r.size for r in info.registers if canonical_name(r.preamble.name) in per_class]
-    sizes += [c.size for c in info.counters if canonical_name(c.preamble.name) in per_class]
+    sizes = [r.size for r in info.registers if canonical_name(r.preamble.name) in _PER_CLASS]
+    sizes += [c.size for c in info.counters if canonical_name(c.preamble.name) in _PER_CLASS]
     return max(0, min(sizes, default=0) - FIRST_DTN_CLASS)
 
 

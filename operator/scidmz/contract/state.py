@@ -9,7 +9,7 @@ made-up number, so the controller can decide what to do with it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import NamedTuple
 
 
@@ -76,14 +76,10 @@ class DtnFigures:
     """Its flows active by the activity rule (those whose start digest was seen)."""
 
 
-DTN_FIGURES: tuple[str, ...] = (
-    "rate_bps",
-    "rtt_s",
-    "queuing_delay_s",
-    "mean_queuing_delay_s",
-    "retransmission_ratio",
-    "active_flows",
+DTN_FIGURES: tuple[str, ...] = tuple(
+    f.name for f in fields(DtnFigures) if f.name not in ("host", "class_id")
 )
+"""The measured figures of ``DtnFigures``, in field order (what the sample stream carries)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import grpc
@@ -168,6 +168,11 @@ class ControllerMetrics:
         )  # fmt: skip
         self.labels = labels
         self.actuator_errors.labels(*labels)  # exported as 0 from the start: alerts rate() it
+
+
+def _measured(values: Mapping[str, float]) -> dict[str, float | None]:
+    """Values for ``/state``: None where not measured (NaN), as its JSON says."""
+    return {k: (v if math.isfinite(v) else None) for k, v in values.items()}
 
 
 class Controller:
@@ -667,21 +672,11 @@ class Controller:
         sample = None
         if latest is not None:
             values = from_message(latest)._asdict() | asdict(signals_from_message(latest))
+            reported = set(DtnHostReport.model_fields) - {"host"}
             sample = SampleReport(
-                **{k: (v if math.isfinite(v) else None) for k, v in values.items()},
+                **_measured(values),
                 dtn_hosts=[
-                    DtnHostReport(
-                        host=d.host,
-                        **{
-                            k: (v if math.isfinite(v) else None)
-                            for k, v in (
-                                ("rate_bps", d.rate_bps),
-                                ("rtt_s", d.rtt_s),
-                                ("queuing_delay_s", d.queuing_delay_s),
-                                ("active_flows", d.active_flows),
-                            )
-                        },
-                    )
+                    DtnHostReport(host=d.host, **_measured({k: getattr(d, k) for k in reported}))
                     for d in dtns_from_message(latest)
                 ],
                 sampled_at=latest.measured_at.ToJsonString(),
@@ -692,15 +687,7 @@ class Controller:
             strategy=self.settings.strategy,
             failsafe_active=self.failsafe_active,
             target_rate_bps=self.settings.setpoint.target_rate_bps,
-            policies=[
-                PolicyTargetReport(
-                    namespace=p.namespace,
-                    name=p.name,
-                    dtn_host=p.dtn_host,
-                    target_rate_bps=p.target_rate_bps,
-                )
-                for p in self.settings.policies
-            ],
+            policies=[PolicyTargetReport(**asdict(p)) for p in self.settings.policies],
             campus_rate_limit_bps=self.applied_bps,
             dtn_rate_limit_bps=self.dtn_applied_bps if self.dtn_actuator is not None else None,
             tracking=TrackingReport(

@@ -1100,6 +1100,6 @@ def advance(
         step_out[OUT_RATE_LIMIT, col] = glob_f[CAMPUS_RATE_LIMIT]
         step_out[OUT_SHAPER_W, col] = shaper_w_sum
         step_out[OUT_SHAPED, col] = released
-        step_out[OUT_DTN_RATE_LIMIT, col] = groups[G_RATE_LIMIT, 0] if n_groups else np.inf
+        step_out[OUT_DTN_RATE_LIMIT, col] = groups[G_RATE_LIMIT, 0]
         glob_i[STEP] = step + 1
     return n_steps

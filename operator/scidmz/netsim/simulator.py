@@ -44,9 +44,12 @@ class FlowLayout:
 
     n_long: int
     n_pool: int
-    n_dtn: int
-    dtn_streams: tuple[int, ...] = ()
-    """Each DTN host's streams, in scenario order (default: one host with all ``n_dtn``)."""
+    dtn_streams: tuple[int, ...]
+    """Each DTN host's streams, in scenario order."""
+
+    @property
+    def n_dtn(self) -> int:
+        return sum(self.dtn_streams)
 
     @property
     def n_campus(self) -> int:
@@ -66,9 +69,8 @@ class FlowLayout:
 
     def group_columns(self, group: int) -> slice:
         """DTN host ``group``'s stream columns."""
-        streams = self.dtn_streams or (self.n_dtn,)
-        first = self.n_campus + sum(streams[:group])
-        return slice(first, first + streams[group])
+        first = self.n_campus + sum(self.dtn_streams[:group])
+        return slice(first, first + self.dtn_streams[group])
 
 
 class Simulator:
@@ -83,7 +85,6 @@ class Simulator:
         self.layout = FlowLayout(
             n_long=scenario.campus.long_flows,
             n_pool=shorts.max_concurrent if shorts.enabled else 0,
-            n_dtn=sum(d.streams for d in scenario.dtns),
             dtn_streams=tuple(d.streams for d in scenario.dtns),
         )
         n = self.layout.n_flows

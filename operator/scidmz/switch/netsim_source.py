@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -113,9 +113,6 @@ def flow_hashes(serials: IntArray) -> IntArray:
     return hashed
 
 
-_NO_COLUMNS: IntArray = np.zeros(0, dtype=np.int64)
-
-
 @dataclass(frozen=True)
 class TapTick:
     """What the tap saw in one tick, as arrays: the same facts an ``Observation`` carries
@@ -148,9 +145,9 @@ class TapTick:
     change_reason: IntArray
     events: FloatArray
     """Every simulator event of the tick (``netsim.layout.EV_*`` rows), FCTs included."""
-    rtt_column: IntArray = field(default_factory=lambda: _NO_COLUMNS)
+    rtt_column: IntArray
     """The simulator columns of the RTT matches ..."""
-    change_column: IntArray = field(default_factory=lambda: _NO_COLUMNS)
+    change_column: IntArray
     """... and of the transitions (which DTN host a flow belongs to)."""
 
 
@@ -171,6 +168,24 @@ def _per(values: tuple[float, float], unit: float) -> tuple[float, float]:
 
 def _deltas(now: tuple[float, float], before: tuple[float, float]) -> tuple[int, int]:
     return int(now[0]) - int(before[0]), int(now[1]) - int(before[1])
+
+
+def _class_traffic(tick: TapTick, index: int, port: int, address: Address) -> list[Traffic]:
+    """A class of the tick (0: the DTN, 1: the campus) as the data to one destination, or
+    nothing when it neither entered nor left BR1."""
+    if tick.new_bytes[index] <= 0 and tick.egress_packets[index] <= 0:
+        return []
+    return [
+        Traffic(
+            port, address, tick.new_bytes[index], tick.new_packets[index],
+            tick.queuing_delay_ns[index],
+            retrans_bytes=tick.resent_bytes[index],
+            retrans_packets=tick.resent_packets[index],
+            egress_bytes=tick.egress_bytes[index],
+            egress_packets=tick.egress_packets[index],
+            queuing_delay_sum_ns=tick.queuing_delay_sum_ns[index],
+        )
+    ]  # fmt: skip
 
 
 class NetsimSource:
@@ -242,26 +257,12 @@ class NetsimSource:
     def advance(self, elapsed_s: float) -> Observation:
         tick = self.advance_tick(elapsed_s)
         w = self.wiring
-        traffic = []
-        several = len(w.dtn_addresses()) > 1
-        for index, (port, address) in enumerate(
-            ((w.dtn_port, w.dtn_address), (w.campus_port, w.campus_address))
-        ):
-            if index == 0 and several:
-                traffic.extend(self._dtn_host_traffic())
-                continue
-            if tick.new_bytes[index] > 0 or tick.egress_packets[index] > 0:
-                traffic.append(
-                    Traffic(
-                        port, address, tick.new_bytes[index], tick.new_packets[index],
-                        tick.queuing_delay_ns[index],
-                        retrans_bytes=tick.resent_bytes[index],
-                        retrans_packets=tick.resent_packets[index],
-                        egress_bytes=tick.egress_bytes[index],
-                        egress_packets=tick.egress_packets[index],
-                        queuing_delay_sum_ns=tick.queuing_delay_sum_ns[index],
-                    )
-                )  # fmt: skip
+        traffic = (
+            self._dtn_host_traffic()
+            if len(w.dtn_addresses()) > 1
+            else _class_traffic(tick, 0, w.dtn_port, w.dtn_address)
+        )
+        traffic += _class_traffic(tick, 1, w.campus_port, w.campus_address)
         matches = tuple(
             RttMatch(int(flow), self._destination[column], int(rtt_ns))
             for flow, column, rtt_ns in zip(

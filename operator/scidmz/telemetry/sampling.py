@@ -48,8 +48,6 @@ class Poll:
     """DTN class id -> cells, for the classes of the plan the switch was read for."""
     dtn_hosts: Mapping[int, str] = field(default_factory=dict)
     """DTN class id -> the host it stands for (``spec.dtnHosts[].name``)."""
-    has_loss: bool = True
-    """False: a pipeline without the loss counters was read (their cells are 0)."""
     sum_bits: int = 48
     count_bits: int = 32
     """Widths of the sojourn sum and count registers in the P4Info read."""
@@ -133,7 +131,7 @@ def estimate(
         [poll.campus.queuing_delay_ns, *(c.queuing_delay_ns for c in poll.dtns.values())]
     )
     signals = PathSignals(long_flows=float(long_flows))
-    if poll.has_loss and campus is not None:
+    if campus is not None:
         signals = PathSignals(
             dtn_retransmission_ratio=retransmission_ratio(dtn_total),
             campus_retransmission_ratio=retransmission_ratio(campus),
@@ -157,8 +155,8 @@ def estimate(
             rate_bps=rates[c],
             rtt_s=dtn_rtts[c],
             queuing_delay_s=qds[c],
-            mean_queuing_delay_s=mean_queuing_delay_s(dtn[c]) if poll.has_loss else math.nan,
-            retransmission_ratio=retransmission_ratio(dtn[c]) if poll.has_loss else math.nan,
+            mean_queuing_delay_s=mean_queuing_delay_s(dtn[c]),
+            retransmission_ratio=retransmission_ratio(dtn[c]),
             active_flows=float(flows_per_class.get(c, 0)),
         )
         for c in sorted(poll.dtns)

@@ -21,8 +21,9 @@ import numpy as np
 from scidmz.contract.codec import state_message
 from scidmz.control.actuators import DryRunActuator
 from scidmz.control.antiwindup import Gains, Limits
+from scidmz.control.dtn_caps import DtnControl
 from scidmz.control.features import Setpoint
-from scidmz.control.loop import Controller, ControllerSettings, DtnControl
+from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.control.settings import default_models_dir
 from scidmz.learn.gains import load_gains

@@ -15,8 +15,9 @@ import pytest
 
 from scidmz.control.actuators import SimActuator, SimDtnActuator
 from scidmz.control.antiwindup import Gains, Limits
+from scidmz.control.dtn_caps import DtnControl
 from scidmz.control.features import Setpoint
-from scidmz.control.loop import Controller, ControllerSettings, DtnControl
+from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
 from scidmz.control.settings import default_models_dir
 from scidmz.netsim.scenario import Scenario

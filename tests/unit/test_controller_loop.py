@@ -13,8 +13,9 @@ import pytest
 
 from scidmz.control.actuators import ActuatorError, DryRunActuator, tbf_parameters
 from scidmz.control.antiwindup import FilterState, Gains, Limits, follow_setpoint
+from scidmz.control.dtn_caps import DtnControl
 from scidmz.control.features import FEATURE_NAMES, Setpoint
-from scidmz.control.loop import Controller, ControllerSettings, DtnControl
+from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import (
     META_FEATURES,
     META_TARGET,

@@ -17,9 +17,10 @@ from scidmz.api.runtime import (
 )
 from scidmz.control.actuators import DryRunActuator
 from scidmz.control.antiwindup import Gains
+from scidmz.control.dtn_caps import DtnControl
 from scidmz.control.features import Setpoint
 from scidmz.control.live_config import live_update, model_change, plan_reload
-from scidmz.control.loop import Controller, DtnControl
+from scidmz.control.loop import Controller
 from scidmz.control.settings import controller_settings
 from tests.loops import link_spec, policy_spec, render
 from tests.unit.test_controller_loop import MBPS, SETTINGS, Clock, _sample
@@ -60,11 +61,11 @@ def test_what_the_controller_is_built_around_needs_a_restart_and_is_kept() -> No
     assert set(update.needs_restart) == {"strategy", "sample_time_s", "collector_address"}
     assert update.settings.strategy == "pi" and update.settings.sample_time_s == 1.0
     assert update.settings.setpoint.target_rate_bps == 700 * MBPS
-    # a DTN filter comes with an actuator: it cannot appear in a running process
-    dtn = DtnControl(Gains(0.1, 0, 0), SETTINGS.limits, None)
-    with_dtn = dataclasses.replace(SETTINGS, dtn=dtn)
-    assert live_update(SETTINGS, with_dtn).needs_restart == ("dtn",)
-    assert live_update(SETTINGS, with_dtn).settings.dtn is None
+    # a DTN cap comes live (a policy admitted on a shaped host): its actuator is to open
+    dtn = DtnControl(Gains(0.1, 0, 0), SETTINGS.limits, None, host="dtn-1")
+    with_dtn = live_update(SETTINGS, dataclasses.replace(SETTINGS, dtn=dtn))
+    assert with_dtn.needs_restart == () and with_dtn.applied == ("dtn",)
+    assert with_dtn.new_caps == {"dtn-1"} and with_dtn.settings.dtn == dtn
 
 
 def test_a_new_target_rate_in_the_rendered_config_moves_the_setpoint_and_failsafe() -> None:
@@ -162,6 +163,7 @@ LIVE_SPEC_CHANGES: dict[str, Change] = {
     "desired RTTs": (_controller(desiredState={"dtnRtt": "90ms", "campusRtt": "12ms"}), {}),
     "failsafe": ({"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}}, {}),
     "congestion control": ({}, {"congestionControl": "bbr"}),
+    "a DTN cap": WITH_DTN_CAP,
 }
 """Changes a running controller takes live (the example link and policy, one at a time)."""
 RESTART_SPEC_CHANGES: dict[str, Change] = {
@@ -169,7 +171,6 @@ RESTART_SPEC_CHANGES: dict[str, Change] = {
     "desired-state mode": (_controller(desiredState={"mode": "table3"}), {}),
     "sampleTime": ({"sampleTime": "2s"}, {}),
     "actuator": ({"actuator": {"type": "dryRun"}}, {}),
-    "a DTN cap": WITH_DTN_CAP,
     "switch": ({"switch": {**link_spec()["switch"], "address": "elsewhere:9559"}}, {}),
 }
 """Changes the controller is built around: the pods must be rolled."""

@@ -134,16 +134,31 @@ class ControllerConfig(_Frozen):
     pinned_after_s: float = Field(default=60.0, ge=1, le=3600)
 
 
+MAX_ADMITTED = 64
+"""The most policies a link admits at once: one per DTN host (``contract.classes``)."""
+
+
 class ActuatorConfig(_Frozen):
     type: ActuatorType
     tc_node_name: str | None = None
     tc_interface: str | None = None
     sim_address: HostPort | None = None
     dtn: DtnActuatorConfig | None = None
+    more_dtns: list[DtnActuatorConfig] = Field(
+        default_factory=list,
+        max_length=MAX_ADMITTED,
+        description="The caps of the other admitted DTN hosts with a shaper (``dtn`` is "
+        "the first), each on its own host's target.",
+    )
+
+    @property
+    def dtns(self) -> list[DtnActuatorConfig]:
+        """Every DTN cap, the first one first."""
+        return self.more_dtns if self.dtn is None else [self.dtn, *self.more_dtns]
 
 
 class DtnActuatorConfig(_Frozen):
-    """The DTN cap's actuator and filter."""
+    """A DTN host's cap: its actuator and filter."""
 
     type: ActuatorType
     host: str = Field(default="dtn", min_length=1, max_length=63, description="The DTN host.")
@@ -163,6 +178,10 @@ class DtnActuatorConfig(_Frozen):
         default=False,
         description="No admitted policy on the host (it is held, ``api.holds``): the "
         "controller leaves the cap alone and the agent holds its fail-safe.",
+    )
+    target_rate_bps: Rate | None = Field(
+        default=None,
+        description="R*_i, the host's own target (its policy's); None: the link's R*.",
     )
 
 
@@ -255,9 +274,6 @@ class ChannelSecurity(_Frozen):
         max_length=253,
         description="The name the DTN shaper agent's certificate is checked against.",
     )
-
-
-MAX_ADMITTED = 64
 
 
 class RuntimeConfig(_Frozen):
@@ -408,6 +424,14 @@ class PolicyTargetReport(BaseModel):
     name: str = Field(max_length=253)
     dtn_host: str = Field(max_length=63)
     target_rate_bps: float
+    dtn_rate_limit_bps: float | None = Field(
+        default=None,
+        description="The cap in force on its DTN host (None: its host has no shaper, or no "
+        "cap is in force yet; its rate is then held only through the link's sum).",
+    )
+    capped: bool = Field(
+        default=False, description="Whether its DTN host has a cap loop of its own."
+    )
 
 
 class ControllerState(BaseModel):
@@ -487,6 +511,11 @@ def resolve_runtime_config(
     act = link.actuator
     hosts = [(p, link.dtn_host(p.spec.dtn_host)) for p in admitted]
     kept = link.dtn_host(held[0].host) if held and not admitted else None
+    caps = (
+        [c for c in [_held_dtn_actuator(link, held[0], tuned["dtn"], dtn_shaper_address)] if c]
+        if kept is not None
+        else _dtn_actuators(link, hosts, tuned["dtn"], dtn_shaper_address)
+    )
     return RuntimeConfig(
         link=link_name,
         link_uid=link_uid,
@@ -556,11 +585,8 @@ def resolve_runtime_config(
                 if act.type == "sim"
                 else None
             ),
-            dtn=(
-                _held_dtn_actuator(link, held[0], tuned["dtn"], dtn_shaper_address)
-                if kept is not None
-                else _dtn_actuator(link, hosts, tuned["dtn"], dtn_shaper_address)
-            ),
+            dtn=caps[0] if caps else None,
+            more_dtns=caps[1:],
         ),
         failsafe=FailsafeConfig(
             stale_after_s=(
@@ -617,18 +643,30 @@ def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:
     )
 
 
-def _dtn_actuator(
+def _dtn_actuators(
     link: BorderLinkSpec,
     hosts: Sequence[tuple[Admitted, DtnHost | None]],
     default_gains: tuple[float, float, float],
     shaper_address: str | None,
-) -> DtnActuatorConfig | None:
-    """The DTN cap of the admitted host (one DTN target per link: one host at most), if it
-    has one."""
-    if len(hosts) != 1 or hosts[0][1] is None or hosts[0][1].shaper is None:
-        return None
-    policy, host = hosts[0]
-    assert host is not None and host.shaper is not None
+) -> list[DtnActuatorConfig]:
+    """The cap of each admitted host with a shaper, on its own policy's target (a host
+    without one is held only through the link's sum)."""
+    return [
+        _dtn_actuator(link, policy, host, default_gains, shaper_address)
+        for policy, host in hosts
+        if host is not None and host.shaper is not None
+    ]
+
+
+def _dtn_actuator(
+    link: BorderLinkSpec,
+    policy: Admitted,
+    host: DtnHost,
+    default_gains: tuple[float, float, float],
+    shaper_address: str | None,
+) -> DtnActuatorConfig:
+    """One admitted host's cap (its shaper's type, gains, bounds and fail-safe)."""
+    assert host.shaper is not None
     shaper = host.shaper
     target_bps = parse_rate(policy.spec.target_rate)
     kp, ki, kw = (
@@ -656,6 +694,7 @@ def _dtn_actuator(
             if shaper.min_rate is not None
             else DEFAULT_DTN_MIN_FRACTION * target_bps
         ),
+        target_rate_bps=target_bps,
     )
 
 
@@ -715,6 +754,8 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("actuator", "dtn", "failsafe_rate_bps"),
     ("actuator", "dtn", "min_rate_bps"),
     ("actuator", "dtn", "held"),
+    ("actuator", "dtn", "target_rate_bps"),
+    ("actuator", "more_dtns"),
 )
 """Parts of a runtime config a running controller takes from its reloaded file
 (``control.live_config``), the generation, which only labels the file, and the DTN classes,
@@ -753,6 +794,8 @@ def restart_relevant(config: RuntimeConfig, component: str = "controller") -> di
         shaper = {k: v for k, v in data.items() if k in SHAPER_FIELDS}
         shaper["actuator"] = (shaper.get("actuator") or {}).get("dtn")
         return shaper
+    # the controller opens and closes its DTN caps' actuators live
+    (data.get("actuator") or {}).pop("dtn", None)
     return data
 
 

@@ -175,6 +175,7 @@ def controller(
     from scidmz.control.settings import (
         controller_settings,
         load_model,
+        more_dtn_actuators,
         open_actuator,
         open_buffer_actuator,
         open_dtn_actuator,
@@ -201,6 +202,7 @@ def controller(
         try:
             actuator = await open_actuator(runtime, netns, switch_tls_dir)
             dtn_actuator = await open_dtn_actuator(runtime, switch_tls_dir)
+            more_caps = more_dtn_actuators(runtime, switch_tls_dir)
             buffer_actuator = await open_buffer_actuator(
                 runtime, buffer_netns or netns, switch_tls_dir
             )
@@ -209,7 +211,7 @@ def controller(
         process = ControllerProcess(
             settings, actuator, inverse, port, dtn_actuator, config=(config, runtime), tls=tls,
             buffer_actuator=buffer_actuator, model_path=model,
-            probes_on_loopback=probes_on_loopback(),
+            probes_on_loopback=probes_on_loopback(), more_dtn_actuators=more_caps,
         )  # fmt: skip
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

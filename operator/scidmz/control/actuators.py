@@ -159,15 +159,29 @@ class SimActuator(_GrpcActuator):
 
 
 class SimDtnActuator(_GrpcActuator):
-    """``scidmz.v1.SimActuator/SetDtnRateLimit``: the simulated DTN's sending-rate cap."""
+    """``scidmz.v1.SimActuator/SetDtnRateLimit``: a simulated DTN host's sending-rate cap."""
 
     name = "sim-dtn"
     stub_class = telemetry_pb2_grpc.SimActuatorStub
     method = "SetDtnRateLimit"
 
+    def __init__(self, address: str, dtn_host: str = "", **kwargs: Any) -> None:
+        """``dtn_host``: which of the scenario's DTN hosts (empty: its first)."""
+        super().__init__(address, **kwargs)
+        self.dtn_host = dtn_host
+
+    async def apply(self, rate_bps: float) -> float:
+        request = telemetry_pb2.RateLimit(rate_bps=rate_bps, dtn_host=self.dtn_host)
+        response = await self._call(self.method, request)
+        return float(response.rate_bps)
+
     async def current(self) -> float | None:
         truth = await read_ground_truth(self._stub, self._timeout)
-        return None if truth is None else _held(truth.dtn_rate_limit_bps)
+        if truth is None:
+            return None
+        if self.dtn_host and self.dtn_host in truth.dtn_host_rate_limits_bps:
+            return _held(truth.dtn_host_rate_limits_bps[self.dtn_host])
+        return _held(truth.dtn_rate_limit_bps)
 
 
 async def read_ground_truth(stub: Any, timeout_s: float) -> Any:

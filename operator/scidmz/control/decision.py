@@ -23,4 +23,8 @@ class Decision:
     dt_s: float
     """The time since the previous decision on the injected clock (the integral's dt)."""
     dtn_cap_bps: float | None = None
+    """The first DTN cap decided (None: none)."""
     dtn_output: FilterOutput | None = None
+    """The first DTN cap's filter terms (None: not stepped)."""
+    dtn_caps: tuple[tuple[str, float], ...] = ()
+    """Every cap decided, by DTN host."""

@@ -26,6 +26,7 @@ LIVE_FIELDS = frozenset(
         "stale_after_s",
         "failsafe_rate_bps",
         "dtn",
+        "more_dtns",
         "pinned_after_s",
         "policies",
     }
@@ -41,6 +42,8 @@ class LiveUpdate:
     """Live fields that changed, now in ``settings``."""
     needs_restart: tuple[str, ...]
     """Fields that changed but are kept as they run (a restart applies them)."""
+    new_caps: frozenset[str] = frozenset()
+    """DTN hosts whose cap actuator is to be opened (capped anew, or re-wired)."""
 
 
 def live_update(
@@ -48,8 +51,8 @@ def live_update(
 ) -> LiveUpdate:
     """Take ``wanted``'s live fields into ``running``; ``other_changes`` names changed parts
     of the runtime config outside ControllerSettings (actuators, model), which always need
-    a restart. A DTN filter that appears or disappears needs a restart too: it comes with
-    an actuator."""
+    a restart. DTN caps come and go live (a policy admitted or removed): the caller opens
+    the actuators of ``new_caps``."""
     applied: list[str] = []
     restart = list(other_changes)
     taken: dict[str, object] = {}
@@ -57,27 +60,38 @@ def live_update(
         old, new = getattr(running, field.name), getattr(wanted, field.name)
         if old == new:
             continue
-        if field.name == "dtn" and (old is None) != (new is None):
-            restart.append(field.name)
-        elif field.name in LIVE_FIELDS:
+        if field.name in LIVE_FIELDS:
             applied.append(field.name)
             taken[field.name] = new
         else:
             restart.append(field.name)
-    return LiveUpdate(replace(running, **taken), tuple(applied), tuple(restart))  # type: ignore[arg-type]
-
-
-def _wiring(config: RuntimeConfig) -> tuple[object, ...]:
-    """What the process opened at start-up from ``config``: the actuators (without the
-    DTN filter's gains, fail-safe rate and floor, which ``controller_settings`` carries).
-    The model, chosen by the DTN's congestion control, is swapped live (``model_change``)."""
-    a = config.actuator
-    dtn = (
-        None
-        if a.dtn is None
-        else a.dtn.model_dump(exclude={"gains", "failsafe_rate_bps", "min_rate_bps", "held"})
+    before = {c.host for c in running.dtns}
+    new_caps = frozenset(c.host for c in wanted.dtns if c.host not in before)
+    return LiveUpdate(
+        replace(running, **taken),  # type: ignore[arg-type]
+        tuple(applied),
+        tuple(restart),
+        new_caps,
     )
-    return a.model_dump(exclude={"dtn"}), dtn
+
+
+CAP_FILTER_FIELDS = frozenset(
+    {"gains", "failsafe_rate_bps", "min_rate_bps", "held", "target_rate_bps"}
+)
+"""A DTN cap's filter settings (``controller_settings`` carries them); the rest of its
+config is its actuator's wiring."""
+
+
+def _wiring(config: RuntimeConfig) -> object:
+    """What the process opened at start-up from ``config``: the campus actuator. The DTN
+    caps' actuators are opened and closed live (``cap_wiring``); the model, chosen by the
+    DTN's congestion control, is swapped live (``model_change``)."""
+    return config.actuator.model_dump(exclude={"dtn", "more_dtns"})
+
+
+def cap_wiring(config: RuntimeConfig) -> dict[str, object]:
+    """Each DTN cap's actuator wiring, by host."""
+    return {c.host: c.model_dump(exclude=set(CAP_FILTER_FIELDS)) for c in config.actuator.dtns}
 
 
 def model_change(running_config: RuntimeConfig, wanted_config: RuntimeConfig) -> bool:
@@ -96,4 +110,7 @@ def plan_reload(
     other: tuple[str, ...] = ()
     if _wiring(running_config) != _wiring(wanted_config):
         other = ("actuator or model",)
-    return live_update(running, controller_settings(wanted_config), other)
+    update = live_update(running, controller_settings(wanted_config), other)
+    was, now = cap_wiring(running_config), cap_wiring(wanted_config)
+    rewired = {host for host, wiring in now.items() if host in was and was[host] != wiring}
+    return replace(update, new_caps=update.new_caps | rewired)

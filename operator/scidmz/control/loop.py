@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass
 
 import grpc
@@ -44,7 +44,7 @@ from scidmz.api.runtime import (
 from scidmz.auth.channels import ClientTls, open_channel
 from scidmz.contract.channels import RECONNECT_OPTIONS
 from scidmz.contract.codec import dtns_from_message, from_message, signals_from_message
-from scidmz.contract.state import StateVector
+from scidmz.contract.state import DtnFigures, StateVector
 from scidmz.control.actuators import Actuator, ActuatorError
 from scidmz.control.antiwindup import (
     FilterOutput,
@@ -57,6 +57,13 @@ from scidmz.control.antiwindup import (
 )
 from scidmz.control.buffer_loop import BufferLoop
 from scidmz.control.decision import Decision
+from scidmz.control.dtn_caps import (
+    DtnCap,
+    DtnControl,
+    all_capped,
+    campus_limits,
+    measured_rate,
+)
 from scidmz.control.exporter import ControllerExporter, ControllerSnapshot
 from scidmz.control.features import (
     FALLBACK_STATE,
@@ -86,8 +93,6 @@ log = logging.getLogger(__name__)
 
 TRACKING_WINDOW = 120
 """t_N of eq. 3: the paper's MRAE window, in samples."""
-AT_CAP = 0.02
-"""A DTN within this fraction of its cap counts as held by it."""
 IMPLAUSIBLE_LOG_INTERVAL_S = 60.0
 """Skipped implausible samples are logged at most once in this long (and counted always)."""
 
@@ -108,7 +113,9 @@ class ControllerSettings:
     reconnect_s: float = 0.5
     desired_state_mode: DesiredStateMode = "reachable"
     dtn: DtnControl | None = None
-    """The DTN actuator's filter; None without a DTN actuator."""
+    """The first DTN cap's filter; None without a DTN actuator."""
+    more_dtns: tuple[DtnControl, ...] = ()
+    """The caps of the link's other shaped DTN hosts (each with its host and target)."""
     hold_unsaturated: bool = True
     """Never lower u while the bottleneck holds no standing queue (see ``_decide``)."""
     max_active_flows: float = DEFAULT_MAX_ACTIVE_FLOWS
@@ -127,18 +134,10 @@ class ControllerSettings:
     def sample_bounds(self) -> SampleBounds:
         return SampleBounds.for_link(self.setpoint.capacity_bps, self.max_active_flows)
 
-
-@dataclass(frozen=True)
-class DtnControl:
-    """The DTN cap's anti-windup filter: feed-forward R*, error R* − R_DTN."""
-
-    gains: Gains
-    limits: Limits
-    failsafe_rate_bps: float | None
-    """The cap applied when samples go stale (None: the target rate R*)."""
-    held: bool = False
-    """No policy on the host (``api.holds``): no cap is decided; the shaper agent holds
-    its fail-safe (the controller applies the same on its own fail-safe)."""
+    @property
+    def dtns(self) -> tuple[DtnControl, ...]:
+        """Every DTN cap's filter, the first one first."""
+        return self.more_dtns if self.dtn is None else (self.dtn, *self.more_dtns)
 
 
 class ControllerMetrics:
@@ -185,25 +184,28 @@ class Controller:
         clock: Callable[[], float] = time.monotonic,
         dtn_actuator: Actuator | None = None,
         buffer: BufferLoop | None = None,
+        more_dtn_actuators: Mapping[str, Actuator] | None = None,
     ) -> None:
-        """``buffer``: the buffer search of ``spec.buffer`` (None: the buffer is left alone)."""
+        """``dtn_actuator``: the cap of ``settings.dtn``; ``more_dtn_actuators``: those of
+        ``settings.more_dtns``, by host; ``buffer``: the buffer search of ``spec.buffer``
+        (None: the buffer is left alone)."""
         if settings.strategy == "mlc" and model is None:
             raise ValueError("the mlc strategy needs an inverse model")
         if (settings.dtn is None) != (dtn_actuator is None):
             raise ValueError("a DTN actuator and its filter settings come together")
         self.settings = settings
         self.actuator = actuator
-        self.dtn_actuator = dtn_actuator
+        self.caps: list[DtnCap] = []
+        first = {settings.dtn.host: dtn_actuator} if settings.dtn and dtn_actuator else {}
+        self._set_caps(settings, {**first, **(more_dtn_actuators or {})})
         self.buffer = buffer
         self.model = model
         self.registry = registry or CollectorRegistry()
         self.metrics = ControllerMetrics(self.registry, (settings.link,))
         self._clock = clock
         self.filter = FilterState()
-        self.dtn_filter = FilterState()
         self.history: deque[StateVector] = deque(maxlen=2)
         self.applied_bps: float | None = None
-        self.dtn_applied_bps: float | None = None
         self.last_fresh_s = clock()
         self.failsafe_active = False
         self.decisions: deque[Decision] = deque(maxlen=TRACKING_WINDOW)
@@ -220,11 +222,48 @@ class Controller:
         self.restore_failed = False
         """Set while a shutdown cannot restore the fail-safe rates (exported, then exit 1)."""
         self._implausible_logged_s = -math.inf
+        self._cap_outputs: dict[str, FilterOutput] = {}
         self._implausible_unlogged = 0
         self.snapshot = ControllerSnapshot(
             settings.setpoint, last_fresh_s=self.last_fresh_s, policies=settings.policies
         )
         self.registry.register(ControllerExporter(settings.link, lambda: self.snapshot, clock))
+
+    def _set_caps(
+        self,
+        settings: ControllerSettings,
+        actuators: Mapping[str, Actuator],
+        renew: Collection[str] = (),
+    ) -> list[DtnCap]:
+        """Take ``settings``' caps: a host already capped keeps its filter and actuator
+        (a new target or gains move its cap by at most its maxStep), a new one takes its
+        actuator from ``actuators`` (by host), and so does a host in ``renew`` (its actuator
+        changed). Returns the caps dropped (their actuators are the caller's to close)."""
+        kept = {cap.control.host: cap for cap in self.caps if cap.control.host not in renew}
+        dropped = [cap for cap in self.caps if cap.control.host in renew]
+        missing = [c.host for c in settings.dtns if c.host not in kept and c.host not in actuators]
+        if missing:
+            raise ValueError(f"no actuator for the DTN cap(s) of {', '.join(missing)}")
+        caps: list[DtnCap] = []
+        for control in settings.dtns:
+            old = kept.pop(control.host, None)
+            if old is not None:
+                old.control = control
+                caps.append(old)
+            else:
+                caps.append(DtnCap(control, actuators[control.host]))
+        self.caps = caps
+        return dropped + list(kept.values())
+
+    @property
+    def dtn_actuator(self) -> Actuator | None:
+        """The first DTN cap's actuator (None without one)."""
+        return self.caps[0].actuator if self.caps else None
+
+    @property
+    def dtn_applied_bps(self) -> float | None:
+        """The cap in force on the first DTN (None: none, or unknown)."""
+        return self.caps[0].applied_bps if self.caps else None
 
     @property
     def trivial_rate_bps(self) -> float:
@@ -272,45 +311,30 @@ class Controller:
         dt = s.sample_time_s if self._last_step_s is None else received - self._last_step_s
         self._last_step_s = received
         output: FilterOutput | None = None
-        dtn_output: FilterOutput | None = None
-        dtn_cap: float | None = None
         first = len(self.history) < 2 or self.applied_bps is None
-        if s.strategy == "trivial" or target <= 0:
+        idle = s.strategy == "trivial" or target <= 0
+        caps = self._decide_caps(y, dtns_from_message(sample), target, dt, idle, first)
+        if idle:
             # no admitted policy (R* = 0): nothing to hold, the campus gets the whole link
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, None)
-            if s.dtn is not None and not s.dtn.held:
-                dtn_cap = s.dtn.limits.saturate(target, None)
         elif first:
             # the first samples (eq. 1 needs y(t−T), y(t−2T)) head for the fixed split, but
             # from the rate in force (a restart, the end of a fail-safe) by at most maxStep
             u_hat = self.trivial_rate_bps
             u = s.limits.saturate(u_hat, self.applied_bps)
             self.filter = FilterState(applied_bps=u)
-            if s.dtn is not None:
-                dtn_cap = s.dtn.limits.saturate(target, self.dtn_applied_bps)
-                self.dtn_filter = FilterState(applied_bps=dtn_cap)
         else:
             u_hat = self._base_rate(y)
-            limits = s.limits
             moved = 0.0 if self._last_target_bps is None else target - self._last_target_bps
-            self.filter = follow_setpoint(self.filter, -moved, limits)
-            if s.dtn is not None:
-                self.dtn_filter = follow_setpoint(self.dtn_filter, moved, s.dtn.limits)
-                self.dtn_filter, dtn_output = step(
-                    self.dtn_filter, -error, target, max(dt, 1e-3), s.dtn.gains, s.dtn.limits
-                )
-                dtn_cap = dtn_output.u_bps
-                # the DTN cannot send above its cap, so a campus rate below B − cap only
-                # leaves the link idle: the saturator's floor rises to it and the
-                # back-calculation keeps the integral from winding up against it
-                complement = s.setpoint.capacity_bps - dtn_cap
-                limits = limits.with_floor(complement)
-                held = self.dtn_applied_bps
-                if held is not None and y.dtn_rate_bps >= (1 - AT_CAP) * held:
-                    # a DTN at its cap takes exactly its share: a campus rate above the
-                    # complement only fills the bottleneck's queue
-                    limits = limits.with_ceiling(complement)
+            self.filter = follow_setpoint(self.filter, -moved, s.limits)
+            admitted_hosts = [p.dtn_host for p in s.policies]
+            limits = campus_limits(
+                s.limits,
+                s.setpoint.capacity_bps,
+                [(cap_bps, rate, held) for _, cap_bps, rate, held in caps],
+                all_capped(s.dtns, admitted_hosts),
+            )
             if (
                 s.hold_unsaturated
                 and error < 0
@@ -328,14 +352,63 @@ class Controller:
         self._track_pinning(output, received)
         self.history.append(y)
         self._last_target_bps = target
-        await self._apply(u, dtn_cap)
-        decision = Decision(sample.sequence, u, u_hat, error, output, dt, dtn_cap, dtn_output)
+        await self._apply(u, {cap.control.host: cap_bps for cap, cap_bps, _, _ in caps})
+        lead = self.caps[0] if self.caps else None
+        decision = Decision(
+            sample.sequence, u, u_hat, error, output, dt,
+            next((v for cap, v, _, _ in caps if cap is lead), None),
+            self._cap_outputs.get(lead.control.host) if lead is not None else None,
+            tuple((cap.control.host, v) for cap, v, _, _ in caps),
+        )  # fmt: skip
         self.decisions.append(decision)
         self._publish()
         m.loop.labels(*m.labels).observe(self._clock() - received)
         if self.buffer is not None:  # the slow loop, after u(t) is in force
             await self.buffer.on_sample(measured, signals_from_message(sample), decision, target)
         return decision
+
+    def _decide_caps(
+        self,
+        y: StateVector,
+        dtns: tuple[DtnFigures, ...],
+        link_target_bps: float,
+        dt: float,
+        idle: bool,
+        first: bool,
+    ) -> list[tuple[DtnCap, float, float, float | None]]:
+        """Each unheld cap's next value, with the host's measured rate and the cap in force
+        before: (cap, decided, R_i, held before). ``idle``: no target to hold (trivial, or
+        nothing admitted), each cap is its target; ``first``: no filter history yet, each
+        cap heads for its target by at most its maxStep. A cap whose host is not measured
+        now keeps its value (its filter does not integrate an unknown error)."""
+        self._cap_outputs = {}
+        decided: list[tuple[DtnCap, float, float, float | None]] = []
+        only = len(self.caps) == 1
+        for cap in self.caps:
+            c = cap.control
+            if c.held:
+                continue
+            target = c.target(link_target_bps)
+            rate = measured_rate(c.host, dtns, y.dtn_rate_bps, only)
+            before = cap.applied_bps
+            if idle:
+                value = c.limits.saturate(target, None)
+            elif first or cap.filter.applied_bps is None:
+                value = c.limits.saturate(target, before)
+                cap.filter = FilterState(applied_bps=value)
+            elif not math.isfinite(rate):
+                value = cap.filter.applied_bps
+            else:
+                moved = 0.0 if cap.last_target_bps is None else target - cap.last_target_bps
+                cap.filter = follow_setpoint(cap.filter, moved, c.limits)
+                cap.filter, out = step(
+                    cap.filter, target - rate, target, max(dt, 1e-3), c.gains, c.limits
+                )
+                self._cap_outputs[c.host] = out
+                value = out.u_bps
+            cap.last_target_bps = target
+            decided.append((cap, value, rate, before))
+        return decided
 
     def _base_rate(self, y: StateVector) -> float:
         s = self.settings
@@ -413,23 +486,32 @@ class Controller:
                 self.applied_bps = held
                 self.filter = FilterState(self.filter.integral_bps, applied_bps=held)
             self._in_doubt.discard(self.actuator)
-        if self.dtn_actuator is not None and self.dtn_actuator in self._in_doubt:
-            cap = await self.dtn_actuator.current()
-            if cap is not None:
-                self.dtn_applied_bps = cap
-                self.dtn_filter = FilterState(self.dtn_filter.integral_bps, applied_bps=cap)
-            self._in_doubt.discard(self.dtn_actuator)
+        for cap in self.caps:
+            if cap.actuator not in self._in_doubt:
+                continue
+            held = await cap.actuator.current()
+            if held is not None:
+                cap.applied_bps = held
+                cap.filter = FilterState(cap.filter.integral_bps, applied_bps=held)
+            self._in_doubt.discard(cap.actuator)
 
-    async def _apply(self, rate_bps: float, dtn_cap_bps: float | None) -> None:
+    async def _apply(self, rate_bps: float, dtn_caps_bps: Mapping[str, float]) -> None:
+        """u(t) on the campus actuator, then each decided cap on its host's."""
         applied = await self._try(self.actuator, rate_bps, "actuator")
         if applied is not None:
             self.applied_bps = applied
         dtn_ok = True
-        if self.dtn_actuator is not None and dtn_cap_bps is not None:
-            dtn_applied = await self._try(self.dtn_actuator, dtn_cap_bps, "DTN actuator")
-            dtn_ok = dtn_applied is not None
-            if dtn_applied is not None:
-                self.dtn_applied_bps = dtn_applied
+        for cap in self.caps:
+            wanted = dtn_caps_bps.get(cap.control.host)
+            if wanted is None:
+                continue
+            cap_applied = await self._try(
+                cap.actuator, wanted, f"DTN actuator ({cap.control.host})"
+            )
+            if cap_applied is None:
+                dtn_ok = False
+            else:
+                cap.applied_bps = cap_applied
         if applied is None or not dtn_ok:
             return
         if self.failsafe_active:
@@ -455,13 +537,23 @@ class Controller:
             policies=self.settings.policies,
         )
 
-    def reconfigure(self, settings: ControllerSettings) -> None:
+    def reconfigure(
+        self,
+        settings: ControllerSettings,
+        new_actuators: Mapping[str, Actuator] | None = None,
+        renew: Collection[str] = (),
+    ) -> list[Actuator]:
         """Decide on ``settings`` from the next sample (``control.live_config`` says which
         fields may differ). The filters' state carries over, so a new target or gains move
         u(t) from the rate in force by at most maxStep; a new fail-safe rate is applied at
-        the watchdog's next check while samples are stale."""
+        the watchdog's next check while samples are stale. A DTN host capped anew takes
+        its actuator from ``new_actuators`` (its cap heads for its target from the next
+        sample), as does a host in ``renew`` (its actuator changed); the actuators of the
+        caps dropped are returned for the caller to close."""
+        dropped = self._set_caps(settings, new_actuators or {}, renew)
         self.settings = settings
         self._publish()
+        return [cap.actuator for cap in dropped]
 
     # ---- fail-safe ------------------------------------------------------------------------
     async def check_staleness(self) -> bool:
@@ -477,11 +569,11 @@ class Controller:
 
     @property
     def dtn_failsafe_rate_bps(self) -> float | None:
-        dtn = self.settings.dtn
-        if dtn is None:
-            return None
-        if dtn.failsafe_rate_bps is not None:
-            return dtn.failsafe_rate_bps
+        """The first DTN cap's fail-safe (None without one)."""
+        return self.caps[0].control.failsafe(self.target_bps) if self.caps else None
+
+    @property
+    def target_bps(self) -> float:
         return self.settings.setpoint.target_rate_bps
 
     async def apply_failsafe(self) -> bool:
@@ -506,13 +598,13 @@ class Controller:
             self.applied_bps = applied
             self.filter = FilterState(applied_bps=applied)  # restart the integral
         dtn_ok = True
-        dtn_rate = self.dtn_failsafe_rate_bps
-        if self.dtn_actuator is not None and dtn_rate is not None:
-            dtn_applied = await self._try(self.dtn_actuator, dtn_rate, "DTN fail-safe")
-            dtn_ok = dtn_applied is not None
-            if dtn_applied is not None:
-                self.dtn_applied_bps = dtn_applied
-                self.dtn_filter = FilterState(applied_bps=dtn_applied)
+        for cap in self.caps:
+            rate = cap.control.failsafe(self.target_bps)
+            cap_applied = await self._try(cap.actuator, rate, f"DTN fail-safe ({cap.control.host})")
+            if cap_applied is None:
+                dtn_ok = False
+            else:
+                cap.in_force(cap_applied)
         if self.buffer is not None:
             await self.buffer.fail_safe()
         self._publish()
@@ -528,8 +620,7 @@ class Controller:
         milliseconds and a DTN in slow start leaves it at a few Mb/s."""
         # nothing is known yet of what is in force: the same read-back as after a failure
         self._in_doubt.add(self.actuator)
-        if self.dtn_actuator is not None:
-            self._in_doubt.add(self.dtn_actuator)
+        self._in_doubt.update(cap.actuator for cap in self.caps)
         await self._settle_doubts()
         found = (self.applied_bps, self.dtn_applied_bps)
         if self.buffer is not None:
@@ -540,17 +631,13 @@ class Controller:
             if applied is not None:
                 self.applied_bps = applied
                 self.filter = FilterState(applied_bps=applied)
-        if (
-            self.dtn_actuator is not None
-            and self.dtn_applied_bps is None
-            and self.settings.dtn is not None
-            and not self.settings.dtn.held
-        ):
-            cap = self.settings.dtn.limits.saturate(self.settings.setpoint.target_rate_bps, None)
-            cap_applied = await self._try(self.dtn_actuator, cap, "start (DTN)")
+        for cap in self.caps:
+            if cap.applied_bps is not None or cap.control.held:
+                continue
+            rate = cap.control.limits.saturate(cap.control.target(self.target_bps), None)
+            cap_applied = await self._try(cap.actuator, rate, f"start (DTN {cap.control.host})")
             if cap_applied is not None:
-                self.dtn_applied_bps = cap_applied
-                self.dtn_filter = FilterState(applied_bps=cap_applied)
+                cap.in_force(cap_applied)
 
         def shown(found_bps: float | None, now_bps: float | None) -> str:
             if found_bps is not None:
@@ -664,6 +751,14 @@ class Controller:
             await self.on_sample(sample)
             decided = time.monotonic()
 
+    def _policy_report(self, policy: PolicyTarget) -> PolicyTargetReport:
+        cap = next((c for c in self.caps if c.control.host in (policy.dtn_host, "")), None)
+        return PolicyTargetReport(
+            **asdict(policy),
+            dtn_rate_limit_bps=cap.applied_bps if cap is not None else None,
+            capped=cap is not None and not cap.control.held,
+        )
+
     def state(self) -> ControllerState:
         """What ``/state`` serves; the operator reads it into ``status.state`` and
         ``status.tracking``."""
@@ -687,7 +782,7 @@ class Controller:
             strategy=self.settings.strategy,
             failsafe_active=self.failsafe_active,
             target_rate_bps=self.settings.setpoint.target_rate_bps,
-            policies=[PolicyTargetReport(**asdict(p)) for p in self.settings.policies],
+            policies=[self._policy_report(p) for p in self.settings.policies],
             campus_rate_limit_bps=self.applied_bps,
             dtn_rate_limit_bps=self.dtn_applied_bps if self.dtn_actuator is not None else None,
             tracking=TrackingReport(

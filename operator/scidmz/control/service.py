@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -21,7 +22,7 @@ from scidmz.control.buffer_actuators import BufferActuator
 from scidmz.control.live_config import model_change, plan_reload
 from scidmz.control.loop import Controller, ControllerSettings
 from scidmz.control.model import InverseModel
-from scidmz.control.settings import buffer_loop, load_model
+from scidmz.control.settings import buffer_loop, dtn_cap_actuator, load_model
 from scidmz.metrics.endpoint import serve_http
 from scidmz.metrics.http import register_build_info
 
@@ -41,13 +42,15 @@ class ControllerProcess:
         buffer_actuator: BufferActuator | None = None,
         model_path: Path | None = None,
         probes_on_loopback: bool = False,
+        more_dtn_actuators: Mapping[str, Actuator] | None = None,
     ) -> None:
         """``config``: the file the settings came from and its contents, watched for
         changes (None: not watched); ``tls``: this controller's certificate, for its
         /metrics and /state (None: plaintext, development only); ``model_path``: the
         inverse model given on the command line (None: the shipped one of the DTN's
         congestion control, swapped live when the policy's congestion control changes);
-        ``probes_on_loopback``: on the node's network (``scidmz.metrics.endpoint``)."""
+        ``probes_on_loopback``: on the node's network (``scidmz.metrics.endpoint``);
+        ``more_dtn_actuators``: the caps of ``settings.more_dtns``, by host."""
         self.model_path = model_path
         self.probes_on_loopback = probes_on_loopback
         self.tls = tls
@@ -56,8 +59,11 @@ class ControllerProcess:
             raise ValueError("a buffer actuator needs the runtime config (its spec.buffer)")
         buffer = buffer_loop(config[1], buffer_actuator, registry) if config is not None else None
         self.controller = Controller(
-            settings, actuator, model, registry, dtn_actuator=dtn_actuator, buffer=buffer
-        )
+            settings, actuator, model, registry, dtn_actuator=dtn_actuator, buffer=buffer,
+            more_dtn_actuators=more_dtn_actuators,
+        )  # fmt: skip
+        self._retired: list[Actuator] = []
+        """Actuators of caps a reload dropped, closed by the config watcher."""
         self.http_port = http_port
         self.config = config
         self.reload_requested = asyncio.Event()
@@ -82,8 +88,11 @@ class ControllerProcess:
                 ready = False
             else:
                 c_reason = f"{c.settings.strategy} controlling, u = {c.applied_bps or 0:.0f} bit/s"
-                if c.dtn_actuator is not None:
-                    c_reason += f", DTN cap {c.dtn_applied_bps or 0:.0f} bit/s"
+                caps = ", ".join(
+                    f"{cap.control.host or 'DTN'} {cap.applied_bps or 0:.0f}" for cap in c.caps
+                )
+                if caps:
+                    c_reason += f", DTN caps (bit/s) {caps}"
                 ready = True
             # the controller keeps running either way; readiness tells the operator
             self.health.set_ready(ready, c_reason)
@@ -127,8 +136,9 @@ class ControllerProcess:
 
     async def _close_actuators(self) -> None:
         await self.controller.actuator.close()
-        if self.controller.dtn_actuator is not None:
-            await self.controller.dtn_actuator.close()
+        for cap in self.controller.caps:
+            await cap.actuator.close()
+        await self._close_retired()
         if self.controller.buffer is not None:
             await self.controller.buffer.close()
 
@@ -141,6 +151,12 @@ class ControllerProcess:
         interval = lambda: self.controller.settings.sample_time_s  # noqa: E731 (live)
         async for _ in config_changes(path, self.reload_requested, interval):
             running = self.reload(path, running)
+            await self._close_retired()
+
+    async def _close_retired(self) -> None:
+        retired, self._retired = self._retired, []
+        for actuator in retired:
+            await actuator.close()
 
     def reload(self, path: Path, running: RuntimeConfig) -> RuntimeConfig:
         """Take ``path``'s live changes into the running controller; ``running`` is the
@@ -169,8 +185,18 @@ class ControllerProcess:
                 "config %s: the DTN's congestion control is now %s; --model %s kept",
                 path, wanted.dtn_congestion_control, self.model_path,
             )  # fmt: skip
-        if update.applied:
-            c.reconfigure(update.settings)
+        if update.applied or update.new_caps:
+            try:
+                added = {
+                    cap.host: dtn_cap_actuator(wanted, cap)
+                    for cap in wanted.actuator.dtns
+                    if cap.host in update.new_caps
+                }
+            except ConfigError as error:
+                counter.labels(*c.metrics.labels, "rejected").inc()
+                log.error("config %s not taken, running on as before: %s", path, error)
+                return running
+            self._retired += c.reconfigure(update.settings, added, renew=update.new_caps)
             s = update.settings
             log.info(
                 "config %s: took %s live (R* %.0f bit/s, fail-safe %.0f bit/s)",
@@ -185,4 +211,11 @@ class ControllerProcess:
         elif update.applied or model is not None:
             counter.labels(*c.metrics.labels, "applied").inc()
         # the wiring stays as started; the congestion control (its model) is now wanted's
-        return running.model_copy(update={"dtn_congestion_control": wanted.dtn_congestion_control})
+        caps = {"dtn": wanted.actuator.dtn, "more_dtns": wanted.actuator.more_dtns}
+        return running.model_copy(
+            update={
+                "dtn_congestion_control": wanted.dtn_congestion_control,
+                # the caps are taken live: their actuators are now wanted's
+                "actuator": running.actuator.model_copy(update=caps),
+            }
+        )

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from scidmz.api.runtime import (
     ConfigError,
+    DtnActuatorConfig,
     RuntimeConfig,
     default_integral_band_bps,
     workload_tls,
@@ -41,8 +42,9 @@ from scidmz.control.buffer_actuators import (
     TcBufferActuator,
 )
 from scidmz.control.buffer_loop import BufferLoop
+from scidmz.control.dtn_caps import DtnControl
 from scidmz.control.features import PolicyTarget, Setpoint
-from scidmz.control.loop import ControllerSettings, DtnControl
+from scidmz.control.loop import ControllerSettings
 from scidmz.control.model import InverseModel, ModelError
 
 T = TypeVar("T")
@@ -74,7 +76,6 @@ def _client_tls(config: RuntimeConfig, server_name: str) -> ClientTls:
 
 def controller_settings(config: RuntimeConfig) -> ControllerSettings:
     c = config.controller
-    dtn = config.actuator.dtn
     gains = _checked("controller.gains", lambda: Gains(c.gains.kp, c.gains.ki, c.gains.kw))
     band_bps = (
         c.integral_band_bps
@@ -88,28 +89,7 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
         "controller.limits",
         lambda: Limits(c.min_rate_bps, c.max_rate_bps, c.max_step_bps, band_bps, capacity),
     )
-    dtn_control = None
-    if dtn is not None:
-        dtn_control = DtnControl(
-            gains=_checked(
-                "actuator.dtn.gains", lambda: Gains(dtn.gains.kp, dtn.gains.ki, dtn.gains.kw)
-            ),
-            # the cap moves over the link's range at the campus limit's slew; its integral
-            # is figure 5's, unconditional: its feed-forward (a cap at R*) leaves the DTN a
-            # steady ~8 % of R* under target (a BBR DTN in the benchmark), beyond any band
-            # the campus filters use, so a band would stop it where it is needed
-            # and its back-calculation answers the slew too, as its gains were tuned
-            # floored where the shaper agent clamps too (the host's minRate)
-            limits=Limits(
-                min(dtn.min_rate_bps, capacity),
-                capacity,
-                c.max_step_bps,
-                integral_limit_bps=capacity,
-                slew_in_windup=True,
-            ),
-            failsafe_rate_bps=dtn.failsafe_rate_bps,
-            held=dtn.held,
-        )
+    caps = [_dtn_control(cap, c.max_step_bps, capacity) for cap in config.actuator.dtns]
     return ControllerSettings(
         link=config.link,
         strategy=c.strategy,
@@ -129,13 +109,39 @@ def controller_settings(config: RuntimeConfig) -> ControllerSettings:
         if config.security is not None
         else None,
         desired_state_mode=c.desired_state_mode,
-        dtn=dtn_control,
+        dtn=caps[0] if caps else None,
+        more_dtns=tuple(caps[1:]),
         max_active_flows=config.telemetry.max_active_flows,
         pinned_after_s=c.pinned_after_s,
         policies=tuple(
             PolicyTarget(p.namespace, p.name, p.dtn_host, p.target_rate_bps)
             for p in config.policies
         ),
+    )
+
+
+def _dtn_control(dtn: DtnActuatorConfig, max_step_bps: float, capacity_bps: float) -> DtnControl:
+    """One DTN host's cap filter, on its own target."""
+    where = "actuator.dtn" if not dtn.host else f"actuator.dtn ({dtn.host})"
+    return DtnControl(
+        gains=_checked(f"{where}.gains", lambda: Gains(dtn.gains.kp, dtn.gains.ki, dtn.gains.kw)),
+        # the cap moves over the link's range at the campus limit's slew; its integral
+        # is figure 5's, unconditional: its feed-forward (a cap at R*) leaves the DTN a
+        # steady ~8 % of R* under target (a BBR DTN in the benchmark), beyond any band
+        # the campus filters use, so a band would stop it where it is needed
+        # and its back-calculation answers the slew too, as its gains were tuned
+        # floored where the shaper agent clamps too (the host's minRate)
+        limits=Limits(
+            min(dtn.min_rate_bps, capacity_bps),
+            capacity_bps,
+            max_step_bps,
+            integral_limit_bps=capacity_bps,
+            slew_in_windup=True,
+        ),
+        failsafe_rate_bps=dtn.failsafe_rate_bps,
+        held=dtn.held,
+        host=dtn.host,
+        target_bps=dtn.target_rate_bps,
     )
 
 
@@ -217,22 +223,21 @@ def buffer_loop(
     )
 
 
-async def open_dtn_actuator(
-    config: RuntimeConfig, switch_tls_dir: Path = SWITCH_TLS_DIR
-) -> Actuator | None:
-    """The DTN cap's actuator, or None without one. A tc DTN actuator is reached through
-    the `scidmz shaper` on the DTN host (the operator runs it beside the policy)."""
-    dtn = config.actuator.dtn
-    if dtn is None:
-        return None
+def dtn_cap_actuator(
+    config: RuntimeConfig, dtn: DtnActuatorConfig, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> Actuator:
+    """One DTN host's cap actuator. A tc DTN actuator is reached through the `scidmz
+    shaper` on the DTN host (the operator runs it beside the policy)."""
     if dtn.type == "dryRun":
         return DryRunActuator()
     if not dtn.address:
         field = "actuator.dtn.sim.address" if dtn.type == "sim" else "the shaper address"
-        raise ConfigError(f"the {dtn.type} DTN actuator needs {field}")
+        raise ConfigError(f"the {dtn.type} DTN actuator of {dtn.host} needs {field}")
     if dtn.type == "sim":
         return SimDtnActuator(
-            dtn.address, channel=_simulator_channel(config, dtn.address, switch_tls_dir)
+            dtn.address,
+            dtn_host=dtn.host,
+            channel=_simulator_channel(config, dtn.address, switch_tls_dir),
         )
     security = config.security
     tls = (
@@ -241,3 +246,20 @@ async def open_dtn_actuator(
         else None
     )
     return ShaperActuator(dtn.address, tls=tls)
+
+
+async def open_dtn_actuator(
+    config: RuntimeConfig, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> Actuator | None:
+    """The first DTN cap's actuator, or None without one."""
+    dtn = config.actuator.dtn
+    return None if dtn is None else dtn_cap_actuator(config, dtn, switch_tls_dir)
+
+
+def more_dtn_actuators(
+    config: RuntimeConfig, switch_tls_dir: Path = SWITCH_TLS_DIR
+) -> dict[str, Actuator]:
+    """The other DTN caps' actuators, by host."""
+    return {
+        dtn.host: dtn_cap_actuator(config, dtn, switch_tls_dir) for dtn in config.actuator.more_dtns
+    }

@@ -149,7 +149,7 @@ def bench_settings(
     0..B, 20 % of B per sample, fail-safe B − R*; the campus filter's integral band as
     given, default always), with the DTN filter when given gains."""
     from scidmz.control.antiwindup import Gains, Limits
-    from scidmz.control.loop import DtnControl
+    from scidmz.control.dtn_caps import DtnControl
 
     limits = Limits(
         0.0,

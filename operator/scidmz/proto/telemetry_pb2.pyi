@@ -263,6 +263,26 @@ class GroundTruth(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class DtnHostRateLimitsBpsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SIM_TIME_S_FIELD_NUMBER: _builtins.int
     DTN_TAP_BYTES_FIELD_NUMBER: _builtins.int
     CAMPUS_TAP_BYTES_FIELD_NUMBER: _builtins.int
@@ -274,6 +294,7 @@ class GroundTruth(_message.Message):
     CAMPUS_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
     DTN_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
     BOTTLENECK_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
+    DTN_HOST_RATE_LIMITS_BPS_FIELD_NUMBER: _builtins.int
     sim_time_s: _builtins.float
     dtn_tap_bytes: _builtins.float
     campus_tap_bytes: _builtins.float
@@ -287,6 +308,10 @@ class GroundTruth(_message.Message):
     """the DTN cap; 0 when the DTN is uncapped"""
     bottleneck_buffer_bytes: _builtins.float
     """BR1's buffer in force (frame bytes)"""
+    @_builtins.property
+    def dtn_host_rate_limits_bps(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """each DTN host's cap, by its name (0: uncapped); dtn_rate_limit_bps is the first's"""
+
     def __init__(
         self,
         *,
@@ -301,10 +326,11 @@ class GroundTruth(_message.Message):
         campus_rate_limit_bps: _builtins.float = ...,
         dtn_rate_limit_bps: _builtins.float = ...,
         bottleneck_buffer_bytes: _builtins.float = ...,
+        dtn_host_rate_limits_bps: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_buffer_bytes", b"bottleneck_buffer_bytes", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_buffer_bytes", b"bottleneck_buffer_bytes", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_host_rate_limits_bps", b"dtn_host_rate_limits_bps", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -335,16 +361,20 @@ class RateLimit(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RATE_BPS_FIELD_NUMBER: _builtins.int
+    DTN_HOST_FIELD_NUMBER: _builtins.int
     rate_bps: _builtins.float
     """bit/s, >= 0"""
+    dtn_host: _builtins.str
+    """SetDtnRateLimit: which DTN host (spec.dtnHosts[].name); empty: the scenario's first"""
     def __init__(
         self,
         *,
         rate_bps: _builtins.float = ...,
+        dtn_host: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rate_bps", b"rate_bps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dtn_host", b"dtn_host", "rate_bps", b"rate_bps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -364,7 +394,7 @@ class Actuation(_message.Message):
     monotonic_s: _builtins.float
     """the target host's CLOCK_MONOTONIC when it was applied"""
     shaper: _builtins.str
-    """"campus" or "dtn" """
+    """"campus", "dtn" (the first DTN host) or "dtn:<host>" """
     rate_bps: _builtins.float
     def __init__(
         self,

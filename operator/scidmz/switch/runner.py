@@ -87,9 +87,17 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
     ) -> telemetry_pb2.RateLimit:
         await refuse_unless_named(context, self.clients, "the simulator's actuators")
         await _check_rate(request.rate_bps, context)
-        self.source.sim.set_dtn_rate_limit(request.rate_bps)
-        self._record("dtn", self.source.sim.dtn_rate_limit_bps or 0.0)
-        return telemetry_pb2.RateLimit(rate_bps=self.source.sim.dtn_rate_limit_bps or 0.0)
+        names = [d.name for d in self.source.sim.scenario.dtns]
+        host = request.dtn_host or names[0]
+        if host not in names:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"no DTN host {host[:63]!r} in the simulated scenario"
+            )
+        group = names.index(host)
+        self.source.sim.set_dtn_rate_limit(request.rate_bps, group)
+        cap = self.source.sim.group_rate_limit_bps(group) or 0.0
+        self._record("dtn" if group == 0 else f"dtn:{host}", cap)
+        return telemetry_pb2.RateLimit(rate_bps=cap, dtn_host=host)
 
     async def SetBottleneckBuffer(  # noqa: N802 (gRPC method name)
         self, request: telemetry_pb2.BufferSize, context: Any
@@ -131,6 +139,10 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
             campus_rate_limit_bps=self.source.sim.campus_rate_limit_bps,
             dtn_rate_limit_bps=self.source.sim.dtn_rate_limit_bps or 0.0,
             bottleneck_buffer_bytes=self.source.sim.bottleneck_buffer_bytes,
+            dtn_host_rate_limits_bps={
+                d.name: self.source.sim.group_rate_limit_bps(g) or 0.0
+                for g, d in enumerate(self.source.sim.scenario.dtns)
+            },
         )
 
 

@@ -283,6 +283,59 @@ def test_the_dtn_cap_resolves_per_type():
     assert dtn.min_rate_bps == 1e8
 
 
+def test_each_admitted_host_with_a_shaper_gets_its_own_cap_on_its_own_target():
+    """Several policies on one link: R* is their sum, and each shaped host's cap holds
+    its own policy's target; a host without a shaper is held only through the sum."""
+    from scidmz.api.runtime import Admitted, resolve_runtime_config
+    from scidmz.control.settings import controller_settings
+
+    first = link_spec()["dtnHosts"][0]
+    hosts = [
+        {**first, "shaper": {"type": "sim"}},
+        {**first, "name": "dtn-2", "receiverPrefix": "203.0.113.11/32",
+         "shaper": {"type": "sim", "failsafeRate": "90Mbps"}},
+        {**first, "name": "dtn-3", "receiverPrefix": "203.0.113.12/32"},
+    ]  # fmt: skip
+    spec = parse_link_spec(link_spec(dtnHosts=hosts))
+    admitted = [
+        Admitted("a", "climate", parse_spec(policy_spec(targetRate="300Mbps"))),
+        Admitted("b", "genomics", parse_spec(policy_spec(targetRate="200Mbps", dtnHost="dtn-2"))),
+        Admitted("c", "physics", parse_spec(policy_spec(targetRate="150Mbps", dtnHost="dtn-3"))),
+    ]
+    config = resolve_runtime_config("l", 1, spec, admitted, "c:1")
+    assert config.target_rate_bps == 650e6
+    caps = [(c.host, c.target_rate_bps, c.failsafe_rate_bps) for c in config.actuator.dtns]
+    assert caps == [("dtn-1", 300e6, 300e6), ("dtn-2", 200e6, 90e6)]
+    assert [c.class_id for c in config.dtn_classes] == [2, 3, 4]
+    settings = controller_settings(config)
+    assert [(c.host, c.target_bps) for c in settings.dtns] == [("dtn-1", 3e8), ("dtn-2", 2e8)]
+    assert [p.dtn_host for p in settings.policies] == ["dtn-1", "dtn-2", "dtn-3"]
+
+
+def test_the_campus_model_is_the_links_and_mixed_dtns_run_pi_until_one_is_set():
+    from scidmz.api.runtime import Admitted, campus_model
+
+    def admitted(*ccas):
+        return [
+            Admitted("ns", f"p{k}", parse_spec(policy_spec(congestionControl=cca)))
+            for k, cca in enumerate(ccas)
+        ]
+
+    assert campus_model(None, "mlc", admitted("bbr")) == ("bbr", "mlc", None)
+    assert campus_model(None, "mlc", admitted("bbr", "bbr")) == ("bbr", "mlc", None)
+    assert campus_model(None, "mlc", []) == ("cubic", "mlc", None)
+    cca, strategy, note = campus_model(None, "mlc", admitted("cubic", "bbr"))
+    assert (cca, strategy) == ("cubic", "pi") and note is not None and "bbr, cubic" in note
+    assert campus_model(None, "trivial", admitted("cubic", "bbr")) == ("cubic", "trivial", None)
+    # the administrators' model wins over any tenant's congestion control
+    assert campus_model("bbr", "mlc", admitted("cubic", "bbr")) == ("bbr", "mlc", None)
+    config = render(link_spec(controller={"model": "bbr"}), policy_spec(congestionControl="cubic"))
+    assert config.dtn_congestion_control == "bbr"
+    assert (config.controller.gains.kp, config.controller.gains.ki, config.controller.gains.kw) == (
+        TUNED_GAINS["bbr"]["mlc"]
+    )
+
+
 def test_runtime_config_carries_telemetry_settings():
     telemetry = {
         "rttSmoothing": 0.5,

@@ -30,6 +30,7 @@ from scidmz.api.types import (
     ApiModel,
     CidrPrefix,
     Condition,
+    CongestionControl,
     DesiredRtt,
     DigestHold,
     DnsLabel,
@@ -273,9 +274,16 @@ class ControllerSpec(ApiModel):
         description="mlc: ANN inverse model + anti-windup PI (paper eq. 1, fig. 5); "
         "pi: the same filter around the trivial rate; trivial: u = B_max - R* (paper §3.7).",
     )
+    model: CongestionControl | None = Field(
+        default=None,
+        description="The DTN congestion control whose inverse model (mlc) and tuned gains "
+        "the campus loop uses. Default: the admitted DTNs' own when they all share one; "
+        "with DTNs of mixed congestion control no model is identified, so mlc runs as pi "
+        "(on the cubic gains) until this is set.",
+    )
     gains: Gains | None = Field(
         default=None,
-        description="PI gains; default per the admitted policy's congestion control and the "
+        description="PI gains; default per the model (spec.controller.model) and the "
         "strategy: the gains `scidmz tune` found on the simulator (models/<cca>/gains.yaml; "
         "paper table 4's, cubic 0.285/1.486/1.565 and bbr 0.388/1.918/1.340, tracked worse "
         "there).",

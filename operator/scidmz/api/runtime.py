@@ -132,6 +132,12 @@ class ControllerConfig(_Frozen):
     desired_campus_rtt_s: float | None = Field(default=None, gt=0, le=60)
     desired_state_mode: Literal["reachable", "table3"] = "reachable"
     pinned_after_s: float = Field(default=60.0, ge=1, le=3600)
+    strategy_note: str | None = Field(
+        default=None,
+        max_length=512,
+        description="Why the strategy differs from spec.controller.strategy (mlc on DTNs "
+        "of mixed congestion control runs as pi).",
+    )
 
 
 MAX_ADMITTED = 64
@@ -492,10 +498,10 @@ def resolve_runtime_config(
     policies), whose class stays measured so that the collector does not restart."""
     target = sum(parse_rate(p.spec.target_rate) for p in admitted)
     capacity = parse_rate(link.capacity)
-    cca: CongestionControl = admitted[0].spec.congestion_control if admitted else "cubic"
     ctl = link.controller
+    cca, strategy, note = campus_model(ctl.model, ctl.strategy, admitted)
     tuned = TUNED_GAINS[cca]
-    kp, ki, kw = tuned["pi" if ctl.strategy == "pi" else "mlc"]
+    kp, ki, kw = tuned["pi" if strategy == "pi" else "mlc"]
     gains = (
         GainsConfig(kp=ctl.gains.kp, ki=ctl.gains.ki, kw=ctl.gains.kw)
         if ctl.gains is not None
@@ -554,7 +560,8 @@ def resolve_runtime_config(
             tls_server_name=link.switch.tls.server_name if link.switch.tls else None,
         ),
         controller=ControllerConfig(
-            strategy=ctl.strategy,
+            strategy=strategy,
+            strategy_note=note,
             gains=gains,
             min_rate_bps=parse_rate(limits.min),
             max_rate_bps=parse_rate(limits.max) if limits.max is not None else capacity,
@@ -610,6 +617,28 @@ def resolve_runtime_config(
         security=security,
         buffer=_buffer_config(link),
     )
+
+
+def campus_model(
+    model: CongestionControl | None, strategy: Strategy, admitted: Sequence[Admitted]
+) -> tuple[CongestionControl, Strategy, str | None]:
+    """The campus loop's model (the DTN congestion control whose inverse model and tuned
+    gains it runs), its strategy, and why the strategy is not the link's. The model is the
+    administrators' (``spec.controller.model``); unset, the admitted DTNs' own when they
+    share one. No model is identified on mixed congestion control, so there ``mlc`` runs
+    as ``pi`` (on the Cubic gains), and the note says so."""
+    if model is not None:
+        return model, strategy, None
+    ccas = sorted({p.spec.congestion_control for p in admitted})
+    if len(ccas) <= 1:
+        return (ccas[0] if ccas else "cubic"), strategy, None
+    if strategy != "mlc":
+        return "cubic", strategy, None
+    note = (
+        f"mlc runs as pi: the admitted DTNs mix congestion control ({', '.join(ccas)}) and no "
+        "inverse model is identified on such mixes; set spec.controller.model to run one"
+    )
+    return "cubic", "pi", note
 
 
 def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:

@@ -154,3 +154,53 @@ def bench_buffer(
     (out / "report.md").write_text(text)
     typer.echo(text)
     typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")
+
+
+@bench_app.command("multi-dtn")
+def bench_multi_dtn(
+    seeds: Annotated[int | None, typer.Option(help="Seeds per case (default 10, quick 3).")] = None,
+    first_seed: Annotated[int, typer.Option(help="The first seed (results on fresh seeds).")] = 1,
+    quick: Annotated[bool, typer.Option(help="3 seeds, the capped case only.")] = False,
+    workers: Annotated[
+        int, typer.Option(help="Worker processes (results do not depend on it).")
+    ] = 2,
+    out: Annotated[Path, typer.Option(help="Report folder.")] = Path("bench/results/multi_dtn"),
+    from_csv: Annotated[
+        Path | None,
+        typer.Option("--from-csv", help="Render the report from a saved episodes.csv."),
+    ] = None,
+) -> None:
+    """Three DTNs on one 1 Gb/s link (Cubic 100 ms, Cubic 50 ms from 60 s to 120 s, BBR
+    80 ms; targets 300/200/150 Mb/s) beside 100 campus flows on the twin: the campus loop
+    on their sum and a cap per DTN host, against the static split; each DTN's MRAE, the
+    sum, utilisation and the disturbance when another DTN starts or stops. report.md and
+    episodes.csv (a row per DTN per episode) in --out."""
+    from scidmz.learn.multi_dtn_bench import CASES, parse_episodes, run_all
+    from scidmz.learn.multi_dtn_bench import episodes_csv as rows_csv
+    from scidmz.learn.multi_dtn_report import markdown as report
+
+    count = seeds if seeds is not None else (3 if quick else 10)
+    if count < 1 or workers < 1 or first_seed < 0:
+        fail("--seeds and --workers must be >= 1, --first-seed >= 0")
+    out.mkdir(parents=True, exist_ok=True)
+    if from_csv is not None:
+        episodes = saved_episodes(from_csv, parse_episodes)
+        command = f"scidmz bench multi-dtn --from-csv {from_csv}"
+    else:
+        command = (
+            "scidmz bench multi-dtn"
+            + (" --quick" if quick else "")
+            + (f" --seeds {seeds}" if seeds else "")
+            + (f" --first-seed {first_seed}" if first_seed != 1 else "")
+        )
+        episodes = run_all(
+            range(first_seed, first_seed + count),
+            cases=CASES[:1] if quick else CASES,
+            workers=workers,
+            progress=lambda what: typer.echo(f"  {what}", err=True),
+        )
+        (out / "episodes.csv").write_text(rows_csv(episodes))
+    text = report(episodes, command)
+    (out / "report.md").write_text(text)
+    typer.echo(text)
+    typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")

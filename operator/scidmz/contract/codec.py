@@ -63,13 +63,17 @@ def to_message(
 
 
 def state_message(
-    values: Sequence[float], sequence: int, link: str = ""
+    values: Sequence[float],
+    sequence: int,
+    link: str = "",
+    dtns: tuple[DtnFigures, ...] = (),
 ) -> telemetry_pb2.StateSample:
-    """A fresh sample from the seven values in model order, for in-process feeds (the
-    control-quality experiments, benchmarks); validity is each value's finiteness."""
+    """A fresh sample from the seven values in model order (and each DTN host's figures),
+    for in-process feeds (the control-quality experiments, benchmarks); validity is each
+    value's finiteness."""
     if len(values) != len(STATE_VARIABLES):
         raise ValueError(f"a state has {len(STATE_VARIABLES)} values, got {len(values)}")
-    state = NetworkState(*StateVector(*values), measured_at_s=0.0)
+    state = NetworkState(*StateVector(*values), measured_at_s=0.0, dtns=dtns)
     return to_message(state, sequence, 0.0, math.nan, stale=False, link=link)
 
 

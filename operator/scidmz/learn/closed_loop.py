@@ -40,9 +40,20 @@ class DirectActuator:
     """A rate straight into the in-process simulator (``setter``: its campus shaper or its
     DTN cap)."""
 
-    def __init__(self, name: str, setter: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        name: str,
+        setter: Callable[[float], None],
+        lift: Callable[[], None] | None = None,
+    ) -> None:
+        """``lift``: how the limit goes away (a DTN cap's shaper removed)."""
         self.name = name
         self._setter = setter
+        self._lift = lift
+
+    def lift(self) -> None:
+        if self._lift is not None:
+            self._lift()
 
     async def apply(self, rate_bps: float) -> float:
         self._setter(max(rate_bps, 0.0))
@@ -76,14 +87,15 @@ class SimLoop:
     ) -> None:
         self.collector = SimCollector(scenario, telemetry)
         sim = self.collector.sim
+        self._names = [d.name for d in scenario.dtns]
+        cap_of = self._cap_of
         self.controller = Controller(
             settings,
             DirectActuator("sim-direct", sim.set_campus_rate_limit),
             model if settings.strategy == "mlc" else None,
             clock=lambda: sim.now,
-            dtn_actuator=(
-                DirectActuator("sim-direct-dtn", sim.set_dtn_rate_limit) if settings.dtn else None
-            ),
+            dtn_actuator=cap_of(settings.dtn.host) if settings.dtn else None,
+            more_dtn_actuators={c.host: cap_of(c.host) for c in settings.more_dtns},
         )
         self._sequence = 0
         self._last_decision_s: float | None = None
@@ -92,6 +104,26 @@ class SimLoop:
     @property
     def sim(self) -> Simulator:
         return self.collector.sim
+
+    def _cap_of(self, host: str) -> DirectActuator:
+        """DTN host ``host``'s cap (no host: the scenario's first DTN's)."""
+        group = self._names.index(host) if host else 0
+        sim = self.sim
+        return DirectActuator(
+            f"sim-direct-dtn-{group}",
+            lambda rate: sim.set_dtn_rate_limit(rate, group),
+            lambda: sim.set_dtn_rate_limit(None, group),
+        )
+
+    def replan(self, settings: ControllerSettings) -> None:
+        """A new plan from the next decision on (a policy admitted or removed): as the
+        controller process takes a reloaded config, new caps on their hosts' shapers; a
+        cap dropped is lifted (its host sends uncapped, as after its shaper's restore)."""
+        running = {c.control.host for c in self.controller.caps}
+        added = {c.host: self._cap_of(c.host) for c in settings.dtns if c.host not in running}
+        for actuator in self.controller.reconfigure(settings, added):
+            assert isinstance(actuator, DirectActuator)
+            actuator.lift()
 
     def set_target(self, target_bps: float) -> None:
         """R*(t): the setpoint from the next decision on (B_max − R* moves with it)."""
@@ -111,7 +143,8 @@ class SimLoop:
             self._started = True
         sample = self.collector.measure()
         self._sequence += 1
-        decision = await self.controller.on_sample(state_message(sample.measured, self._sequence))
+        message = state_message(sample.measured, self._sequence, dtns=sample.dtns)
+        decision = await self.controller.on_sample(message)
         if decision is not None:
             self._check_clock(decision, sample)
         return LoopStep(self.controller.settings.setpoint.target_rate_bps, sample, decision)

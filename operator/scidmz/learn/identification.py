@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Address
 
 import numpy as np
@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from scidmz.api.runtime import TelemetryConfig
 from scidmz.contract.pipeline import CLASS_CAMPUS, FIRST_DTN_CLASS, QD_SUM_SHIFT
-from scidmz.contract.state import STATE_VARIABLES, PathSignals, StateVector
+from scidmz.contract.state import STATE_VARIABLES, DtnFigures, PathSignals, StateVector
 from scidmz.control.features import FALLBACK_STATE, fill_missing
 from scidmz.netsim import layout
 from scidmz.netsim.scenario import Scenario
@@ -69,6 +69,10 @@ class SimSample:
     """FCTs of short campus flows that finished in the interval."""
     signals: PathSignals = field(default_factory=PathSignals)
     """The loss telemetry as the collector would publish it beside y(t)."""
+    dtns: tuple[DtnFigures, ...] = ()
+    """Each DTN host's own class as the collector reports it (several DTNs only)."""
+    dtn_host_departed_bps: tuple[float, ...] = ()
+    """Ground truth: each DTN host's goodput leaving the bottleneck, in scenario order."""
 
 
 class SimCollector:
@@ -81,7 +85,8 @@ class SimCollector:
         tick_s: float = IN_PROCESS_TICK_S,
     ) -> None:
         settings = telemetry or TelemetryConfig()
-        self.source = NetsimSource(scenario, IN_PROCESS_WIRING)
+        extra = tuple(IPv4Address(f"203.0.113.{11 + g}") for g in range(len(scenario.more_dtns)))
+        self.source = NetsimSource(scenario, replace(IN_PROCESS_WIRING, more_dtn_addresses=extra))
         self.source.set_activity_rule(
             ActivityRule(
                 settings.active_flow_packets,
@@ -110,6 +115,14 @@ class SimCollector:
                 "sojourn_sum",
             )
         }  # fmt: skip
+        # several DTN hosts: each its own class (2 + its index), as the operator numbers
+        # them; one DTN keeps the pipeline's first DTN class for all DTN flows
+        self._hosts = [d.name for d in scenario.dtns] if len(scenario.dtns) > 1 else []
+        columns = self.sim.layout
+        classes = np.full(columns.n_flows, CLASS_CAMPUS, dtype=np.int64)
+        for g in range(len(scenario.dtns)):
+            classes[columns.group_columns(g)] = FIRST_DTN_CLASS + (g if self._hosts else 0)
+        self._class_of_column = classes
         self._state, _ = estimate(
             EstimatorState(), self._poll(self.sim.now), RttBatch.of([]), [], self._estimator
         )
@@ -135,12 +148,39 @@ class SimCollector:
                 sojourn_count=loss["egress_packets"][index],
             )
 
-        return Poll(at_s=now_s, campus=cells(1), dtns={FIRST_DTN_CLASS: cells(0)})
+        if not self._hosts:
+            return Poll(at_s=now_s, campus=cells(1), dtns={FIRST_DTN_CLASS: cells(0)})
+        classes = {FIRST_DTN_CLASS + g: self._group_cells(g) for g in range(len(self._hosts))}
+        hosts = {FIRST_DTN_CLASS + g: host for g, host in enumerate(self._hosts)}
+        return Poll(at_s=now_s, campus=cells(1), dtns=classes, dtn_hosts=hosts)
+
+    def _group_cells(self, group: int) -> ClassCells:
+        """DTN host ``group``'s cells as its class's counters and registers hold them,
+        from the simulator's per-host totals (packets as MSS-sized segments)."""
+        sim = self.sim
+        mss = float(sim.params[layout.P_MSS])
+        g = sim.groups[:, group]
+        resent = float(sim.flow_f[layout.RESENT_TOTAL, sim.layout.group_columns(group)].sum())
+        tap, departed = int(g[layout.G_TAP_BYTES]), int(g[layout.G_DEPARTED])
+        qd = float(g[layout.G_QD_LAST])
+        egress_packets = int(departed / mss)
+        return ClassCells(
+            bytes=tap,
+            queuing_delay_ns=round(qd * 1e9) if math.isfinite(qd) and qd > 0 else 0,
+            ingress_packets=int(tap / mss),
+            ingress_bytes=tap,
+            retrans_packets=int(resent / mss),
+            egress_packets=egress_packets,
+            egress_bytes=departed,
+            sojourn_sum=int(float(g[layout.G_SOJOURN_W]) / mss * 1e9) >> QD_SUM_SHIFT,
+            sojourn_count=egress_packets,
+        )
 
     def measure(self) -> SimSample:
         """Advance one sample time T and return y(t) as the collector computes it."""
         started = self.sim.now
         departed_before = self.source.departed_bytes
+        hosts_before = self.sim.groups[layout.G_DEPARTED].copy()
         batches: list[RttBatch] = []
         flow_events: list[FlowEvent] = []
         dtn_done: list[float] = []
@@ -164,14 +204,16 @@ class SimCollector:
                 batches.append(
                     RttBatch(
                         tick.rtt_flow[kept],
-                        np.where(tick.rtt_is_dtn[kept], FIRST_DTN_CLASS, CLASS_CAMPUS),
+                        self._class_of_column[tick.rtt_column[kept]],
                         tick.rtt_ns[kept] / 1e9,
                         np.full(count, tick.sim_s),
                     )
                 )
             flow_events.extend(
-                FlowEvent(int(flow), bool(began), tick.sim_s)
-                for flow, began in zip(tick.change_flow, tick.change_started, strict=True)
+                FlowEvent(int(flow), bool(began), tick.sim_s, self._flow_class(int(column)))
+                for flow, began, column in zip(
+                    tick.change_flow, tick.change_started, tick.change_column, strict=True
+                )
             )
             if tick.events.shape[1]:
                 done = tick.events[layout.EV_KIND] == layout.FLOW_DONE
@@ -199,7 +241,16 @@ class SimCollector:
             dtn_done_s=tuple(dtn_done),
             short_fct_s=tuple(short_done),
             signals=state.signals,
+            dtns=state.dtns,
+            dtn_host_departed_bps=tuple(
+                (self.sim.groups[layout.G_DEPARTED] - hosts_before) * 8 / elapsed
+            ),
         )
+
+    def _flow_class(self, column: int) -> int:
+        """A flow digest's class: its DTN host's with several (one DTN: unknown, 0, as
+        the single-class collector has always counted them)."""
+        return int(self._class_of_column[column]) if self._hosts else 0
 
 
 @dataclass(frozen=True)

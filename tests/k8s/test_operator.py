@@ -274,12 +274,12 @@ def test_a_tc_dtn_cap_runs_a_shaper_on_the_dtn_host_and_is_pruned(operator, kube
     wait_for(lambda: links.ready(name), 15, "Ready")
     nodes = links.plane.kubectl(
         "get", "pods", "-n", NS,
-        "-l", f"app.kubernetes.io/instance={name},app.kubernetes.io/component=dtn-shaper",
+        "-l", f"app.kubernetes.io/instance={name},app.kubernetes.io/component=dtn-shaper-dtn-1",
         "-o", "jsonpath={.items[*].spec.nodeName}",
     ).stdout  # fmt: skip
     assert nodes.split() == ["dtn-1"]
-    assert links.child("secret", f"{name}-dtn-shaper-tls") is not None
-    (shaper_pod,) = _pods(links, name, "dtn-shaper")
+    assert links.child("secret", f"{name}-dtn-shaper-dtn-1-tls") is not None
+    (shaper_pod,) = _pods(links, name, "dtn-shaper-dtn-1")
     rs_before = _replicasets(links, name)
     kube.apply(_policy(kube, name, targetRate="500Mbps"))
     config_map = wait_for(
@@ -303,6 +303,49 @@ def test_a_tc_dtn_cap_runs_a_shaper_on_the_dtn_host_and_is_pruned(operator, kube
     wait_for(lambda: links.ready(name), 15, "Ready without the shaper")
 
 
+def test_each_shaped_dtn_host_gets_its_own_shaper_and_cap(operator, kube, links):
+    """Two policies on two tc-shaped hosts of one link: a shaper agent on each host's node
+    with its own identity, and the controller's config caps each host on its own target
+    through its own agent; the second host's policy gone, its shaper alone is held."""
+    name = links.name("pair")
+    second = {
+        **TC_SHAPED_HOST,
+        "name": "dtn-2",
+        "receiverPrefix": "203.0.113.11/32",
+        "shaper": {"type": "tc", "tc": {"nodeName": "edge-1", "interface": "ens2f0"}},
+    }
+    links.apply(_link(links, "pair", dtnHosts=[TC_SHAPED_HOST, second]))
+    kube.apply(_policy(kube, name, targetRate="500Mbps"))
+    kube.apply(_policy(kube, name, "second", targetRate="300Mbps", dtnHost="dtn-2"))
+    wait_for(lambda: links.ready(name), 20, "Ready")
+
+    def rendered():
+        config = links.child("configmap", f"{name}-config")["data"]["config.yaml"]
+        return yaml.safe_load(config)
+
+    caps = wait_for(
+        lambda: (r := rendered()) and r["actuator"]["more_dtns"] and r["actuator"], 15, "two caps"
+    )  # fmt: skip
+    by_host = {c["host"]: c for c in [caps["dtn"], *caps["more_dtns"]]}
+    assert {h: c["target_rate_bps"] for h, c in by_host.items()} == {"dtn-1": 5e8, "dtn-2": 3e8}
+    assert by_host["dtn-2"]["address"].startswith(f"{name}-dtn-shaper-dtn-2.")
+    assert by_host["dtn-2"]["server_name"].startswith(f"{name}-dtn-shaper-dtn-2.")
+    for host, node in (("dtn-1", "dtn-1"), ("dtn-2", "edge-1")):
+        deployment = links.child("deployment", f"{name}-dtn-shaper-{host}")
+        pod = deployment["spec"]["template"]["spec"]
+        args = pod["containers"][0]["args"]
+        assert args[args.index("--dtn-host") + 1] == host
+        term = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert term["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [node]
+        assert links.child("secret", f"{name}-dtn-shaper-{host}-tls") is not None
+    first_uid = links.child("deployment", f"{name}-dtn-shaper-dtn-1")["metadata"]["uid"]
+    kube.delete("dtp", "second")
+    held = wait_for(lambda: links.get(name)["status"].get("heldDtnHosts"), 10, "dtn-2 held")
+    assert [h["host"] for h in held] == ["dtn-2"]
+    assert links.child("deployment", f"{name}-dtn-shaper-dtn-1")["metadata"]["uid"] == first_uid
+    assert links.child("deployment", f"{name}-dtn-shaper-dtn-2") is not None
+
+
 def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(operator, kube, links):
     """A tenant who deletes and re-creates its policy neither deletes nor creates the
     privileged shaper pod: it is held at the host's fail-safe (the target last admitted
@@ -311,7 +354,7 @@ def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(oper
     links.apply(_link(links, "hold", dtnHosts=[TC_SHAPED_HOST]))
     kube.apply(_policy(kube, name))
     wait_for(lambda: links.ready(name), 15, "Ready")
-    shaper = links.child("deployment", f"{name}-dtn-shaper")
+    shaper = links.child("deployment", f"{name}-dtn-shaper-dtn-1")
     uid, template = shaper["metadata"]["uid"], shaper["spec"]["template"]
 
     def rendered():
@@ -327,20 +370,21 @@ def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(oper
     dtn = rendered()["actuator"]["dtn"]
     assert dtn["failsafe_rate_bps"] == dtn["min_rate_bps"] == 600e6
     assert rendered()["policies"] == [] and rendered()["target_rate_bps"] == 0
-    kept = links.child("deployment", f"{name}-dtn-shaper")
+    kept = links.child("deployment", f"{name}-dtn-shaper-dtn-1")
     assert kept["metadata"]["uid"] == uid and kept["spec"]["template"] == template
     # the policy again within the grace: the same pod takes it back
     kube.apply(_policy(kube, name, "again"))
     wait_for(lambda: not rendered()["actuator"]["dtn"]["held"], 10, "the cap controlled again")
-    assert links.child("deployment", f"{name}-dtn-shaper")["metadata"]["uid"] == uid
+    assert links.child("deployment", f"{name}-dtn-shaper-dtn-1")["metadata"]["uid"] == uid
     assert links.get(name)["status"].get("heldDtnHosts") in (None, [])
     # gone for good: removed after the grace, and its interface given back its original
     # root qdisc by a Job on its node once its pod is gone
     kube.delete("dtp", "again")
     wait_for(lambda: links.get(name)["status"].get("heldDtnHosts"), 10, "held again")
-    wait_for(lambda: links.child("deployment", f"{name}-dtn-shaper") is None, 30, "removed")
+    wait_for(lambda: links.child("deployment", f"{name}-dtn-shaper-dtn-1") is None, 30, "removed")
     assert rendered()["actuator"]["dtn"] is None
-    job = wait_for(lambda: links.child("job", f"{name}-dtn-shaper-restore"), 30, "the restore")
+    job_name = f"{name}-dtn-shaper-dtn-1-restore"
+    job = wait_for(lambda: links.child("job", job_name), 30, "the restore")
     pod = job["spec"]["template"]["spec"]
     assert pod["containers"][0]["args"] == [
         "shaper", "--interface", "ens1f0", "--state-dir", "/var/lib/scidmz-shapers", "--restore"
@@ -352,13 +396,13 @@ def test_a_dtn_shaper_is_held_at_its_failsafe_while_a_policy_comes_and_goes(oper
         v.get("hostPath") for v in pod["volumes"]
     ]
     wait_for(
-        lambda: (links.get(name)["status"].get("pendingRestore") or {}).get("interface")
-        == "ens1f0" or links.child("job", f"{name}-dtn-shaper-restore") is None,
+        lambda: [r.get("interface") for r in links.get(name)["status"].get("pendingRestores")
+                 or []] == ["ens1f0"] or links.child("job", job_name) is None,
         10, "the restore in the link's status",
     )  # fmt: skip
     # the Job done (kwok completes its pod): the operator clears it and says so
-    wait_for(lambda: links.child("job", f"{name}-dtn-shaper-restore") is None, 60, "done")
-    wait_for(lambda: not links.get(name)["status"].get("pendingRestore"), 10, "cleared")
+    wait_for(lambda: links.child("job", job_name) is None, 60, "done")
+    wait_for(lambda: not links.get(name)["status"].get("pendingRestores"), 10, "cleared")
     assert "ShaperRestored" in _events(links.plane, NS, f"{name}-config")
 
 
@@ -381,7 +425,7 @@ def test_deleting_a_link_stops_its_controller_first_then_the_rest(operator, kube
     # shaper, which must still be there), the rest once its pods are gone
     log = operator.log()[before:]
     controller = _deleted_at(log, "deployments", f"{name}-controller")
-    shaper = _deleted_at(log, "deployments", f"{name}-dtn-shaper")
+    shaper = _deleted_at(log, "deployments", f"{name}-dtn-shaper-dtn-1")
     assert 0 <= controller < shaper, log[-3000:]
     pods_gone = log.find(f"/namespaces/{NS}/pods?labelSelector=", controller)
     assert controller < pods_gone < shaper

@@ -234,20 +234,25 @@ def test_first_come_first_served_and_the_next_one_when_the_first_goes(
     time.sleep(1.1)
     assert tenant.apply(_policy(name, "same-host")).returncode == 0
     time.sleep(1.1)
-    assert tenant.apply(_policy(name, "other-host", dtnHost="dtn-2")).returncode == 0
+    other = _policy(name, "other-host", dtnHost="dtn-2", targetRate="200Mbps")
+    assert tenant.apply(other).returncode == 0
     wait_for(lambda: _accepted(kube, "same-host").get("reason") == "DtnHostInUse", 15, "in use")
-    wait_for(lambda: _accepted(kube, "other-host").get("reason") == "DtnClassShared", 15, "shared")
-    assert "policy first of this namespace holds it" in _accepted(kube, "other-host")["message"]
+    # another DTN host is its own class and cap: admitted beside the first, in the sum
+    wait_for(lambda: _accepted(kube, "other-host").get("status") == "True", 15, "other host")
     assert _accepted(kube, "first")["status"] == "True"  # a later one never displaces it
     kube.delete("dtp", "first")
     wait_for(lambda: _accepted(kube, "same-host").get("status") == "True", 15, "the next admitted")
-    assert _accepted(kube, "other-host")["reason"] == "DtnClassShared"
+    assert _accepted(kube, "other-host")["status"] == "True"
     config = wait_for(
         lambda: (c := links.child("configmap", f"{name}-config"))
         and "same-host" in c["data"]["config.yaml"] and c,
         15,
         "the loop now holds same-host",
     )  # fmt: skip
+    rendered = yaml.safe_load(config["data"]["config.yaml"])
+    assert sorted(p["name"] for p in rendered["policies"]) == ["other-host", "same-host"]
+    assert rendered["target_rate_bps"] == 800e6
+    assert sorted(c["host"] for c in rendered["dtn_classes"]) == ["dtn-1", "dtn-2"]
     assert "name: first" not in config["data"]["config.yaml"]
 
 

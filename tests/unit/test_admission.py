@@ -95,17 +95,18 @@ def test_first_come_first_served_and_recomputed_when_the_first_goes():
     first = _policy("first", created="2026-01-01T00:00:01Z")
     same_host = _policy("same-host", created="2026-01-01T00:00:02Z")
     other_host = _policy("other", namespace="climate", created="2026-01-01T00:00:03Z",
-                         dtnHost="dtn-2")  # fmt: skip
+                         dtnHost="dtn-2", targetRate="200Mbps")  # fmt: skip
     decisions = admit("l", _link(), [other_host, same_host, first], LABELS)
     assert decisions[first.key].accepted
     assert decisions[same_host.key].reason == admission.DTN_HOST_IN_USE
     assert "held by policy first of this namespace" in decisions[same_host.key].message
-    # one DTN class per link: a second host's policy is refused, not mixed into the first
-    assert decisions[other_host.key].reason == admission.DTN_CLASS_SHARED
-    # the first goes away: the next by creation time is admitted
+    # another host's policy is admitted beside it: each host is its own class and cap
+    assert decisions[other_host.key].accepted
+    # the first goes away: the next by creation time on its host is admitted
     decisions = admit("l", _link(), [other_host, same_host], LABELS)
     assert decisions[same_host.key].accepted
-    assert [p.name for p in admitted([other_host, same_host], decisions)] == ["same-host"]
+    chosen = admitted([other_host, same_host], decisions)
+    assert sorted(p.name for p in chosen) == ["other", "same-host"]
 
 
 def test_a_later_policy_never_displaces_an_earlier_one():
@@ -185,42 +186,38 @@ def test_a_raise_that_does_not_fit_keeps_the_admitted_target_running():
 
 
 def test_a_raise_never_takes_room_an_admitted_policy_holds():
-    """Two hosts of a link with two classes: the first admitted raising its target past
-    the share does not push the second out (the attack a creation-time order allowed)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(admission, "DTN_CLASSES_PER_LINK", 2)
-        first = _policy("first", targetRate="400Mbps")
-        second = _policy("second", namespace="climate", dtnHost="dtn-2", targetRate="400Mbps")
-        decisions = admit("l", _link(), [first], LABELS, _at(1))
-        first = _placed(first, decisions)
-        decisions = admit("l", _link(), [first, second], LABELS, _at(2))
-        second = _placed(second, decisions)
-        assert decisions[second.key].accepted
-        greedy = replace(first, spec=parse_spec(policy_spec(targetRate="800Mbps")))
-        decisions = admit("l", _link(), [greedy, second], LABELS, _at(3))
-        assert decisions[second.key].accepted and decisions[second.key].target == "400Mbps"
-        assert decisions[greedy.key].reason == admission.TARGET_NOT_RAISED
-        assert decisions[greedy.key].target == "400Mbps"
-        # what is left for its target: its own 400 Mb/s and the 100 Mb/s nobody holds
-        assert "500Mbps left" in decisions[greedy.key].message
+    """Two hosts of a link: the first admitted raising its target past the share does not
+    push the second out (the attack a creation-time order allowed)."""
+    first = _policy("first", targetRate="400Mbps")
+    second = _policy("second", namespace="climate", dtnHost="dtn-2", targetRate="400Mbps")
+    decisions = admit("l", _link(), [first], LABELS, _at(1))
+    first = _placed(first, decisions)
+    decisions = admit("l", _link(), [first, second], LABELS, _at(2))
+    second = _placed(second, decisions)
+    assert decisions[second.key].accepted
+    greedy = replace(first, spec=parse_spec(policy_spec(targetRate="800Mbps")))
+    decisions = admit("l", _link(), [greedy, second], LABELS, _at(3))
+    assert decisions[second.key].accepted and decisions[second.key].target == "400Mbps"
+    assert decisions[greedy.key].reason == admission.TARGET_NOT_RAISED
+    assert decisions[greedy.key].target == "400Mbps"
+    # what is left for its target: its own 400 Mb/s and the 100 Mb/s nobody holds
+    assert "500Mbps left" in decisions[greedy.key].message
 
 
 def test_when_the_share_shrinks_the_last_admitted_give_way_first():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(admission, "DTN_CLASSES_PER_LINK", 2)
-        early = _policy("early", created="2026-09-01T00:00:00Z", targetRate="300Mbps")
-        late = _policy("late", namespace="climate", created="2020-01-01T00:00:00Z",
-                       dtnHost="dtn-2", targetRate="300Mbps")  # fmt: skip
-        early = _placed(early, admit("l", _link(), [early], LABELS, _at(1)))
-        late = _placed(late, admit("l", _link(), [early, late], LABELS, _at(2)))
-        # the administrators leave tenants 50 % of 1 Gb/s instead of 90 %
-        smaller = _link(tenants={"namespaces": {"from": "All"}, "maxTargetPercent": 50})
-        decisions = admit("l", smaller, [late, early], LABELS, _at(3))
-        assert decisions[early.key].accepted
-        assert decisions[late.key].reason == admission.QUOTA_EXCEEDED
-        assert "the policies admitted last give way first" in decisions[late.key].message
-        # it keeps its place in the queue, ahead of anyone who asks after it
-        assert decisions[late.key].place.queued_at == _at(2)
+    early = _policy("early", created="2026-09-01T00:00:00Z", targetRate="300Mbps")
+    late = _policy("late", namespace="climate", created="2020-01-01T00:00:00Z",
+                   dtnHost="dtn-2", targetRate="300Mbps")  # fmt: skip
+    early = _placed(early, admit("l", _link(), [early], LABELS, _at(1)))
+    late = _placed(late, admit("l", _link(), [early, late], LABELS, _at(2)))
+    # the administrators leave tenants 50 % of 1 Gb/s instead of 90 %
+    smaller = _link(tenants={"namespaces": {"from": "All"}, "maxTargetPercent": 50})
+    decisions = admit("l", smaller, [late, early], LABELS, _at(3))
+    assert decisions[early.key].accepted
+    assert decisions[late.key].reason == admission.QUOTA_EXCEEDED
+    assert "the policies admitted last give way first" in decisions[late.key].message
+    # it keeps its place in the queue, ahead of anyone who asks after it
+    assert decisions[late.key].place.queued_at == _at(2)
 
 
 def test_the_waiting_are_admitted_in_the_order_they_asked():
@@ -313,7 +310,7 @@ def test_selection_from_all_selector_none():
 )
 def test_admitted_targets_never_exceed_the_tenants_share(targets, percent):
     """Whatever arrives, the admitted sum stays within maxTargetPercent of capacity, and
-    one policy per DTN class."""
+    one policy per DTN host; each that fits beside those before it is admitted."""
     hosts = [{"name": f"dtn-{k}", "receiverPrefix": f"203.0.113.{k + 1}/32"}
              for k in range(len(targets))]  # fmt: skip
     link = parse_link_spec(
@@ -327,8 +324,11 @@ def test_admitted_targets_never_exceed_the_tenants_share(targets, percent):
     ]  # fmt: skip
     decisions = admit("l", link, policies, LABELS)
     chosen = admitted(policies, decisions)
-    assert len(chosen) <= admission.DTN_CLASSES_PER_LINK
+    assert len({p.spec.dtn_host for p in chosen if p.spec}) == len(chosen)
     total = sum(int(p.spec.target_rate.removesuffix("Mbps")) for p in chosen if p.spec)
     assert total <= 1000 * percent / 100
-    if targets[0] <= 10 * percent:  # the first fits: it is the one admitted
+    if targets[0] <= 10 * percent:  # the first fits: it is admitted first
         assert chosen and chosen[0].name == "p0"
+    # each one refused is refused for want of room, never for sharing the link
+    refused = [p for p in policies if not decisions[p.key].accepted]
+    assert all(decisions[p.key].reason == admission.QUOTA_EXCEEDED for p in refused)

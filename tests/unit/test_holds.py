@@ -61,7 +61,7 @@ def _config(held=(), policies=True):
     file = loop(_link(), policy_spec())
     return resolve_runtime_config(
         file.link_name, 1, file.link, file.policies if policies else (), "collector:1",
-        "campus-border-dtn-shaper:9503", None, held,
+        "campus-border-dtn-shaper-dtn-1:9503", None, held,
     )  # fmt: skip
 
 
@@ -86,6 +86,6 @@ def test_a_held_host_keeps_its_shaper_and_class_and_rolls_nothing():
 
     def shaper(config):
         objects = build_children(ref, config, settings, LinkWorkloads(host_ports=ports))
-        return next(o for o in objects if o["metadata"]["name"] == "campus-border-dtn-shaper")
+        return next(o for o in objects if o["metadata"]["name"] == "campus-border-dtn-shaper-dtn-1")
 
     assert shaper(held)["spec"] == shaper(admitted)["spec"]

@@ -75,6 +75,7 @@ def test_the_admitted_policy_gets_its_rate_target_and_the_links_limit():
             "dtnRate": "590Mbps",
             "targetRate": "600Mbps",
             "campusRateLimit": "400Mbps",
+            "shortfall": "10Mbps",
             "sampledAt": "t",
         },
         "tracking": {"mrae": 0.05, "window": "5s"},
@@ -94,7 +95,7 @@ def test_each_policy_sees_its_own_hosts_rate_and_target_and_no_others():
         "target_rate_bps": 5e8,
         "policies": [
             {"namespace": "climate", "name": "archive", "dtn_host": "dtn-1",
-             "target_rate_bps": 3e8},
+             "target_rate_bps": 3e8, "capped": True, "dtn_rate_limit_bps": 3.1e8},
             {"namespace": "genomics", "name": "core", "dtn_host": "dtn-2",
              "target_rate_bps": 2e8},
         ],
@@ -113,9 +114,12 @@ def test_each_policy_sees_its_own_hosts_rate_and_target_and_no_others():
         {"host": "dtn-2", "rate": "195Mbps", "rtt": "50.7ms", "queuingDelay": "2ms"},
     ]
     genomics = policy_live_status(state, 1.0, "genomics", "core", "dtn-2")["state"]
+    # its host has no shaper: held only through the link's sum, and 5 Mb/s short
     assert genomics == {"dtnRate": "195Mbps", "dtnRtt": "50.7ms", "targetRate": "200Mbps",
-                        "campusRateLimit": "350Mbps", "sampledAt": "t"}  # fmt: skip
+                        "campusRateLimit": "350Mbps", "enforcedBy": "LinkSum",
+                        "shortfall": "5Mbps", "sampledAt": "t"}  # fmt: skip
     climate = policy_live_status(state, 1.0, "climate", "archive", "dtn-1")["state"]
     assert climate["dtnRate"] == "295Mbps" and climate["targetRate"] == "300Mbps"
+    assert climate["enforcedBy"] == "DtnCap" and climate["dtnRateLimit"] == "310Mbps"
     # a host the collector does not measure yet: no figures rather than another's
     assert "state" not in policy_live_status(state, 1.0, "physics", "exp", "dtn-3")

@@ -20,6 +20,7 @@ from scidmz.k8s.manifests import (
     child_name,
     collector_address,
     dtn_shaper_address,
+    dtn_shaper_workload,
     server_names,
     shaper_restore_of,
 )
@@ -39,7 +40,7 @@ SETTINGS = WorkloadSettings(
 SECURITY = ChannelSecurity(
     identity_dir=IDENTITY_MOUNT,
     collector_server_name=server_names(REF.name, "collector", SETTINGS)[1],
-    dtn_shaper_server_name=server_names(REF.name, "dtn-shaper", SETTINGS)[1],
+    dtn_shaper_server_name=server_names(REF.name, "dtn-shaper-dtn-1", SETTINGS)[1],
 )
 SHAPER_PORT = 9502
 
@@ -50,7 +51,7 @@ def _children(link=None, policy=None, generation=1, **work):
         policy if policy is not None else policy_spec(),
         generation,
         collector_address(REF.name, SETTINGS),
-        dtn_shaper_address(REF.name, SETTINGS, SHAPER_PORT + 1),
+        dtn_shaper_address(REF.name, SETTINGS, SHAPER_PORT + 1, "dtn-1"),
         SECURITY,
     )
     ports = (
@@ -253,9 +254,14 @@ def test_same_spec_renders_identical_objects():
 @pytest.mark.parametrize("length", [10, 50, 63, 200, 253])
 def test_child_names_fit_dns_labels(length):
     link = "p" * length
-    for suffix in ("collector", "controller", "config", "scidmz", "dtn-shaper-tls"):
+    hosts = ("dtn-1", "h" * 63)
+    shapers = [dtn_shaper_workload(h) for h in hosts]
+    suffixes = ["collector", "controller", "config", "scidmz", *shapers,
+                *(f"{s}-tls" for s in shapers), *(f"{s}-restore" for s in shapers)]  # fmt: skip
+    for suffix in suffixes:
         name = child_name(link, suffix)
         assert len(name) <= 63 and name.endswith(suffix)
+    assert dtn_shaper_workload("h" * 63) != dtn_shaper_workload("h" * 62 + "i")
     assert child_name("a" * 200, "collector") != child_name("a" * 199 + "b", "collector")
 
 
@@ -304,14 +310,15 @@ def _with_tc_shaper():
 
 def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
     children = _children(_with_tc_shaper())
-    shaper = children["Deployment/campus-border-dtn-shaper"]
-    service = children["Service/campus-border-dtn-shaper"]
+    shaper = children["Deployment/campus-border-dtn-shaper-dtn-1"]
+    service = children["Service/campus-border-dtn-shaper-dtn-1"]
     pod = shaper["spec"]["template"]["spec"]
     container = pod["containers"][0]
     # the fail-safe and bounds come from the mounted ConfigMap, followed live
     assert container["args"] == [
         "shaper", "--interface", "ens1f0", "--config", "/etc/scidmz/config.yaml",
-        "--listen", f"0.0.0.0:{SHAPER_PORT + 1}", "--state-dir", "/var/lib/scidmz-shapers",
+        "--dtn-host", "dtn-1", "--listen", f"0.0.0.0:{SHAPER_PORT + 1}",
+        "--state-dir", "/var/lib/scidmz-shapers",
     ]  # fmt: skip
     # the interface's original qdisc is recorded on the node, where it outlives the pod
     assert {"name": "shaper-state", "mountPath": "/var/lib/scidmz-shapers"} in container[
@@ -322,12 +329,12 @@ def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
     assert restore is not None and (restore.node, restore.interface) == ("dtn-1", "ens1f0")
     job = build_shaper_restore_job(REF, restore, SETTINGS)
     job_pod = job["spec"]["template"]["spec"]
-    assert job["metadata"]["name"] == "campus-border-dtn-shaper-restore"
+    assert job["metadata"]["name"] == "campus-border-dtn-shaper-dtn-1-restore"
     assert job_pod["containers"][0]["args"][-1] == "--restore"
     assert job_pod["affinity"] == pod["affinity"] and job_pod["hostNetwork"] is True
     # labelled apart from the shaper: the operator waits for the shaper's pods alone
     component = "app.kubernetes.io/component"
-    assert job["spec"]["template"]["metadata"]["labels"][component] == "dtn-shaper-restore"
+    assert job["spec"]["template"]["metadata"]["labels"][component] == "dtn-shaper-dtn-1-restore"
     assert shaper_restore_of({"spec": {}}) is None
     assert {"name": "config", "mountPath": "/etc/scidmz", "readOnly": True} in container[
         "volumeMounts"
@@ -340,10 +347,10 @@ def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
         ("grpc-shaper", SHAPER_PORT + 1), ("https-metrics", SHAPER_PORT)
     }  # fmt: skip
     config = children["ConfigMap/campus-border-config"]["data"]["config.yaml"]
-    assert f"address: campus-border-dtn-shaper.scidmz-system.svc:{SHAPER_PORT + 1}" in config
+    assert f"address: campus-border-dtn-shaper-dtn-1.scidmz-system.svc:{SHAPER_PORT + 1}" in config
     assert "hostNetwork" not in _pod(children, "controller")
     order = list(children)
-    assert order.index("Deployment/campus-border-dtn-shaper") < order.index(
+    assert order.index("Deployment/campus-border-dtn-shaper-dtn-1") < order.index(
         "Deployment/campus-border-controller"
     )
 
@@ -351,7 +358,7 @@ def test_a_tc_dtn_cap_gets_a_shaper_on_the_dtn_host_on_its_own_ports():
 def test_a_new_target_rate_leaves_the_dtn_shaper_running():
     """With failsafeRate 'target' the agent's fail-safe cap is R*: it reads it from the
     ConfigMap, so its Deployment does not change (nor roll) with R*."""
-    key = "Deployment/campus-border-dtn-shaper"
+    key = "Deployment/campus-border-dtn-shaper-dtn-1"
     link = _with_tc_shaper()
     before = _children(link)[key]
     assert _children(link, policy_spec(targetRate="700Mbps"), generation=2)[key] == before

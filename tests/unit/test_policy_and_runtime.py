@@ -449,4 +449,45 @@ def test_the_scale_manifests_stay_within_the_crds_dtn_host_limit():
     links = [d for d in yaml.safe_load_all(policies.scale_manifest(10, 1000, "ops"))
              if d["kind"] == "BorderLink"]  # fmt: skip
     assert len(links) == 10
-    assert all(len(link["spec"]["dtnHosts"]) == MAX_DTN_HOSTS for link in links)
+    assert all(len(link["spec"]["dtnHosts"]) == policies.HOSTS_PER_LINK for link in links)
+    assert policies.HOSTS_PER_LINK <= MAX_DTN_HOSTS
+    # the first policy on each host of a link fits in the tenants' share beside the others
+    docs = list(yaml.safe_load_all(policies.scale_manifest(10, 1000, "ops")))
+    first: dict[tuple[str, str], int] = {}
+    for d in docs:
+        if d["kind"] == "DTNTransferPolicy":
+            key = (d["spec"]["linkRef"]["name"], d["spec"]["dtnHost"])
+            first.setdefault(key, int(d["spec"]["targetRate"].removesuffix("Mbps")))
+    for link in links:
+        planned = sum(v for (name, _), v in first.items() if name == link["metadata"]["name"])
+        assert planned <= 900
+
+
+def test_the_three_dtn_example_admits_every_policy_and_caps_each_host_on_its_target():
+    """examples/three-dtns.yaml as the operator takes it: all three policies admitted on
+    their own hosts, R* their sum, a cap per host on its own target, and pi (mixed
+    congestion control, set by the administrators)."""
+    from scidmz.api.admission import PolicyView, admit, admitted
+    from scidmz.api.runtime import Admitted, resolve_runtime_config
+
+    documents = list(yaml.safe_load_all((REPO / "examples" / "three-dtns.yaml").read_text()))
+    (link_doc,) = [d for d in documents if d["kind"] == "BorderLink"]
+    link = parse_link_spec(link_doc["spec"])
+    views = [
+        PolicyView(d["metadata"]["namespace"], d["metadata"]["name"], "", parse_spec(d["spec"]))
+        for d in documents
+        if d["kind"] == "DTNTransferPolicy"
+    ]
+    labels = {v.namespace: {"scidmz.io/tenant": "true"} for v in views}
+    decisions = admit("science-dmz", link, views, labels)
+    assert all(d.accepted for d in decisions.values()), decisions
+    chosen = admitted(views, decisions)
+    config = resolve_runtime_config(
+        "science-dmz", 1, link,
+        [Admitted(p.namespace, p.name, p.spec) for p in chosen if p.spec],
+        "collector:1", "shaper:1",
+    )  # fmt: skip
+    assert config.target_rate_bps == 6.5e9 and config.controller.strategy == "pi"
+    caps = {c.host: c.target_rate_bps for c in config.actuator.dtns}
+    assert caps == {"climate-archive": 3e9, "genomics-core": 2e9, "physics-daq": 1.5e9}
+    assert sorted(c.class_id for c in config.dtn_classes) == [2, 3, 4]

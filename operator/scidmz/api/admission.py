@@ -29,12 +29,6 @@ from scidmz.api.policy import AdmissionStatus, DTNTransferPolicySpec
 from scidmz.api.selection import namespace_allowed
 from scidmz.api.units import format_rate, parse_rate
 
-DTN_CLASSES_PER_LINK = 1
-"""The DTN targets a link's loop holds at once. Each DTN host is measured as its own class
-(``contract.classes``), but the loop drives one DTN target with one DTN cap, so a link
-holds one policy at a time, and a second is refused (``DtnClassShared``) rather than mixed
-into the first one's rate. Per-host caps and targets lift this."""
-
 # Accepted=True
 ACCEPTED = "Accepted"
 TARGET_NOT_RAISED = "TargetNotRaised"
@@ -47,7 +41,6 @@ NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 DTN_NOT_ALLOWED = "DtnNotAllowed"
 TARGET_ABOVE_CAPACITY = "TargetAboveCapacity"
 DTN_HOST_IN_USE = "DtnHostInUse"
-DTN_CLASS_SHARED = "DtnClassShared"
 QUOTA_EXCEEDED = "QuotaExceeded"
 INVALID_SPEC = "InvalidSpec"
 
@@ -60,12 +53,11 @@ REASONS = (
     DTN_NOT_ALLOWED,
     TARGET_ABOVE_CAPACITY,
     DTN_HOST_IN_USE,
-    DTN_CLASS_SHARED,
     QUOTA_EXCEEDED,
     INVALID_SPEC,
 )
 SHRUNK = "the link's share shrank, and the policies admitted last give way first"
-WAITING = frozenset({DTN_HOST_IN_USE, DTN_CLASS_SHARED, QUOTA_EXCEEDED})
+WAITING = frozenset({DTN_HOST_IN_USE, QUOTA_EXCEEDED})
 """Refusals that keep a policy's place in the queue: it waits for room on its link."""
 
 
@@ -275,13 +267,6 @@ def admit(
                 f"spec.dtnHost: DTN host {host} of BorderLink {link_name} is held by "
                 f"{_holder_text(holder, policy)}, admitted before this one asked; it waits "
                 "for the host"
-            )
-        if len(holders) >= DTN_CLASSES_PER_LINK:
-            first = next(iter(holders.values()))
-            return DTN_CLASS_SHARED, (
-                f"BorderLink {link_name}'s loop holds one DTN target at a time, so it holds "
-                f"one policy at a time; {_holder_text(first, policy)} holds it (admitted "
-                "first); this one waits"
             )
         return None
 

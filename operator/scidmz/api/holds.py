@@ -10,9 +10,9 @@ administrators' fail-safe cap for the host (its ``shaper.failsafeRate``, or, wit
 there again within the grace takes it back without a new pod. After the grace the shaper is
 removed and the host's interface restored.
 
-One DTN class per link (``admission.DTN_CLASSES_PER_LINK``): the class and the DTN cap are
-the admitted policy's, so any admitted policy ends every hold, and at most one host is held.
-A pure function of the link, the last plan and holds (the link's status) and the clock.
+Each DTN host is held on its own: a policy admitted on another host does not end it, one
+admitted on the same host does. A pure function of the link, the last plan and holds (the
+link's status) and the clock.
 """
 
 from __future__ import annotations
@@ -48,18 +48,19 @@ def held_dtn_hosts(
     now: dt.datetime,
     grace_s: float = DEFAULT_GRACE_S,
 ) -> list[HeldDtnHost]:
-    """The hosts held after this pass (at most one, see the module's docstring)."""
-    if admitted_hosts or grace_s <= 0:
+    """The hosts held after this pass, oldest hold first."""
+    if grace_s <= 0:
         return []
+    busy = set(admitted_hosts)
     held: dict[str, HeldDtnHost] = {}
     for hold in previous:
         since = _parsed(hold.since)
-        if since is None or not _tc_shaper(link, hold.host):
+        if since is None or hold.host in busy or not _tc_shaper(link, hold.host):
             continue
         if (now - since).total_seconds() < grace_s:
             held[hold.host] = hold
     for item in last_plan:
-        if item.dtn_host in held or not _tc_shaper(link, item.dtn_host):
+        if item.dtn_host in held or item.dtn_host in busy or not _tc_shaper(link, item.dtn_host):
             continue
         host = link.dtn_host(item.dtn_host)
         assert host is not None and host.shaper is not None
@@ -69,7 +70,4 @@ def held_dtn_hosts(
             since=place_time(now),
             failsafe_rate=item.target_rate if rate == "target" else rate,
         )
-    if not held:
-        return []
-    newest = max(held.values(), key=lambda h: (normalised_time(h.since), h.host))
-    return [newest]
+    return sorted(held.values(), key=lambda h: (normalised_time(h.since), h.host))

@@ -982,6 +982,12 @@ class ShaperRestore(ApiModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, description="The taints of the node the Job tolerates."
     )
+    host: str = Field(
+        default="",
+        max_length=63,
+        description="The DTN host (empty: a link's only shaper, as recorded before shapers "
+        "were per host).",
+    )
 
 
 class BorderLinkStatus(ApiModel):
@@ -1013,10 +1019,16 @@ class BorderLinkStatus(ApiModel):
         description="Ports the link's host-network pods use, per node; kept for the link's "
         "life so that two links on one node never collide.",
     )
+    pending_restores: list[ShaperRestore] = Field(
+        default_factory=list,
+        max_length=MAX_DTN_HOSTS,
+        description="Removed DTN shapers whose interfaces are being given back their "
+        "original root qdisc (a Job <link>-dtn-shaper-<host>-restore on each node).",
+    )
     pending_restore: ShaperRestore | None = Field(
         default=None,
-        description="A removed DTN shaper whose interface is being given back its original "
-        "root qdisc (the Job <link>-dtn-shaper-restore on its node).",
+        description="Deprecated: the one restore an older operator recorded; read once "
+        "and moved to pendingRestores.",
     )
     held_dtn_hosts: list[HeldDtnHost] = Field(
         default_factory=list,

@@ -12,7 +12,7 @@ every ``description`` is what ``kubectl explain dtp.spec...`` prints.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -117,6 +117,21 @@ class PolicyStateStatus(ApiModel):
     )
     campus_rate_limit: str | None = Field(
         default=None, description="u(t), the link's campus rate limit."
+    )
+    enforced_by: Literal["DtnCap", "LinkSum"] | None = Field(
+        default=None,
+        description="How its rate is held: DtnCap, by its DTN host's own cap loop on its "
+        "target; LinkSum, only through the link's campus loop on the admitted targets' sum "
+        "(its host has no shaper: a DTN that ignores campus shaping, such as BBR, is not "
+        "held).",
+    )
+    dtn_rate_limit: str | None = Field(
+        default=None, description="The cap in force on its DTN host (DtnCap)."
+    )
+    shortfall: str | None = Field(
+        default=None,
+        description="How far its rate is below its target in the latest sample (absent "
+        "when at or above it): each DTN's share of a shortfall of the link's sum is its own.",
     )
     sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
 

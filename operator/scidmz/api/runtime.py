@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from scidmz.api.errors import load_yaml_model
-from scidmz.api.link import BorderLinkSpec, DtnHost, HeldDtnHost
+from scidmz.api.link import BorderLinkSpec, DtnHost, DtnShaperSpec, HeldDtnHost
 from scidmz.api.policy import DTNTransferPolicySpec
 from scidmz.api.types import (
     MAX_GAIN,
@@ -188,6 +188,12 @@ class DtnActuatorConfig(_Frozen):
     target_rate_bps: Rate | None = Field(
         default=None,
         description="R*_i, the host's own target (its policy's); None: the link's R*.",
+    )
+    server_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="tc: the name the host's shaper agent's certificate is checked against "
+        "(None: security.dtn_shaper_server_name).",
     )
 
 
@@ -485,17 +491,18 @@ def resolve_runtime_config(
     link: BorderLinkSpec,
     admitted: Sequence[Admitted],
     collector_address: str,
-    dtn_shaper_address: str | None = None,
+    dtn_shaper_address: str | Mapping[str, tuple[str, str]] | None = None,
     security: ChannelSecurity | None = None,
     held: Sequence[HeldDtnHost] = (),
     link_uid: str = "",
 ) -> RuntimeConfig:
     """Fill every default of ``link`` (tuned gains, limits, fail-safe rates) for the
-    ``admitted`` policies (at most ``admission.DTN_CLASSES_PER_LINK``; none: the loop
-    runs idle, leaving the campus the whole link). ``dtn_shaper_address`` is where the
-    operator runs the `scidmz shaper` of a tc DTN cap; ``held``: a host whose shaper is
-    kept at its fail-safe after its policy went (``api.holds``; only without admitted
-    policies), whose class stays measured so that the collector does not restart."""
+    ``admitted`` policies (one per DTN host; none: the loop runs idle, leaving the campus
+    the whole link). ``dtn_shaper_address``: where the `scidmz shaper` of a tc DTN cap
+    runs, one address for every host (a loop run by hand) or, per host, its address and
+    the name its certificate carries (the operator's); ``held``: hosts whose shaper is
+    kept at its fail-safe after their policy went (``api.holds``), whose classes stay
+    measured so that nothing restarts."""
     target = sum(parse_rate(p.spec.target_rate) for p in admitted)
     capacity = parse_rate(link.capacity)
     ctl = link.controller
@@ -516,12 +523,19 @@ def resolve_runtime_config(
     )
     act = link.actuator
     hosts = [(p, link.dtn_host(p.spec.dtn_host)) for p in admitted]
-    kept = link.dtn_host(held[0].host) if held and not admitted else None
-    caps = (
-        [c for c in [_held_dtn_actuator(link, held[0], tuned["dtn"], dtn_shaper_address)] if c]
-        if kept is not None
-        else _dtn_actuators(link, hosts, tuned["dtn"], dtn_shaper_address)
-    )
+    busy = {p.spec.dtn_host for p in admitted}
+    holds = [h for h in held if h.host not in busy]
+    kept = [h for h in (link.dtn_host(hold.host) for hold in holds) if h is not None]
+
+    def shaper_at(host: str) -> tuple[str | None, str | None]:
+        if dtn_shaper_address is None or isinstance(dtn_shaper_address, str):
+            return dtn_shaper_address, None
+        return dtn_shaper_address.get(host, (None, None))
+
+    caps = [
+        *_dtn_actuators(link, hosts, shaper_at),
+        *(c for c in (_held_dtn_actuator(link, h, shaper_at) for h in holds) if c is not None),
+    ]
     return RuntimeConfig(
         link=link_name,
         link_uid=link_uid,
@@ -542,7 +556,7 @@ def resolve_runtime_config(
             DtnClassConfig(
                 host=h.name, prefix=h.receiver_prefix, class_id=dtn_class(link.dtn_hosts.index(h))
             )
-            for h in [*(h for _, h in hosts if h is not None), *([kept] if kept else [])]
+            for h in [*(h for _, h in hosts if h is not None), *kept]
         ],
         dtn_congestion_control=cca,
         campus_prefix=link.campus.remote_prefix,
@@ -672,40 +686,46 @@ def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:
     )
 
 
+ShaperAt = Callable[[str], tuple[str | None, str | None]]
+"""A DTN host's shaper agent: its address and the name its certificate carries."""
+
+
 def _dtn_actuators(
     link: BorderLinkSpec,
     hosts: Sequence[tuple[Admitted, DtnHost | None]],
-    default_gains: tuple[float, float, float],
-    shaper_address: str | None,
+    shaper_at: ShaperAt,
 ) -> list[DtnActuatorConfig]:
     """The cap of each admitted host with a shaper, on its own policy's target (a host
     without one is held only through the link's sum)."""
     return [
-        _dtn_actuator(link, policy, host, default_gains, shaper_address)
+        _dtn_actuator(link, policy, host, shaper_at)
         for policy, host in hosts
         if host is not None and host.shaper is not None
     ]
 
 
+def _dtn_gains(shaper: DtnShaperSpec, cca: CongestionControl) -> GainsConfig:
+    """A host's cap gains: the administrators' (``shaper.gains``), else those tuned for
+    its DTN's congestion control (the cap holds that DTN alone)."""
+    if shaper.gains is not None:
+        return GainsConfig(kp=shaper.gains.kp, ki=shaper.gains.ki, kw=shaper.gains.kw)
+    kp, ki, kw = TUNED_GAINS[cca]["dtn"]
+    return GainsConfig(kp=kp, ki=ki, kw=kw)
+
+
 def _dtn_actuator(
-    link: BorderLinkSpec,
-    policy: Admitted,
-    host: DtnHost,
-    default_gains: tuple[float, float, float],
-    shaper_address: str | None,
+    link: BorderLinkSpec, policy: Admitted, host: DtnHost, shaper_at: ShaperAt
 ) -> DtnActuatorConfig:
     """One admitted host's cap (its shaper's type, gains, bounds and fail-safe)."""
     assert host.shaper is not None
     shaper = host.shaper
     target_bps = parse_rate(policy.spec.target_rate)
-    kp, ki, kw = (
-        (shaper.gains.kp, shaper.gains.ki, shaper.gains.kw) if shaper.gains else default_gains
-    )
     address: str | None
+    server_name: str | None = None
     if shaper.type == "sim":
         address = shaper.sim.address if shaper.sim and shaper.sim.address else link.switch.address
     elif shaper.type == "tc":
-        address = shaper_address
+        address, server_name = shaper_at(host.name)
     else:
         address = None
     return DtnActuatorConfig(
@@ -714,7 +734,8 @@ def _dtn_actuator(
         tc_node_name=shaper.tc.node_name if shaper.tc else None,
         tc_interface=shaper.tc.interface if shaper.tc else None,
         address=address,
-        gains=GainsConfig(kp=kp, ki=ki, kw=kw),
+        server_name=server_name,
+        gains=_dtn_gains(shaper, policy.spec.congestion_control),
         failsafe_rate_bps=(
             target_bps if shaper.failsafe_rate == "target" else parse_rate(shaper.failsafe_rate)
         ),
@@ -728,10 +749,7 @@ def _dtn_actuator(
 
 
 def _held_dtn_actuator(
-    link: BorderLinkSpec,
-    held: HeldDtnHost,
-    default_gains: tuple[float, float, float],
-    shaper_address: str | None,
+    link: BorderLinkSpec, held: HeldDtnHost, shaper_at: ShaperAt
 ) -> DtnActuatorConfig | None:
     """The cap of a held host: its agent holds ``held.failsafe_rate`` (and never goes
     below it: the floor is the same rate, so no stray request can lower it)."""
@@ -740,17 +758,16 @@ def _held_dtn_actuator(
     if host is None or shaper is None or shaper.tc is None:
         return None
     tc = shaper.tc
-    kp, ki, kw = (
-        (shaper.gains.kp, shaper.gains.ki, shaper.gains.kw) if shaper.gains else default_gains
-    )
     rate = parse_rate(held.failsafe_rate)
+    address, server_name = shaper_at(host.name)
     return DtnActuatorConfig(
         type=shaper.type,
         host=host.name,
         tc_node_name=tc.node_name,
         tc_interface=tc.interface,
-        address=shaper_address,
-        gains=GainsConfig(kp=kp, ki=ki, kw=kw),
+        address=address,
+        server_name=server_name,
+        gains=_dtn_gains(shaper, "cubic"),
         failsafe_rate_bps=rate,
         min_rate_bps=rate,
         held=True,
@@ -794,6 +811,12 @@ congestion control, which picks the inverse model and the default gains): no edi
 policy rolls the loop's pods."""
 
 
+CAP_LIVE_FIELDS = frozenset(
+    {"gains", "failsafe_rate_bps", "min_rate_bps", "held", "target_rate_bps"}
+)
+"""A DTN cap's fields its agent and the controller take live (the rest is its wiring)."""
+
+
 COLLECTOR_FIELDS = frozenset(
     {"api_version", "link", "link_uid", "sample_time_s", "campus_prefix", "switch",
      "telemetry", "bottleneck_capacity_bps", "collector_address", "security"}
@@ -805,7 +828,9 @@ SHAPER_FIELDS = frozenset({"api_version", "link", "link_uid", "security", "actua
 fail-safe and bounds it follows live)."""
 
 
-def restart_relevant(config: RuntimeConfig, component: str = "controller") -> dict[str, Any]:
+def restart_relevant(
+    config: RuntimeConfig, component: str = "controller", dtn_host: str | None = None
+) -> dict[str, Any]:
     """What ``component``'s process is built around: for the controller, ``config``
     without its ``LIVE_CONFIG_FIELDS``; for the collector and a DTN shaper, the parts they
     read at start (``COLLECTOR_FIELDS``, ``SHAPER_FIELDS``, live parts left out). Two
@@ -820,8 +845,12 @@ def restart_relevant(config: RuntimeConfig, component: str = "controller") -> di
     if component == "collector":
         return {k: v for k, v in data.items() if k in COLLECTOR_FIELDS}
     if component == "dtn-shaper":
+        # a host's agent reads its own cap's entry (``dtn_host``; None: the first cap)
         shaper = {k: v for k, v in data.items() if k in SHAPER_FIELDS}
-        shaper["actuator"] = (shaper.get("actuator") or {}).get("dtn")
+        caps = [c for c in config.actuator.dtns if dtn_host in (None, c.host)]
+        shaper["actuator"] = (
+            caps[0].model_dump(mode="json", exclude=set(CAP_LIVE_FIELDS)) if caps else None
+        )
         return shaper
     # the controller opens and closes its DTN caps' actuators live
     (data.get("actuator") or {}).pop("dtn", None)
@@ -879,42 +908,46 @@ def workload_tls(config: RuntimeConfig) -> TlsSource | None:
     return TlsSource(lambda: load_mutual_tls(directory), initial, where=str(directory))
 
 
-def _tc_dtn(config: RuntimeConfig) -> tuple[DtnActuatorConfig, str]:
-    """The tc DTN actuator and its interface; ValueError when the config has none."""
-    dtn = config.actuator.dtn
-    if dtn is None or dtn.type != "tc" or dtn.tc_interface is None:
-        raise ValueError("the config has no tc DTN cap (a DTN host's shaper of type tc)")
-    return dtn, dtn.tc_interface
+def _tc_dtn(config: RuntimeConfig, host: str | None = None) -> tuple[DtnActuatorConfig, str]:
+    """DTN host ``host``'s tc cap (None: the first one) and its interface; ValueError when
+    the config has none."""
+    for dtn in config.actuator.dtns:
+        if dtn.type == "tc" and dtn.tc_interface is not None and host in (None, dtn.host):
+            return dtn, dtn.tc_interface
+    which = f"DTN host {host}" if host else "a DTN host"
+    raise ValueError(f"the config has no tc DTN cap for {which} (a shaper of type tc)")
 
 
-def shaper_failsafe(config: RuntimeConfig) -> tuple[float, float]:
-    """The tc DTN actuator's agent's own fail-safe: the cap (``actuator.dtn.failsafeRate``)
-    and how long the controller must have been quiet before it applies it, staleAfter + 2T
-    (the controller's own fail-safe comes first). ValueError without a tc DTN actuator."""
-    dtn, _ = _tc_dtn(config)
+def shaper_failsafe(config: RuntimeConfig, host: str | None = None) -> tuple[float, float]:
+    """A tc DTN cap's agent's own fail-safe: the cap (its host's ``failsafeRate``) and how
+    long the controller must have been quiet before it applies it, staleAfter + 2T (the
+    controller's own fail-safe comes first). ValueError without that tc cap."""
+    dtn, _ = _tc_dtn(config, host)
     return dtn.failsafe_rate_bps, config.failsafe.stale_after_s + 2 * config.sample_time_s
 
 
-def shaper_bounds(config: RuntimeConfig) -> tuple[float, float]:
-    """The range the DTN shaper agent clamps every requested cap to: the host's floor
-    (``min_rate_bps``) to the link's capacity. ValueError without a tc DTN actuator."""
-    dtn, _ = _tc_dtn(config)
+def shaper_bounds(config: RuntimeConfig, host: str | None = None) -> tuple[float, float]:
+    """The range a DTN shaper agent clamps every requested cap to: its host's floor
+    (``min_rate_bps``) to the link's capacity. ValueError without that tc cap."""
+    dtn, _ = _tc_dtn(config, host)
     return dtn.min_rate_bps, config.bottleneck_capacity_bps
 
 
 def shaper_agent_args(
-    config: RuntimeConfig, listen: str, config_path: str | None = None
+    config: RuntimeConfig, listen: str, config_path: str | None = None, host: str | None = None
 ) -> list[str]:
     """``scidmz shaper`` arguments for the link's tc DTN cap, wherever it runs: its
     interface and its own fail-safe (``shaper_failsafe``). With ``config_path`` (the
     operator's Deployment, which mounts the link's ConfigMap there) the agent reads its
     fail-safe from that file and follows it live, so a new target rate does not roll the
     pod; without it (the lab) the fail-safe is given as options."""
-    _, interface = _tc_dtn(config)
+    _, interface = _tc_dtn(config, host)
     args = ["shaper", "--interface", interface]
     if config_path is not None:
         args += ["--config", config_path]
+        if host is not None:
+            args += ["--dtn-host", host]
     else:
-        rate, quiet_s = shaper_failsafe(config)
+        rate, quiet_s = shaper_failsafe(config, host)
         args += ["--failsafe-rate", f"{rate:.0f}bps", "--stale-after", f"{quiet_s:g}s"]
     return [*args, "--listen", listen]

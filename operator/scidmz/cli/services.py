@@ -261,7 +261,8 @@ def shaper(
         Path | None,
         typer.Option(
             help="The link's runtime config (what the operator mounts): the fail-safe is "
-            "actuator.dtn's failsafe rate after staleAfter + 2T, every cap is clamped to the "
+            "its host's cap's failsafe rate (--dtn-host) after staleAfter + 2T, every cap is "
+            "clamped to the "
             "host's minRate..capacity, both followed live as the file changes, and with "
             "security set it serves mutual TLS to the link's controller alone. Instead of "
             "--failsafe-rate and --stale-after."
@@ -274,6 +275,13 @@ def shaper(
         ),
     ] = None,
     netns: Annotated[str | None, typer.Option(help="Network namespace of the interface.")] = None,
+    dtn_host: Annotated[
+        str | None,
+        typer.Option(
+            help="With --config: the DTN host (spec.dtnHosts[].name) whose cap this agent "
+            "holds (default: the config's first tc cap)."
+        ),
+    ] = None,
     state_dir: Annotated[
         Path | None,
         typer.Option(
@@ -317,7 +325,7 @@ def shaper(
         if failsafe_rate is not None or stale_after is not None:
             fail("--config gives the fail-safe: drop --failsafe-rate and --stale-after")
         try:
-            rate, stale, bounds = _shaper_failsafe_from(config)
+            rate, stale, bounds = _shaper_failsafe_from(config, dtn_host)
             runtime = load_runtime_config(config)
             tls = workload_tls(runtime)
         except ValueError as error:
@@ -389,7 +397,9 @@ def shaper(
             loop.add_signal_handler(sig, stop.set)
         typer.echo(f"shaper on {interface}: scidmz.v1.Shaper at {listen}", err=True)
         follower = (
-            asyncio.create_task(follow_config(service, config, _shaper_failsafe_from))
+            asyncio.create_task(
+                follow_config(service, config, lambda p: _shaper_failsafe_from(p, dtn_host))
+            )
             if config is not None
             else None
         )
@@ -423,10 +433,12 @@ def _restore_interface(interface: str, netns: str | None, state_dir: Path | None
         fail(f"--restore: {error}", code=1)
 
 
-def _shaper_failsafe_from(path: Path) -> tuple[float, float, tuple[float, float] | None]:
-    """The DTN agent's fail-safe (cap, quiet time) and bounds from a runtime config;
-    ValueError (``ConfigError``) naming what is wrong."""
+def _shaper_failsafe_from(
+    path: Path, host: str | None = None
+) -> tuple[float, float, tuple[float, float] | None]:
+    """DTN host ``host``'s agent's fail-safe (cap, quiet time) and bounds from a runtime
+    config (None: its first tc cap); ValueError (``ConfigError``) naming what is wrong."""
     from scidmz.api.runtime import load_runtime_config, shaper_bounds, shaper_failsafe
 
     runtime = load_runtime_config(path)
-    return (*shaper_failsafe(runtime), shaper_bounds(runtime))
+    return (*shaper_failsafe(runtime, host), shaper_bounds(runtime, host))

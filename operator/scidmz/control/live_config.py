@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from scidmz.api.runtime import RuntimeConfig
+from scidmz.api.runtime import CAP_LIVE_FIELDS, RuntimeConfig
 from scidmz.control.loop import ControllerSettings
 from scidmz.control.settings import controller_settings
 
@@ -75,13 +75,6 @@ def live_update(
     )
 
 
-CAP_FILTER_FIELDS = frozenset(
-    {"gains", "failsafe_rate_bps", "min_rate_bps", "held", "target_rate_bps"}
-)
-"""A DTN cap's filter settings (``controller_settings`` carries them); the rest of its
-config is its actuator's wiring."""
-
-
 def _wiring(config: RuntimeConfig) -> object:
     """What the process opened at start-up from ``config``: the campus actuator. The DTN
     caps' actuators are opened and closed live (``cap_wiring``); the model, chosen by the
@@ -91,7 +84,7 @@ def _wiring(config: RuntimeConfig) -> object:
 
 def cap_wiring(config: RuntimeConfig) -> dict[str, object]:
     """Each DTN cap's actuator wiring, by host."""
-    return {c.host: c.model_dump(exclude=set(CAP_FILTER_FIELDS)) for c in config.actuator.dtns}
+    return {c.host: c.model_dump(exclude=set(CAP_LIVE_FIELDS)) for c in config.actuator.dtns}
 
 
 def model_change(running_config: RuntimeConfig, wanted_config: RuntimeConfig) -> bool:

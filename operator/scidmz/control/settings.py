@@ -240,11 +240,12 @@ def dtn_cap_actuator(
             channel=_simulator_channel(config, dtn.address, switch_tls_dir),
         )
     security = config.security
-    tls = (
-        _client_tls(config, security.dtn_shaper_server_name or dtn.address.rpartition(":")[0])
-        if security is not None
-        else None
+    server_name = (
+        dtn.server_name
+        or (security.dtn_shaper_server_name if security is not None else None)
+        or dtn.address.rpartition(":")[0]
     )
+    tls = _client_tls(config, server_name) if security is not None else None
     return ShaperActuator(dtn.address, tls=tls)
 
 

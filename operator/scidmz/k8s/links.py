@@ -22,7 +22,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -68,6 +68,7 @@ from scidmz.k8s.manifests import (
     CONTROLLER,
     DTN_SHAPER,
     IDENTITY_MOUNT,
+    LINK_LABEL,
     LIVE_CONFIG_ANNOTATION,
     LinkRef,
     LinkWorkloads,
@@ -81,10 +82,13 @@ from scidmz.k8s.manifests import (
     dtn_shaper_workload,
     host_port,
     identity_secret_name,
+    instance_label,
+    is_dtn_shaper,
     restore_job_name,
     selector_labels,
     server_names,
     shaper_restore_of,
+    tc_caps,
 )
 from scidmz.k8s.status import (
     Outcome,
@@ -264,8 +268,9 @@ class ReconcilerState:
     """Per link, the place this process last decided for each policy (by UID) and when:
     the index shows a status write a moment after it, and a pass in between must not take
     a policy it just admitted for a newcomer. Trusted for ``PLACE_MEMORY_S``."""
-    restores: dict[str, ShaperRestore] = field(default_factory=dict)
-    """Per link, a removed DTN shaper's interface still to be restored (``prune``)."""
+    restores: dict[str, dict[str, ShaperRestore]] = field(default_factory=dict)
+    """Per link and DTN host, a removed shaper's interface still to be restored
+    (``prune``)."""
     plans: dict[str, tuple[PoliciesStatus, list[HeldDtnHost]]] = field(default_factory=dict)
     """Per link, the rate plan and holds this process last applied (the link's status
     shows them a moment later)."""
@@ -506,12 +511,12 @@ def wanted_certificates(
             tuple(server_names(link, CONTROLLER, settings)),
         ),
     }
-    dtn = config.actuator.dtn
-    if dtn is not None and dtn.type == "tc":
-        wanted[DTN_SHAPER] = Wanted(
-            identity_secret_name(link, DTN_SHAPER),
+    for dtn in tc_caps(config):
+        component = dtn_shaper_workload(dtn.host)
+        wanted[component] = Wanted(
+            identity_secret_name(link, component),
             identity.link_identity(link, identity.DTN_SHAPER, dtn.host, uid=uid),
-            tuple(server_names(link, DTN_SHAPER, settings)),
+            tuple(server_names(link, component, settings)),
         )
     return wanted
 
@@ -556,16 +561,22 @@ def render(
         tolerations=tuple(spec.actuator.tc.tolerations) if spec.actuator.tc else (),
         host_ports=tuple(ports),
     )
-    shaper_grpc: int | None = None
+    shapers: dict[str, tuple[str, str]] = {}
+    tolerations = []
     for host in shaper_hosts(spec, admitted, held):
         assert host.shaper is not None and host.shaper.tc is not None
-        work = replace(work, dtn_tolerations=tuple(host.shaper.tc.tolerations))
-        http = host_port(work, dtn_shaper_workload(host.name))
-        shaper_grpc = http + 1 if http is not None else None
+        tolerations.append((host.name, tuple(host.shaper.tc.tolerations)))
+        component = dtn_shaper_workload(host.name)
+        http = host_port(work, component)
+        if http is not None:
+            shapers[host.name] = (
+                dtn_shaper_address(link.name, settings, http + 1, host.name),
+                server_names(link.name, component, settings)[1],
+            )
+    work = replace(work, dtn_tolerations=tuple(tolerations))
     security = ChannelSecurity(
         identity_dir=IDENTITY_MOUNT,
         collector_server_name=server_names(link.name, COLLECTOR, settings)[1],
-        dtn_shaper_server_name=server_names(link.name, DTN_SHAPER, settings)[1],
     )
     config = resolve_runtime_config(
         link.name,
@@ -573,7 +584,7 @@ def render(
         spec,
         admitted,
         collector_address(link.name, settings),
-        dtn_shaper_address(link.name, settings, shaper_grpc) if shaper_grpc else None,
+        shapers,
         security,
         held,
         link.uid,
@@ -612,30 +623,60 @@ def apply_all_or_nothing(client: KubeClient, objects: list[dict[str, Any]]) -> l
 
 
 OPTIONAL = (
-    ("apps/v1", "Deployment", DTN_SHAPER),
-    ("v1", "Service", DTN_SHAPER),
-    ("v1", "Secret", f"{DTN_SHAPER}-tls"),
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "Secret"),
 )
-"""Children that exist only while an admitted host has a tc shaper."""
+"""Kinds of the children that exist only while a host has a tc shaper (one set per host)."""
+
+
+def shaper_children(
+    client: KubeClient,
+    link: str,
+    namespace: str,
+    kinds: Sequence[tuple[str, str]] = OPTIONAL,
+) -> list[tuple[str, str, str]]:
+    """The link's DTN shaper objects of ``kinds`` that exist now: (api version, kind,
+    name), found by their component label (``dtn-shaper-<host>``), and the single
+    shaper's objects an older operator named ``<link>-dtn-shaper``."""
+    found = []
+    for api_version, kind in kinds:
+        for item in client.list_objects(
+            api_version, kind, namespace, {LINK_LABEL: instance_label(link)}
+        ):
+            metadata = item.get("metadata") or {}
+            component = (metadata.get("labels") or {}).get("app.kubernetes.io/component", "")
+            if is_dtn_shaper(component) or component == DTN_SHAPER:
+                found.append((api_version, kind, str(metadata.get("name", ""))))
+    return found
 
 
 def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
           objects: Sequence[dict[str, Any]]) -> None:  # fmt: skip
-    """Delete the optional children this pass no longer renders. A DTN shaper removed
-    for good leaves its interface to be restored (``state.restores``, then the link's
-    status): its Deployment says which node and interface."""
+    """Delete the DTN shaper objects this pass no longer renders: each shaper Deployment
+    found (one list call), with its Service and certificate Secret. A shaper removed for
+    good leaves its interface to be restored (``state.restores``, then the link's
+    status): its Deployment says which node, interface and host."""
     wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
-    for api_version, kind, component in OPTIONAL:
-        name = child_name(link, component)
-        if (kind, name) in wanted:
+    deployments = [("apps/v1", "Deployment")]
+    for _, _, name in shaper_children(client, link, namespace, deployments):
+        if ("Deployment", name) in wanted:
             continue
-        if kind == "Deployment":
-            found = client.get(api_version, kind, namespace, name)
-            restore = shaper_restore_of(found) if found is not None else None
-            if restore is not None:
-                state.restores[link] = restore
-        if client.delete_if_present(api_version, kind, namespace, name) and kind == "Secret":
-            state.certificates.forget(namespace, name)
+        found = client.get("apps/v1", "Deployment", namespace, name)
+        if found is None:
+            continue
+        restore = shaper_restore_of(found)
+        if restore is not None:
+            state.restores.setdefault(link, {})[restore.host] = restore
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        component = labels.get("app.kubernetes.io/component", DTN_SHAPER)
+        for api_version, kind, child in (
+            ("apps/v1", "Deployment", name),
+            ("v1", "Service", name),
+            ("v1", "Secret", identity_secret_name(link, component)),
+        ):
+            if client.delete_if_present(api_version, kind, namespace, child) and kind == "Secret":
+                state.certificates.forget(namespace, child)
 
 
 def progress_restore(
@@ -647,11 +688,12 @@ def progress_restore(
     restore while it is still under way. A shaper rendered again meanwhile cancels it
     (the node's record of the original stays for that shaper's own removal)."""
     client, namespace = ctx.client, ctx.settings.namespace
-    job_name = restore_job_name(link.name)
+    job_name = restore_job_name(link.name, restore.host)
     if shaper_rendered:
         client.delete_if_present("batch/v1", "Job", namespace, job_name)
         return None
-    if client.list_names("v1", "Pod", namespace, selector_labels(link.name, DTN_SHAPER)):
+    shaper = dtn_shaper_workload(restore.host) if restore.host else DTN_SHAPER
+    if client.list_names("v1", "Pod", namespace, selector_labels(link.name, shaper)):
         return restore
     job = client.get("batch/v1", "Job", namespace, job_name)
     if job is None:
@@ -683,13 +725,24 @@ def progress_restore(
     return None
 
 
-ALL_COMPONENTS = (COLLECTOR, CONTROLLER, DTN_SHAPER)
+ALL_COMPONENTS = (COLLECTOR, CONTROLLER)
 IDENTITY_ANNOTATION = f"{GROUP}/identity-hash"
 """On a running pod: the hash of its link's certificates the operator last nudged it for
 (its kubelet then refreshes the mounted Secret at once)."""
-LIVE_COMPONENTS = (CONTROLLER, DTN_SHAPER)
+LIVE_COMPONENTS = (CONTROLLER,)
 """Workloads that follow their mounted ConfigMap live: the controller (R*, gains, limits,
-fail-safe settings) and the DTN shaper agent (its fail-safe cap and bounds)."""
+fail-safe settings), and each DTN shaper agent (its fail-safe cap and bounds:
+``shaper_components``)."""
+
+
+def shaper_components(objects: Sequence[dict[str, Any]]) -> list[str]:
+    """The DTN shaper agents among the rendered ``objects`` (their components)."""
+    return [
+        o["metadata"]["labels"]["app.kubernetes.io/component"]
+        for o in objects
+        if o["kind"] == "Deployment"
+        and is_dtn_shaper(o["metadata"]["labels"]["app.kubernetes.io/component"])
+    ]
 
 
 def nudge_live_pods(
@@ -747,12 +800,16 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
     stored_after = applied[rendered.objects.index(config_map)]
     if stored is not None and _version(stored) != _version(stored_after):
         live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
-        nudged = nudge_live_pods(ctx.client, link, namespace, live_hash)
+        shapers = shaper_components(rendered.objects)
+        nudged = nudge_live_pods(
+            ctx.client, link, namespace, live_hash, components=[*LIVE_COMPONENTS, *shapers]
+        )
         log.info("%s: new config %s, pods nudged: %s", link, live_hash, ", ".join(nudged) or "none")
     identities = objects_hash([o for o in rendered.objects if o["kind"] == "Secret"])[:16]
     if state.identities.get(link, identities) != identities:
+        components = [*ALL_COMPONENTS, *shaper_components(rendered.objects)]
         nudged = nudge_live_pods(
-            ctx.client, link, namespace, identities, IDENTITY_ANNOTATION, ALL_COMPONENTS
+            ctx.client, link, namespace, identities, IDENTITY_ANNOTATION, components
         )
         log.info("%s: new certificates, pods nudged: %s", link, ", ".join(nudged) or "none")
     state.identities[link] = identities
@@ -763,18 +820,19 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
 # ---- 3. the link's status --------------------------------------------------------------
 
 
-def workload_states(client: KubeClient, link: str, namespace: str, paused: bool) -> tuple[Any, Any]:
-    """The collector's and the controller's (with its DTN shaper's) readiness."""
+def workload_states(
+    client: KubeClient, link: str, namespace: str, paused: bool, shapers: Sequence[str] = ()
+) -> tuple[Any, Any]:
+    """The collector's and the controller's (with its DTN shapers') readiness;
+    ``shapers``: the DTN hosts whose shaper agent the loop runs."""
     collector = client.get("apps/v1", "Deployment", namespace, child_name(link, COLLECTOR))
     controller = client.get("apps/v1", "Deployment", namespace, child_name(link, CONTROLLER))
-    shaper = client.get("apps/v1", "Deployment", namespace, child_name(link, DTN_SHAPER))
-    return (
-        deployment_state(collector, paused),
-        with_dtn_shaper(
-            deployment_state(controller, paused),
-            deployment_state(shaper, paused) if shaper is not None else None,
-        ),
-    )
+    state = deployment_state(controller, paused)
+    for host in shapers:
+        name = child_name(link, dtn_shaper_workload(host))
+        shaper = client.get("apps/v1", "Deployment", namespace, name)
+        state = with_dtn_shaper(state, deployment_state(shaper, paused))
+    return deployment_state(collector, paused), state
 
 
 def policies_status(
@@ -824,7 +882,7 @@ def write_link_status(
     warning: tuple[str, str] | None,
     now: str,
     held: Sequence[HeldDtnHost] = (),
-    restore: ShaperRestore | None = None,
+    restores: Sequence[ShaperRestore] = (),
 ) -> bool:
     """The link's conditions, policies and host ports, written only when they changed;
     an Event when the rate plan (the admitted policies) changed. True when written."""
@@ -845,9 +903,11 @@ def write_link_status(
     held_json = [h.model_dump(by_alias=True) for h in held]
     if (status.get("heldDtnHosts") or []) != held_json:
         patch["heldDtnHosts"] = held_json
-    restore_json = restore.model_dump(by_alias=True, exclude_none=True) if restore else None
-    if status.get("pendingRestore") != restore_json:
-        patch["pendingRestore"] = restore_json  # None clears it (a merge patch)
+    restores_json = [r.model_dump(by_alias=True, exclude_none=True) for r in restores]
+    if (status.get("pendingRestores") or []) != restores_json:
+        patch["pendingRestores"] = restores_json
+    if status.get("pendingRestore") is not None:
+        patch["pendingRestore"] = None  # an older operator's: now in pendingRestores
     if outcome.ok and status.get("observedGeneration") != outcome.generation:
         patch["observedGeneration"] = outcome.generation
     if not patch:
@@ -868,15 +928,37 @@ def write_link_status(
     return True
 
 
-def pending_restore_of(link: LinkSummary) -> ShaperRestore | None:
-    """The restore the link's status says is under way (an earlier process's)."""
-    found = link.status.get("pendingRestore")
-    if not found:
-        return None
-    try:
-        return ShaperRestore.model_validate(found)
-    except ValidationError:
-        return None
+def pending_restores_of(link: LinkSummary) -> dict[str, ShaperRestore]:
+    """The restores the link's status says are under way (an earlier process's), by DTN
+    host; an older operator's single ``pendingRestore`` among them."""
+    found = [*(link.status.get("pendingRestores") or [])]
+    if link.status.get("pendingRestore"):
+        found.append(link.status["pendingRestore"])
+    restores = {}
+    for item in found:
+        try:
+            restore = ShaperRestore.model_validate(item)
+        except ValidationError:
+            continue
+        restores[restore.host] = restore
+    return restores
+
+
+def restores_in_progress(
+    ctx: Context, state: ReconcilerState, link: LinkSummary, rendered_shapers: Collection[str]
+) -> dict[str, ShaperRestore]:
+    """One step of each pending restore (``progress_restore``); those still under way.
+    ``rendered_shapers``: the DTN hosts whose shaper this pass renders again."""
+    # this process's record once it has one (the status shows it a pass later)
+    known = link.name in state.restores
+    pending = state.restores[link.name] if known else pending_restores_of(link)
+    left = {}
+    for host, restore in pending.items():
+        kept = progress_restore(ctx, link, restore, host in rendered_shapers)
+        if kept is not None:
+            left[host] = kept
+    state.restores[link.name] = left
+    return left
 
 
 def failsafe_held(status: Mapping[str, Any]) -> str | None:
@@ -975,17 +1057,7 @@ def reconcile_link(
             rendered = render(ctx, state, link, spec, admitted, others_ports, held)
             applied = apply_loop(ctx, state, link.name, rendered)
             state.plans[link.name] = (plan, list(held))
-            restore = state.restores.get(link.name) or pending_restore_of(link)
-            if restore is not None:
-                shaper = child_name(link.name, DTN_SHAPER)
-                rendered_shaper = any(
-                    o["kind"] == "Deployment" and o["metadata"]["name"] == shaper
-                    for o in rendered.objects
-                )
-                restore = progress_restore(ctx, link, restore, rendered_shaper)
-                state.restores.pop(link.name, None)
-                if restore is not None:
-                    state.restores[link.name] = restore
+            restores_in_progress(ctx, state, link, [c.host for c in tc_caps(rendered.config)])
             host_ports = rendered.host_ports
             for line in rendered.reissued:
                 log.info("%s: certificate issued (%s)", link.name, line)
@@ -1006,10 +1078,11 @@ def reconcile_link(
             state.applied.pop(link.name, None)
             outcome = Outcome(False, "ApplyRejected", str(error), link.generation)
     paused = bool(spec.paused) if spec is not None else False
-    states = workload_states(ctx.client, link.name, namespace, paused)
+    shapers = [h.name for h in shaper_hosts(spec, admitted, held)] if spec is not None else []
+    states = workload_states(ctx.client, link.name, namespace, paused, shapers)
     link_written = write_link_status(
         ctx.client, ctx.events, namespace, link, outcome, states, paused,
-        plan, host_ports, warning, now, held, state.restores.get(link.name),
+        plan, host_ports, warning, now, held, list(state.restores.get(link.name, {}).values()),
     )  # fmt: skip
     ready = outcome.ok and states[0].ready and states[1].ready and not paused
     if paused:
@@ -1044,46 +1117,42 @@ def refuse_orphans(
 def restore_on_teardown(
     ctx: Context, state: ReconcilerState, link: LinkSummary, waited_s: float, limit_s: float
 ) -> bool:
-    """A deleted link's DTN shaper: removed, and its interface given back its original
-    root qdisc before the rest goes. True when done (or given up after ``limit_s``, with a
-    Warning Event); False: call again."""
+    """A deleted link's DTN shapers: removed, and their interfaces given back their
+    original root qdisc before the rest goes. True when done (or given up after
+    ``limit_s``, with a Warning Event per interface); False: call again."""
     namespace = ctx.settings.namespace
     prune(ctx.client, state, link.name, namespace, [])
-    restore = state.restores.get(link.name) or pending_restore_of(link)
-    if restore is None:
-        return True
-    state.restores[link.name] = restore
-    if progress_restore(ctx, link, restore, False) is None:
+    left = restores_in_progress(ctx, state, link, ())
+    if not left:
         state.restores.pop(link.name, None)
         return True
     if waited_s < limit_s:
         return False
-    link_event(
-        ctx.events, link, namespace, "Warning", "ShaperNotRestored",
-        f"the original root qdisc of {restore.interface} on node {restore.node} was not "
-        f"restored within {limit_s:.0f} s of the link's deletion: removing the loop regardless",
-        action="Delete",
-    )  # fmt: skip
+    for restore in left.values():
+        link_event(
+            ctx.events, link, namespace, "Warning", "ShaperNotRestored",
+            f"the original root qdisc of {restore.interface} on node {restore.node} was not "
+            f"restored within {limit_s:.0f} s of the link's deletion: removing the loop "
+            "regardless",
+            action="Delete",
+        )  # fmt: skip
     return True
 
 
 def teardown_order(link: str) -> list[tuple[str, str, str]]:
     """What deleting a link removes, in order, once its controller has stopped (its
-    fail-safe first, through the shapers that must still be there): the DTN shaper, then
-    the rest."""
+    fail-safe first, through the shapers that must still be there) and its DTN shapers
+    are gone (``remove_loop``): an older operator's restore Job, then the rest."""
     return [
-        ("apps/v1", "Deployment", child_name(link, DTN_SHAPER)),
         ("batch/v1", "Job", restore_job_name(link)),
         ("apps/v1", "Deployment", child_name(link, COLLECTOR)),
         ("v1", "Service", child_name(link, COLLECTOR)),
         ("v1", "Service", child_name(link, CONTROLLER)),
-        ("v1", "Service", child_name(link, DTN_SHAPER)),
         ("networking.k8s.io/v1", "NetworkPolicy", child_name(link, COLLECTOR)),
         ("networking.k8s.io/v1", "NetworkPolicy", child_name(link, CONTROLLER)),
         ("v1", "ConfigMap", child_name(link, "config")),
         ("v1", "Secret", identity_secret_name(link, COLLECTOR)),
         ("v1", "Secret", identity_secret_name(link, CONTROLLER)),
-        ("v1", "Secret", identity_secret_name(link, DTN_SHAPER)),
         ("v1", "ServiceAccount", child_name(link, "scidmz")),
     ]
 
@@ -1096,7 +1165,8 @@ def controller_stopped(client: KubeClient, link: str, namespace: str) -> bool:
 
 
 def remove_loop(client: KubeClient, state: ReconcilerState, link: str, namespace: str) -> None:
-    for api_version, kind, name in teardown_order(link):
+    shapers = shaper_children(client, link, namespace)
+    for api_version, kind, name in [*shapers, *teardown_order(link)]:
         client.delete_if_present(api_version, kind, namespace, name)
         if kind == "Secret":
             state.certificates.forget(namespace, name)

@@ -63,14 +63,24 @@ def policy_live_status(
         return _tracking(controller, sample_time_s)  # its host not measured (yet)
     rate = own.rate_bps if own is not None else state.dtn_rate_bps
     rtt = own.rtt_s if own is not None else state.dtn_rtt_s
-    targets = {(p.namespace, p.name): p.target_rate_bps for p in controller.policies}
-    target = targets.get((namespace, name), controller.target_rate_bps if not targets else None)
+    mine = next(
+        (p for p in controller.policies if (p.namespace, p.name) == (namespace, name)), None
+    )
+    target = (
+        mine.target_rate_bps
+        if mine
+        else (controller.target_rate_bps if not controller.policies else None)
+    )
     if _finite(rate) is not None:
+        short = target - rate if target is not None and rate is not None else None
         result["state"] = PolicyStateStatus(
             dtn_rate=_rate(rate),
             dtn_rtt=_duration(rtt),
             target_rate=_rate(target),
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
+            enforced_by=None if mine is None else ("DtnCap" if mine.capped else "LinkSum"),
+            dtn_rate_limit=_rate(mine.dtn_rate_limit_bps) if mine and mine.capped else None,
+            shortfall=_rate(short) if short is not None and short > 0 else None,
             sampled_at=state.sampled_at,
         ).model_dump(by_alias=True, exclude_none=True)
     return {**result, **_tracking(controller, sample_time_s)}

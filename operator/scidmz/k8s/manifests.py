@@ -22,6 +22,7 @@ from scidmz import __version__
 from scidmz.api.link import KIND, HostPortAllocation, ShaperRestore, Toleration
 from scidmz.api.runtime import (
     CONFIG_KEY,
+    DtnActuatorConfig,
     RuntimeConfig,
     dump_runtime_config,
     restart_relevant,
@@ -129,9 +130,9 @@ def collector_address(link: str, settings: WorkloadSettings) -> str:
     return f"{service_host(link, COLLECTOR, settings)}:{settings.collector_grpc_port}"
 
 
-def dtn_shaper_address(link: str, settings: WorkloadSettings, grpc_port: int) -> str:
-    """In-cluster address of the `scidmz shaper` that caps the DTN (a tc DTN cap)."""
-    return f"{service_host(link, DTN_SHAPER, settings)}:{grpc_port}"
+def dtn_shaper_address(link: str, settings: WorkloadSettings, grpc_port: int, host: str) -> str:
+    """In-cluster address of the `scidmz shaper` that caps DTN host ``host`` (tc)."""
+    return f"{service_host(link, dtn_shaper_workload(host), settings)}:{grpc_port}"
 
 
 def server_names(link: str, component: str, settings: WorkloadSettings) -> list[str]:
@@ -191,14 +192,14 @@ def config_hash(config: RuntimeConfig) -> str:
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
-def restart_hash(config: RuntimeConfig, component: str) -> str:
+def restart_hash(config: RuntimeConfig, component: str, dtn_host: str | None = None) -> str:
     """The hash of what ``component``'s process is built around (``restart_relevant``:
     not what a running controller takes live, the targets, the DTN's congestion control,
     capacity, gains, limits, fail-safe settings, desired RTTs; for the collector and a
     DTN shaper only what they read): a new target rate reaches the running controller
     through its mounted ConfigMap and keeps the filter's state, its history and learned
     base RTTs; anything else rolls the pods of the components that read it."""
-    text = yaml.safe_dump(restart_relevant(config, component), sort_keys=True)
+    text = yaml.safe_dump(restart_relevant(config, component, dtn_host), sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -303,7 +304,9 @@ def _deployment(
     container: dict[str, Any],
     pod_extra: dict[str, Any],
     work: LinkWorkloads,
+    dtn_host: str | None = None,
 ) -> dict[str, Any]:
+    """``dtn_host``: the DTN host a shaper agent's Deployment is for."""
     config_map = child_name(ref.name, "config")
     pod_spec: dict[str, Any] = {
         "serviceAccountName": child_name(ref.name, "scidmz"),
@@ -334,7 +337,11 @@ def _deployment(
             "template": {
                 "metadata": {
                     "labels": common_labels(ref.name, component),
-                    "annotations": {CONFIG_HASH_ANNOTATION: restart_hash(config, component)},
+                    "annotations": {
+                        CONFIG_HASH_ANNOTATION: restart_hash(
+                            config, DTN_SHAPER if dtn_host else component, dtn_host
+                        )
+                    },
                 },
                 "spec": pod_spec,
             },
@@ -402,9 +409,12 @@ class LinkWorkloads:
     paused: bool = False
     tolerations: tuple[Toleration, ...] = ()
     """Campus shaper node's taints the controller tolerates (tc actuator)."""
-    dtn_tolerations: tuple[Toleration, ...] = ()
-    """The DTN host node's taints its shaper agent tolerates."""
+    dtn_tolerations: tuple[tuple[str, tuple[Toleration, ...]], ...] = ()
+    """Per DTN host, its node's taints its shaper agent tolerates."""
     host_ports: tuple[HostPortAllocation, ...] = ()
+
+    def tolerations_of(self, host: str) -> tuple[Toleration, ...]:
+        return next((t for h, t in self.dtn_tolerations if h == host), ())
 
 
 def build_collector_deployment(
@@ -439,8 +449,25 @@ def host_port(work: LinkWorkloads, workload: str) -> int | None:
     return next((a.port for a in work.host_ports if a.workload == workload), None)
 
 
+SHAPER_HOST_KEPT: Final = 20
+"""Of a DTN host's name, what a shaper's component keeps beside a hash when it is long."""
+
+
 def dtn_shaper_workload(host: str) -> str:
-    return f"{DTN_SHAPER}-{host}"
+    """The component of DTN host ``host``'s shaper agent: ``dtn-shaper-<host>``, its name
+    shortened with a stable hash past 40 characters (it is a label value, and a part of
+    Service names, which must stay within 63 with the link's name)."""
+    full = f"{DTN_SHAPER}-{host}"
+    if len(full) <= 40:
+        return full
+    digest = hashlib.sha256(host.encode()).hexdigest()[:8]
+    return f"{DTN_SHAPER}-{host[:SHAPER_HOST_KEPT].rstrip('-.')}-{digest}"
+
+
+def is_dtn_shaper(component: str) -> bool:
+    """Whether ``component`` names a DTN host's shaper agent (or, for a Job, its
+    interface's restore)."""
+    return component.startswith(f"{DTN_SHAPER}-")
 
 
 def build_controller_deployment(
@@ -458,7 +485,7 @@ def build_controller_deployment(
     deployment = _deployment(ref, CONTROLLER, config, settings, container, pod_extra, work)
     if (
         config.actuator.type == "sim"
-        or (config.actuator.dtn is not None and config.actuator.dtn.type == "sim")
+        or any(cap.type == "sim" for cap in config.actuator.dtns)
         or (config.buffer is not None and config.buffer.actuator_type == "sim")
     ):
         _mount_switch_tls(deployment, config)  # the simulator answers on the switch's port
@@ -495,16 +522,23 @@ def _on_host_network_of(node_name: str | None, tolerations: Sequence[Toleration]
     return extra
 
 
+def tc_caps(config: RuntimeConfig) -> list[DtnActuatorConfig]:
+    """The DTN caps that run a `scidmz shaper` agent on their host (type tc)."""
+    return [cap for cap in config.actuator.dtns if cap.type == "tc"]
+
+
 def build_dtn_shaper_deployment(
-    ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
-) -> dict[str, Any] | None:
-    """`scidmz shaper` on the DTN host for a tc DTN cap (None for other types). It holds
-    the fail-safe cap itself when the controller has been quiet for staleAfter + 2T, both
-    read from the mounted ConfigMap and followed live (no roll for a new R*)."""
-    dtn = config.actuator.dtn
-    if dtn is None or dtn.type != "tc":
-        return None
-    http = host_port(work, dtn_shaper_workload(dtn.host))
+    ref: LinkRef,
+    config: RuntimeConfig,
+    settings: WorkloadSettings,
+    work: LinkWorkloads,
+    dtn: DtnActuatorConfig,
+) -> dict[str, Any]:
+    """`scidmz shaper` on DTN host ``dtn.host`` for its tc cap. It holds the fail-safe cap
+    itself when the controller has been quiet for staleAfter + 2T, both read from the
+    mounted ConfigMap (its host's entry) and followed live (no roll for a new R*)."""
+    component = dtn_shaper_workload(dtn.host)
+    http = host_port(work, component)
     if http is None:
         raise ValueError(f"no host port allocated for the DTN shaper of {dtn.host}")
     grpc = {"name": "grpc-shaper", "containerPort": http + 1, "protocol": "TCP"}
@@ -512,11 +546,13 @@ def build_dtn_shaper_deployment(
         DTN_SHAPER, settings, http, [grpc], _tc_security_context(), host_network=True
     )
     container["args"] = [
-        *shaper_agent_args(config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}"),
+        *shaper_agent_args(
+            config, f"0.0.0.0:{http + 1}", f"{CONFIG_MOUNT}/{CONFIG_KEY}", dtn.host
+        ),
         "--state-dir", SHAPER_STATE_MOUNT,
     ]  # fmt: skip
-    extra = _on_host_network_of(dtn.tc_node_name, work.dtn_tolerations)
-    deployment = _deployment(ref, DTN_SHAPER, config, settings, container, extra, work)
+    extra = _on_host_network_of(dtn.tc_node_name, work.tolerations_of(dtn.host))
+    deployment = _deployment(ref, component, config, settings, container, extra, work, dtn.host)
     _mount_shaper_state(deployment["spec"]["template"]["spec"])
     return deployment
 
@@ -538,8 +574,14 @@ def _mount_shaper_state(pod: dict[str, Any]) -> None:
 RESTORE: Final = f"{DTN_SHAPER}-restore"
 
 
-def restore_job_name(link: str) -> str:
-    return child_name(link, RESTORE)
+def restore_component(host: str) -> str:
+    """The restore Job's component for DTN host ``host`` (no host: a link's only
+    shaper, as an older operator recorded it)."""
+    return f"{dtn_shaper_workload(host)}-restore" if host else RESTORE
+
+
+def restore_job_name(link: str, host: str = "") -> str:
+    return child_name(link, restore_component(host))
 
 
 def build_shaper_restore_job(
@@ -569,7 +611,8 @@ def build_shaper_restore_job(
         **_on_host_network_of(restore.node, restore.tolerations),
     }
     _mount_shaper_state(pod)
-    metadata = _metadata(ref, restore_job_name(ref.name), RESTORE, settings)
+    component = restore_component(restore.host)
+    metadata = _metadata(ref, restore_job_name(ref.name, restore.host), component, settings)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -578,7 +621,7 @@ def build_shaper_restore_job(
             "backoffLimit": 4,
             "activeDeadlineSeconds": 300,
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": common_labels(ref.name, RESTORE)}, "spec": pod},
+            "template": {"metadata": {"labels": common_labels(ref.name, component)}, "spec": pod},
         },
     }
 
@@ -595,7 +638,10 @@ def shaper_restore_of(deployment: dict[str, Any]) -> ShaperRestore | None:
     except (KeyError, IndexError, ValueError, TypeError):
         return None
     tolerations = [Toleration.model_validate(t) for t in pod.get("tolerations") or []]
-    return ShaperRestore(node=str(node), interface=str(interface), tolerations=tolerations)
+    host = args[args.index("--dtn-host") + 1] if "--dtn-host" in args else ""
+    return ShaperRestore(
+        node=str(node), interface=str(interface), tolerations=tolerations, host=str(host)
+    )
 
 
 def _service(
@@ -654,11 +700,11 @@ def build_controller_service(
 
 
 def build_dtn_shaper_service(
-    ref: LinkRef, settings: WorkloadSettings, http_port: int
+    ref: LinkRef, settings: WorkloadSettings, http_port: int, host: str
 ) -> dict[str, Any]:
     return _service(
         ref,
-        DTN_SHAPER,
+        dtn_shaper_workload(host),
         [
             {
                 "name": "grpc-shaper",
@@ -746,20 +792,20 @@ def build_children(
 ) -> list[dict[str, Any]]:
     """Every object of one link's loop but its certificate Secrets, in apply order (config
     and identity before workloads)."""
-    shaper = build_dtn_shaper_deployment(ref, config, settings, work)
-    dtn = config.actuator.dtn
-    shaper_port = host_port(work, dtn_shaper_workload(dtn.host)) if dtn else None
-    shaper_service = (
-        [build_dtn_shaper_service(ref, settings, shaper_port)] if shaper and shaper_port else []
-    )
+    shapers = [build_dtn_shaper_deployment(ref, config, settings, work, c) for c in tc_caps(config)]
+    shaper_services = []
+    for cap in tc_caps(config):
+        port = host_port(work, dtn_shaper_workload(cap.host))
+        assert port is not None  # the deployment above refuses a cap without one
+        shaper_services.append(build_dtn_shaper_service(ref, settings, port, cap.host))
     return [
         build_service_account(ref, settings),
         build_config_map(ref, config, settings),
         build_collector_service(ref, settings),
         build_controller_service(ref, config, settings, work),
-        *shaper_service,
+        *shaper_services,
         *build_network_policies(ref, settings),
         build_collector_deployment(ref, config, settings, work),
-        *([shaper] if shaper else []),
+        *shapers,
         build_controller_deployment(ref, config, settings, work),
     ]

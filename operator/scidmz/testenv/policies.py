@@ -16,6 +16,10 @@ TENANT_LABEL = {"scidmz.io/tenant": "true"}
 SWITCH_SECRET = "campus-switch-tls"  # noqa: S105 - a Secret's name
 MAX_DTN_HOSTS = 64
 """A link's most DTN hosts (the CRD's maxItems; testenv stays below the API layer)."""
+HOSTS_PER_LINK = 30
+"""The DTN hosts of a scale link: each admits one policy, so 30 admitted per link."""
+PLANNED_MBPS = 750
+"""What a scale link's targets add up to on average (of the 900 Mb/s tenants' share)."""
 
 
 def link_name(k: int) -> str:
@@ -64,7 +68,8 @@ def example_policies(
 ) -> list[dict[str, Any]]:
     """``policies`` copies of the example policy spread round-robin over ``links`` links
     and, within a link, round-robin over its ``hosts`` DTN hosts (each on its own host while
-    there are enough), target rates over 100–590 Mb/s."""
+    there are enough), target rates around ``PLANNED_MBPS / hosts`` (±5 Mb/s), so that one
+    policy per host fits in the tenants' share."""
     base = yaml.safe_load(POLICY_EXAMPLE.read_text())
     out = []
     for k in range(policies):
@@ -72,14 +77,15 @@ def example_policies(
         obj["metadata"] = {"name": policy_name(k), "namespace": namespace}
         obj["spec"]["linkRef"] = {"name": link_name(k % links)}
         obj["spec"]["dtnHost"] = f"dtn-{(k // links) % hosts}"
-        obj["spec"]["targetRate"] = f"{100 + (k % 50) * 10}Mbps"
+        share = PLANNED_MBPS // hosts
+        obj["spec"]["targetRate"] = f"{max(1, share - 5 + (k // links) % 11)}Mbps"
         out.append(obj)
     return out
 
 
 def scale_manifest(links: int, policies: int, operator_namespace: str) -> str:
     """Everything a scale run applies, as one YAML stream in apply order."""
-    hosts = min(MAX_DTN_HOSTS, max(1, -(-policies // links)))
+    hosts = min(HOSTS_PER_LINK, MAX_DTN_HOSTS, max(1, -(-policies // links)))
     documents = [
         tenant_namespace(),
         switch_secret(operator_namespace),

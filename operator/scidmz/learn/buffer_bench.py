@@ -26,13 +26,14 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 from scidmz.control.buffer_search import BufferTuner, TunerSettings, tuner_sample
 from scidmz.control.quality import finite_mean, mrae
 from scidmz.control.settings import default_models_dir
 from scidmz.learn.evaluation import Arm, make_loop
 from scidmz.learn.gains import load_gains
+from scidmz.learn.rows_csv import columns, parse_rows, rows_csv
 from scidmz.netsim.scenario import Scenario
 
 ARMS = ("bdp", "stanford", "tiny", "bloated", "100ms", "p4bs")
@@ -188,31 +189,13 @@ def run_all(
     return results
 
 
-COLUMNS = tuple(f.name for f in fields(BufferEpisode))
+COLUMNS = columns(BufferEpisode)
 
 
 def episodes_csv(episodes: Sequence[BufferEpisode]) -> str:
-    lines = [",".join(COLUMNS)]
-    lines += [",".join(_cell(v) for v in asdict(e).values()) for e in episodes]
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value: object) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
+    return rows_csv(episodes, BufferEpisode)
 
 
 def parse_episodes(text: str) -> list[BufferEpisode]:
     """episodes.csv back into episodes (a wrong header is a ValueError naming it)."""
-    rows = [line.split(",") for line in text.strip().splitlines()]
-    if not rows or tuple(rows[0]) != COLUMNS:
-        raise ValueError(f"the header must be {','.join(COLUMNS)}")
-    kinds = {f.name: f.type for f in fields(BufferEpisode)}
-    parsed = []
-    for row in rows[1:]:
-        values = {
-            name: (int(cell) if kinds[name] == "int" else cell if kinds[name] == "str"
-                   else float(cell))
-            for name, cell in zip(COLUMNS, row, strict=True)
-        }  # fmt: skip
-        parsed.append(BufferEpisode(**values))  # type: ignore[arg-type]
-    return parsed
+    return parse_rows(text, BufferEpisode)

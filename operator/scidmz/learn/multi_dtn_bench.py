@@ -29,7 +29,7 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scidmz.api.runtime import default_integral_band_bps
@@ -42,6 +42,7 @@ from scidmz.control.quality import finite_mean, mrae
 from scidmz.control.settings import default_models_dir
 from scidmz.learn.closed_loop import SimLoop, bench_settings
 from scidmz.learn.gains import load_gains
+from scidmz.learn.rows_csv import columns, parse_rows, rows_csv
 from scidmz.netsim.scenario import Scenario
 
 ARMS = ("static", "pi", "mlc")
@@ -232,30 +233,13 @@ def run_all(
     return results
 
 
-COLUMNS = tuple(f.name for f in fields(MultiDtnEpisode))
+COLUMNS = columns(MultiDtnEpisode)
 
 
 def episodes_csv(episodes: Sequence[MultiDtnEpisode]) -> str:
-    lines = [",".join(COLUMNS)]
-    lines += [
-        ",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in asdict(e).values())
-        for e in episodes
-    ]
-    return "\n".join(lines) + "\n"
+    return rows_csv(episodes, MultiDtnEpisode)
 
 
 def parse_episodes(text: str) -> list[MultiDtnEpisode]:
-    """episodes.csv back into rows (a wrong header is a ValueError naming it)."""
-    rows = [line.split(",") for line in text.strip().splitlines()]
-    if not rows or tuple(rows[0]) != COLUMNS:
-        raise ValueError(f"the header must be {','.join(COLUMNS)}")
-    kinds = {f.name: f.type for f in fields(MultiDtnEpisode)}
-    parsed = []
-    for row in rows[1:]:
-        values = {
-            name: (int(cell) if kinds[name] == "int" else cell if kinds[name] == "str"
-                   else float(cell))
-            for name, cell in zip(COLUMNS, row, strict=True)
-        }  # fmt: skip
-        parsed.append(MultiDtnEpisode(**values))  # type: ignore[arg-type]
-    return parsed
+    """episodes.csv back into episodes (a wrong header is a ValueError naming it)."""
+    return parse_rows(text, MultiDtnEpisode)

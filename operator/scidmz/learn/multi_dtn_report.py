@@ -93,8 +93,32 @@ def markdown(episodes: Sequence[MultiDtnEpisode], command: str) -> str:
                     f"{_mean(_episode_figure(mine, 'campus_qd_ms')):.1f} |"
                 )
         lines.append("")
+    lines += _headline(episodes)
     lines += _targets(episodes)
     return "\n".join(lines) + "\n"
+
+
+def _headline(episodes: Sequence[MultiDtnEpisode]) -> list[str]:
+    """Case ``capped`` in one line per arm: the sum's signed error, the worst DTN's MRAE
+    and worst disturbance (each DTN's mean over seeds), the campus's queuing delay."""
+    rows = [e for e in episodes if e.case == "capped"]
+    lines = [
+        "## Headline (case `capped`)",
+        "",
+        "| arm | sum off Σ R* | worst DTN's MRAE | worst disturbance | campus queuing delay |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for arm in ARMS:
+        mine = [e for e in rows if e.arm == arm]
+        if not mine:
+            continue
+        sums = _mean(_episode_figure(mine, "sum_ratio")) - 1
+        worst = max(_mean([e.mrae for e in mine if e.dtn == d.name]) for d in DTNS)
+        moved = [_mean([e.worst_disturbance for e in mine if e.dtn == d.name]) for d in DTNS]
+        disturbance = max((m for m in moved if math.isfinite(m)), default=math.nan)
+        qd = _mean(_episode_figure(mine, "campus_qd_ms"))
+        lines.append(f"| {arm} | {sums:+.1%} | {worst:.1%} | {disturbance:.0%} | {qd:.0f} ms |")
+    return [*lines, ""]
 
 
 def _targets(episodes: Sequence[MultiDtnEpisode]) -> list[str]:

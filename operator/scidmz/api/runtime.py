@@ -796,16 +796,13 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("controller", "pinned_after_s"),
     ("failsafe", "stale_after_s"),
     ("failsafe", "rate_bps"),
-    ("actuator", "dtn", "gains"),
-    ("actuator", "dtn", "failsafe_rate_bps"),
-    ("actuator", "dtn", "min_rate_bps"),
-    ("actuator", "dtn", "held"),
-    ("actuator", "dtn", "target_rate_bps"),
+    ("actuator", "dtn"),
     ("actuator", "more_dtns"),
 )
 """Parts of a runtime config a running controller takes from its reloaded file
-(``control.live_config``), the generation, which only labels the file, and the DTN classes,
-which only the collector reads (live). The collector reads none of the others. The
+(``control.live_config``; the DTN caps whole: it opens and closes their actuators live), the
+generation, which only labels the file, and the DTN classes, which only the collector reads
+(live). The collector reads none of the others. The
 tenant's fields are among them (its target, and its DTN's
 congestion control, which picks the inverse model and the default gains): no edit of a
 policy rolls the loop's pods."""
@@ -852,8 +849,6 @@ def restart_relevant(
             caps[0].model_dump(mode="json", exclude=set(CAP_LIVE_FIELDS)) if caps else None
         )
         return shaper
-    # the controller opens and closes its DTN caps' actuators live
-    (data.get("actuator") or {}).pop("dtn", None)
     return data
 
 

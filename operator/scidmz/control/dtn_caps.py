@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scidmz.contract.state import DtnFigures
 from scidmz.control.actuators import Actuator
-from scidmz.control.antiwindup import FilterState, Gains, Limits
+from scidmz.control.antiwindup import FilterOutput, FilterState, Gains, Limits
 
 AT_CAP = 0.02
 """A DTN within this fraction of its cap counts as held by it."""
@@ -68,6 +68,21 @@ class DtnCap:
         """``applied_bps`` now holds; the integral restarts from it."""
         self.applied_bps = applied_bps
         self.filter = FilterState(applied_bps=applied_bps)
+
+
+@dataclass(frozen=True)
+class CapStep:
+    """What one sample decided for one cap."""
+
+    cap: DtnCap
+    cap_bps: float
+    """The cap decided."""
+    rate_bps: float
+    """R_i, the host's measured rate (NaN: not measured now)."""
+    before_bps: float | None
+    """The cap in force before."""
+    output: FilterOutput | None = None
+    """The filter's terms (None: not stepped this sample)."""
 
 
 def measured_rate(

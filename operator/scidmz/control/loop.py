@@ -58,6 +58,7 @@ from scidmz.control.antiwindup import (
 from scidmz.control.buffer_loop import BufferLoop
 from scidmz.control.decision import Decision
 from scidmz.control.dtn_caps import (
+    CapStep,
     DtnCap,
     DtnControl,
     all_capped,
@@ -222,7 +223,6 @@ class Controller:
         self.restore_failed = False
         """Set while a shutdown cannot restore the fail-safe rates (exported, then exit 1)."""
         self._implausible_logged_s = -math.inf
-        self._cap_outputs: dict[str, FilterOutput] = {}
         self._implausible_unlogged = 0
         self.snapshot = ControllerSnapshot(
             settings.setpoint, last_fresh_s=self.last_fresh_s, policies=settings.policies
@@ -332,7 +332,7 @@ class Controller:
             limits = campus_limits(
                 s.limits,
                 s.setpoint.capacity_bps,
-                [(cap_bps, rate, held) for _, cap_bps, rate, held in caps],
+                [(c.cap_bps, c.rate_bps, c.before_bps) for c in caps],
                 all_capped(s.dtns, admitted_hosts),
             )
             if (
@@ -352,13 +352,12 @@ class Controller:
         self._track_pinning(output, received)
         self.history.append(y)
         self._last_target_bps = target
-        await self._apply(u, {cap.control.host: cap_bps for cap, cap_bps, _, _ in caps})
-        lead = self.caps[0] if self.caps else None
+        await self._apply(u, {c.cap.control.host: c.cap_bps for c in caps})
+        lead = next((c for c in caps if self.caps and c.cap is self.caps[0]), None)
         decision = Decision(
             sample.sequence, u, u_hat, error, output, dt,
-            next((v for cap, v, _, _ in caps if cap is lead), None),
-            self._cap_outputs.get(lead.control.host) if lead is not None else None,
-            tuple((cap.control.host, v) for cap, v, _, _ in caps),
+            lead.cap_bps if lead else None, lead.output if lead else None,
+            tuple((c.cap.control.host, c.cap_bps) for c in caps),
         )  # fmt: skip
         self.decisions.append(decision)
         self._publish()
@@ -375,14 +374,12 @@ class Controller:
         dt: float,
         idle: bool,
         first: bool,
-    ) -> list[tuple[DtnCap, float, float, float | None]]:
-        """Each unheld cap's next value, with the host's measured rate and the cap in force
-        before: (cap, decided, R_i, held before). ``idle``: no target to hold (trivial, or
-        nothing admitted), each cap is its target; ``first``: no filter history yet, each
-        cap heads for its target by at most its maxStep. A cap whose host is not measured
-        now keeps its value (its filter does not integrate an unknown error)."""
-        self._cap_outputs = {}
-        decided: list[tuple[DtnCap, float, float, float | None]] = []
+    ) -> list[CapStep]:
+        """Each unheld cap's next value. ``idle``: no target to hold (trivial, or nothing
+        admitted), each cap is its target; ``first``: no filter history yet, each cap heads
+        for its target by at most its maxStep. A cap whose host is not measured now keeps
+        its value (its filter does not integrate an unknown error)."""
+        decided: list[CapStep] = []
         only = len(self.caps) == 1
         for cap in self.caps:
             c = cap.control
@@ -391,6 +388,7 @@ class Controller:
             target = c.target(link_target_bps)
             rate = measured_rate(c.host, dtns, y.dtn_rate_bps, only)
             before = cap.applied_bps
+            out: FilterOutput | None = None
             if idle:
                 value = c.limits.saturate(target, None)
             elif first or cap.filter.applied_bps is None:
@@ -404,10 +402,9 @@ class Controller:
                 cap.filter, out = step(
                     cap.filter, target - rate, target, max(dt, 1e-3), c.gains, c.limits
                 )
-                self._cap_outputs[c.host] = out
                 value = out.u_bps
             cap.last_target_bps = target
-            decided.append((cap, value, rate, before))
+            decided.append(CapStep(cap, value, rate, before, out))
         return decided
 
     def _base_rate(self, y: StateVector) -> float:

@@ -65,6 +65,7 @@ from scidmz.k8s.events import EventRecorder, reference
 from scidmz.k8s.host_ports import NoFreeHostPort, allocate_host_ports
 from scidmz.k8s.manifests import (
     COLLECTOR,
+    COMPONENT_LABEL,
     CONTROLLER,
     DTN_SHAPER,
     IDENTITY_MOUNT,
@@ -476,7 +477,11 @@ def shaper_hosts(
     a held one (``api.holds``)."""
     names = [p.spec.dtn_host for p in admitted] + [h.host for h in held]
     hosts = [spec.dtn_host(name) for name in names]
-    return [h for h in hosts if h is not None and h.shaper is not None and h.shaper.tc is not None]
+    return [
+        h
+        for h in hosts
+        if h is not None and h.shaper is not None and h.shaper.type == "tc" and h.shaper.tc
+    ]
 
 
 def tc_workloads(
@@ -630,24 +635,27 @@ OPTIONAL = (
 """Kinds of the children that exist only while a host has a tc shaper (one set per host)."""
 
 
+def _component(obj: Mapping[str, Any]) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(COMPONENT_LABEL, ""))
+
+
 def shaper_children(
     client: KubeClient,
     link: str,
     namespace: str,
     kinds: Sequence[tuple[str, str]] = OPTIONAL,
-) -> list[tuple[str, str, str]]:
+) -> list[tuple[str, str, dict[str, Any]]]:
     """The link's DTN shaper objects of ``kinds`` that exist now: (api version, kind,
-    name), found by their component label (``dtn-shaper-<host>``), and the single
+    object), found by their component label (``dtn-shaper-<host>``), and the single
     shaper's objects an older operator named ``<link>-dtn-shaper``."""
     found = []
     for api_version, kind in kinds:
         for item in client.list_objects(
             api_version, kind, namespace, {LINK_LABEL: instance_label(link)}
         ):
-            metadata = item.get("metadata") or {}
-            component = (metadata.get("labels") or {}).get("app.kubernetes.io/component", "")
+            component = _component(item)
             if is_dtn_shaper(component) or component == DTN_SHAPER:
-                found.append((api_version, kind, str(metadata.get("name", ""))))
+                found.append((api_version, kind, item))
     return found
 
 
@@ -659,17 +667,14 @@ def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
     status): its Deployment says which node, interface and host."""
     wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
     deployments = [("apps/v1", "Deployment")]
-    for _, _, name in shaper_children(client, link, namespace, deployments):
+    for _, _, found in shaper_children(client, link, namespace, deployments):
+        name = found["metadata"]["name"]
         if ("Deployment", name) in wanted:
-            continue
-        found = client.get("apps/v1", "Deployment", namespace, name)
-        if found is None:
             continue
         restore = shaper_restore_of(found)
         if restore is not None:
             state.restores.setdefault(link, {})[restore.host] = restore
-        labels = (found.get("metadata") or {}).get("labels") or {}
-        component = labels.get("app.kubernetes.io/component", DTN_SHAPER)
+        component = _component(found)
         for api_version, kind, child in (
             ("apps/v1", "Deployment", name),
             ("v1", "Service", name),
@@ -738,10 +743,7 @@ fail-safe settings), and each DTN shaper agent (its fail-safe cap and bounds:
 def shaper_components(objects: Sequence[dict[str, Any]]) -> list[str]:
     """The DTN shaper agents among the rendered ``objects`` (their components)."""
     return [
-        o["metadata"]["labels"]["app.kubernetes.io/component"]
-        for o in objects
-        if o["kind"] == "Deployment"
-        and is_dtn_shaper(o["metadata"]["labels"]["app.kubernetes.io/component"])
+        _component(o) for o in objects if o["kind"] == "Deployment" and is_dtn_shaper(_component(o))
     ]
 
 
@@ -798,16 +800,16 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
     applied = apply_all_or_nothing(ctx.client, rendered.objects)
     prune(ctx.client, state, link, namespace, rendered.objects)
     stored_after = applied[rendered.objects.index(config_map)]
+    shapers = shaper_components(rendered.objects)
     if stored is not None and _version(stored) != _version(stored_after):
         live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
-        shapers = shaper_components(rendered.objects)
         nudged = nudge_live_pods(
             ctx.client, link, namespace, live_hash, components=[*LIVE_COMPONENTS, *shapers]
         )
         log.info("%s: new config %s, pods nudged: %s", link, live_hash, ", ".join(nudged) or "none")
     identities = objects_hash([o for o in rendered.objects if o["kind"] == "Secret"])[:16]
     if state.identities.get(link, identities) != identities:
-        components = [*ALL_COMPONENTS, *shaper_components(rendered.objects)]
+        components = [*ALL_COMPONENTS, *shapers]
         nudged = nudge_live_pods(
             ctx.client, link, namespace, identities, IDENTITY_ANNOTATION, components
         )
@@ -1035,11 +1037,13 @@ def reconcile_link(
     plan = policies_status(policies, decisions)
     last_plan, last_holds = state.last_plan(link)
     held = last_holds
+    shapers: list[str] = []
     if spec is not None:
         admitted_hosts = [a.spec.dtn_host for a in admitted]
         held = held_dtn_hosts(
             spec, last_holds, last_plan.items, admitted_hosts, ctx.now(), ctx.dtn_shaper_grace_s
         )
+        shapers = [h.name for h in shaper_hosts(spec, admitted, held)]
     if spec is None:
         outcome = Outcome(
             False, "InvalidSpec", problem or "the spec does not parse", link.generation
@@ -1057,7 +1061,7 @@ def reconcile_link(
             rendered = render(ctx, state, link, spec, admitted, others_ports, held)
             applied = apply_loop(ctx, state, link.name, rendered)
             state.plans[link.name] = (plan, list(held))
-            restores_in_progress(ctx, state, link, [c.host for c in tc_caps(rendered.config)])
+            restores_in_progress(ctx, state, link, shapers)
             host_ports = rendered.host_ports
             for line in rendered.reissued:
                 log.info("%s: certificate issued (%s)", link.name, line)
@@ -1078,7 +1082,6 @@ def reconcile_link(
             state.applied.pop(link.name, None)
             outcome = Outcome(False, "ApplyRejected", str(error), link.generation)
     paused = bool(spec.paused) if spec is not None else False
-    shapers = [h.name for h in shaper_hosts(spec, admitted, held)] if spec is not None else []
     states = workload_states(ctx.client, link.name, namespace, paused, shapers)
     link_written = write_link_status(
         ctx.client, ctx.events, namespace, link, outcome, states, paused,
@@ -1165,7 +1168,10 @@ def controller_stopped(client: KubeClient, link: str, namespace: str) -> bool:
 
 
 def remove_loop(client: KubeClient, state: ReconcilerState, link: str, namespace: str) -> None:
-    shapers = shaper_children(client, link, namespace)
+    shapers = [
+        (api_version, kind, obj["metadata"]["name"])
+        for api_version, kind, obj in shaper_children(client, link, namespace)
+    ]
     for api_version, kind, name in [*shapers, *teardown_order(link)]:
         client.delete_if_present(api_version, kind, namespace, name)
         if kind == "Secret":

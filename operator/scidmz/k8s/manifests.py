@@ -48,6 +48,7 @@ LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
 pod, which refreshes the mounted ConfigMap at once instead of at its next periodic sync (up
 to a minute)."""
 LINK_LABEL: Final = f"{GROUP}/link"
+COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 COLLECTOR: Final = "collector"
 CONTROLLER: Final = "controller"
 DTN_SHAPER: Final = "dtn-shaper"
@@ -151,7 +152,7 @@ def selector_labels(link: str, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "scidmz",
         "app.kubernetes.io/instance": instance_label(link),
-        "app.kubernetes.io/component": component,
+        COMPONENT_LABEL: component,
     }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -22,6 +22,32 @@ def saved_episodes(path: Path, parse: Callable[[str], list[T]]) -> list[T]:
         return parse(path.read_text())
     except (OSError, ValueError) as error:
         fail(f"--from-csv {path}: {error}")
+
+
+def episodes_and_report(
+    out: Path,
+    from_csv: Path | None,
+    name: str,
+    command: str,
+    run: Callable[[], list[T]],
+    csv: Callable[[Sequence[T]], str],
+    parse: Callable[[str], list[T]],
+    markdown: Callable[[Sequence[T], str], str],
+) -> None:
+    """A twin bench's common end: its episodes, run (and written to episodes.csv in
+    ``out``) or read back with --from-csv, and report.md rendered from them and printed.
+    ``command`` is what the report says produced a run."""
+    out.mkdir(parents=True, exist_ok=True)
+    if from_csv is not None:
+        episodes = saved_episodes(from_csv, parse)
+        command = f"scidmz bench {name} --from-csv {from_csv}"
+    else:
+        episodes = run()
+        (out / "episodes.csv").write_text(csv(episodes))
+    text = markdown(episodes, command)
+    (out / "report.md").write_text(text)
+    typer.echo(text)
+    typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")
 
 
 @bench_app.command("control")
@@ -129,31 +155,25 @@ def bench_buffer(
         fail(f"--cca must be cubic or bbr, not {cca!r}")
     if not 100e6 <= capacity_bps <= 100e9:
         fail("--capacity must be within 100Mbps..100Gbps")
-    out.mkdir(parents=True, exist_ok=True)
-    if from_csv is not None:
-        episodes = saved_episodes(from_csv, parse_episodes)
-        command = f"scidmz bench buffer --from-csv {from_csv}"
-    else:
-        ccas = (cca,) if cca else (("cubic",) if quick else ("cubic", "bbr"))
-        command = (
-            "scidmz bench buffer"
-            + (" --quick" if quick else "")
-            + (f" --seeds {seeds}" if seeds else "")
-            + (f" --first-seed {first_seed}" if first_seed != 1 else "")
-            + (f" --loads {loads}" if loads != "25,50,100,250" and not quick else "")
-            + (f" --cca {cca}" if cca else "")
-            + (f" --capacity {capacity}" if capacity != "1Gbps" else "")
-        )
-        episodes = run_all(
+    ccas = (cca,) if cca else (("cubic",) if quick else ("cubic", "bbr"))
+    command = (
+        "scidmz bench buffer"
+        + (" --quick" if quick else "")
+        + (f" --seeds {seeds}" if seeds else "")
+        + (f" --first-seed {first_seed}" if first_seed != 1 else "")
+        + (f" --loads {loads}" if loads != "25,50,100,250" and not quick else "")
+        + (f" --cca {cca}" if cca else "")
+        + (f" --capacity {capacity}" if capacity != "1Gbps" else "")
+    )
+    episodes_and_report(
+        out, from_csv, "buffer", command,
+        lambda: run_all(
             range(first_seed, first_seed + count), load_list, ccas,
             capacity_bps=capacity_bps, workers=workers,
             progress=lambda what: typer.echo(f"  {what}", err=True),
-        )  # fmt: skip
-        (out / "episodes.csv").write_text(episodes_csv(episodes))
-    text = markdown(episodes, command)
-    (out / "report.md").write_text(text)
-    typer.echo(text)
-    typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")
+        ),
+        episodes_csv, parse_episodes, markdown,
+    )  # fmt: skip
 
 
 @bench_app.command("multi-dtn")
@@ -175,32 +195,25 @@ def bench_multi_dtn(
     on their sum and a cap per DTN host, against the static split; each DTN's MRAE, the
     sum, utilisation and the disturbance when another DTN starts or stops. report.md and
     episodes.csv (a row per DTN per episode) in --out."""
-    from scidmz.learn.multi_dtn_bench import CASES, parse_episodes, run_all
-    from scidmz.learn.multi_dtn_bench import episodes_csv as rows_csv
-    from scidmz.learn.multi_dtn_report import markdown as report
+    from scidmz.learn.multi_dtn_bench import CASES, episodes_csv, parse_episodes, run_all
+    from scidmz.learn.multi_dtn_report import markdown
 
     count = seeds if seeds is not None else (3 if quick else 10)
     if count < 1 or workers < 1 or first_seed < 0:
         fail("--seeds and --workers must be >= 1, --first-seed >= 0")
-    out.mkdir(parents=True, exist_ok=True)
-    if from_csv is not None:
-        episodes = saved_episodes(from_csv, parse_episodes)
-        command = f"scidmz bench multi-dtn --from-csv {from_csv}"
-    else:
-        command = (
-            "scidmz bench multi-dtn"
-            + (" --quick" if quick else "")
-            + (f" --seeds {seeds}" if seeds else "")
-            + (f" --first-seed {first_seed}" if first_seed != 1 else "")
-        )
-        episodes = run_all(
+    command = (
+        "scidmz bench multi-dtn"
+        + (" --quick" if quick else "")
+        + (f" --seeds {seeds}" if seeds else "")
+        + (f" --first-seed {first_seed}" if first_seed != 1 else "")
+    )
+    episodes_and_report(
+        out, from_csv, "multi-dtn", command,
+        lambda: run_all(
             range(first_seed, first_seed + count),
             cases=CASES[:1] if quick else CASES,
             workers=workers,
             progress=lambda what: typer.echo(f"  {what}", err=True),
-        )
-        (out / "episodes.csv").write_text(rows_csv(episodes))
-    text = report(episodes, command)
-    (out / "report.md").write_text(text)
-    typer.echo(text)
-    typer.echo(f"wrote {out / 'report.md'} and {out / 'episodes.csv'}")
+        ),
+        episodes_csv, parse_episodes, markdown,
+    )  # fmt: skip

@@ -160,7 +160,7 @@ class SimCollector:
         sim = self.sim
         mss = float(sim.params[layout.P_MSS])
         g = sim.groups[:, group]
-        resent = float(sim.flow_f[layout.RESENT_TOTAL, sim.layout.group_columns(group)].sum())
+        resent = sim.group_resent_bytes(group)
         tap, departed = int(g[layout.G_TAP_BYTES]), int(g[layout.G_DEPARTED])
         qd = float(g[layout.G_QD_LAST])
         egress_packets = int(departed / mss)

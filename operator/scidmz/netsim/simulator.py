@@ -560,6 +560,11 @@ class Simulator:
         settle_all_resent(self.flow_f, self.glob_f, self.layout.n_campus)
         return float(self.glob_f[layout.RESENT_DTN]), float(self.glob_f[layout.RESENT_CAMPUS])
 
+    def group_resent_bytes(self, group: int) -> float:
+        """DTN host ``group``'s bytes sent again after being declared lost, so far."""
+        settle_all_resent(self.flow_f, self.glob_f, self.layout.n_campus)
+        return float(self.flow_f[layout.RESENT_TOTAL, self.layout.group_columns(group)].sum())
+
     def tap_view(self) -> TapView:
         """What the P4 pipeline at the tap holds now (counters, registers, per-flow RTT)."""
         f, g = self.flow_f, self.glob_f

@@ -295,12 +295,7 @@ class NetsimSource:
         sojourn; its retransmissions are its streams' resent bytes."""
         sim, mss = self.sim, float(self.sim.params[layout.P_MSS])
         groups = sim.groups
-        resent = np.array(
-            [
-                float(sim.flow_f[layout.RESENT_TOTAL, sim.layout.group_columns(g)].sum())
-                for g in range(groups.shape[1])
-            ]
-        )
+        resent = np.array([sim.group_resent_bytes(g) for g in range(groups.shape[1])])
         now = np.vstack(
             [groups[layout.G_TAP_BYTES], groups[layout.G_DEPARTED],
              groups[layout.G_SOJOURN_W], resent]

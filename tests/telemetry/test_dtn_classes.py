@@ -121,7 +121,7 @@ def test_each_dtn_hosts_rate_through_the_switch_matches_the_twins_truth():
 
     from scidmz.netsim.scenario import parse_scenario
     from scidmz.switch.netsim_source import Wiring
-    from tests.telemetry.harness import WIRING
+    from tests.telemetry.harness import WIRING, served_ticks
 
     scenario = parse_scenario(
         {
@@ -149,16 +149,20 @@ def test_each_dtn_hosts_rate_through_the_switch_matches_the_twins_truth():
         ):
             await wait_for(lambda: collector.sequence >= 6, 20, "warm-up samples")
             first = collector.snapshot
-            truth_first = target.source.truth[-1]
             seen = {}
             while collector.sequence < first.sequence + 8:
                 snap = collector.snapshot
                 seen[snap.sequence] = snap
                 await asyncio.sleep(0.02)
             seen[collector.snapshot.sequence] = collector.snapshot
-            return first, truth_first, collector.snapshot, target.source.truth[-1], seen
+            return first, collector.snapshot, seen, list(target.source.truth)
 
-    first, truth_first, last, truth_last, seen = asyncio.run(main())
+    first, last, seen, points = asyncio.run(main())
+    # the truth at the ticks the first and last reads saw (found by their byte counters),
+    # not at whichever tick ran when this test woke up: tens of ms later on a loaded host
+    ticks = served_ticks(points, [first, *seen.values()])
+    truth_first, truth_last = ticks.get(first.sequence), ticks.get(last.sequence)
+    assert truth_first is not None and truth_last is not None, "no tick has the reads' counters"
     (a, b) = last.state.dtns
     assert (a.host, b.host) == ("dtn-1", "dtn-2") and a.rate_bps > 0 and b.rate_bps > 0
     assert last.state.dtn_rate_bps == pytest.approx(a.rate_bps + b.rate_bps, rel=1e-9)

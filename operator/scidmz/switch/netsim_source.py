@@ -155,10 +155,12 @@ _NO_INTS: IntArray = np.zeros(0, dtype=np.int64)
 _NO_BOOLS: BoolArray = np.zeros(0, dtype=bool)
 
 
-def _register_ns(sent_bytes: int, sojourn_s: float) -> int:
-    """The queuing-delay register a class's traffic writes: its last sojourn, or 0 (no
-    write) when it sent nothing."""
-    good = sent_bytes > 0 and math.isfinite(sojourn_s) and sojourn_s > 0
+def _register_ns(departed_bytes: float, sojourn_s: float) -> int:
+    """The queuing-delay register a class's traffic writes: its last departure's sojourn,
+    or 0 (no write) when none of its bytes left BR1. Written at departure, as the P4
+    programs write it at egress: a class may send nothing new for a few ms (a Cubic DTN
+    after a loss) while its queued packets still leave, and their sojourns still change."""
+    good = departed_bytes > 0 and math.isfinite(sojourn_s) and sojourn_s > 0
     return round(sojourn_s * 1e9) if good else 0
 
 
@@ -312,7 +314,7 @@ class NetsimSource:
                 Traffic(
                     self.wiring.dtn_port, address, new,
                     int(now[0, g] / mss) - int(before[0, g] / mss),
-                    _register_ns(new, float(groups[layout.G_QD_LAST, g])),
+                    _register_ns(now[1, g] - before[1, g], float(groups[layout.G_QD_LAST, g])),
                     retrans_bytes=resent_bytes,
                     retrans_packets=int(now[3, g] / mss) - int(before[3, g] / mss),
                     egress_bytes=left,
@@ -356,8 +358,8 @@ class NetsimSource:
         resent = sim.resent_bytes()
         resent_before, self._resent = self._resent, resent
         delays = (
-            _register_ns(new_bytes[0], float(g[layout.QD_DTN_LAST])),
-            _register_ns(new_bytes[1], float(g[layout.QD_CAMPUS_LAST])),
+            _register_ns(departed[0] - departed_before[0], float(g[layout.QD_DTN_LAST])),
+            _register_ns(departed[1] - departed_before[1], float(g[layout.QD_CAMPUS_LAST])),
         )
         rtt_s, rtt_at = f[layout.TAP_RTT], f[layout.TAP_RTT_AT]
         due = (rtt_at - self._rtt_sent_at >= self.rtt_sample_interval_s) & (rtt_s > 0)

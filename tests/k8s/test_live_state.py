@@ -98,6 +98,12 @@ def test_status_shows_the_controllers_live_state_and_a_new_target_taken_live(
         assert state["dtnRate"].endswith("bps") and state["campusRateLimit"].endswith("bps")
         assert state["dtnRtt"].endswith("ms") and state["activeFlows"] == 108
         assert state["sampledAt"].endswith("Z") and state["targetRate"] == "600Mbps"
+        # the plan: what the 1 Gb/s link leaves to the campus, and the policy's host held
+        # only through the sum (it has no shaper)
+        assert state["campusShare"] == "400Mbps"
+        (host,) = state["dtnHosts"]
+        assert host["host"] == "dtn-1" and host["targetRate"] == "600Mbps"
+        assert host["enforcedBy"] == "LinkSum" and "rateLimit" not in host
         assert 0 <= live["tracking"]["mrae"] < 1 and live["tracking"]["window"].endswith("s")
         printed = operator.plane.kubectl("get", "borderlink", name).stdout
         assert "bps" in printed  # the DTN RATE and CAMPUS LIMIT printer columns fill in

@@ -107,12 +107,32 @@ def test_each_policy_sees_its_own_hosts_rate_and_target_and_no_others():
             ],
         },
     })  # fmt: skip
-    link = live_status(state, 1.0)["state"]
+    link = live_status(state, 1.0, capacity_bps=1e9)["state"]
     assert link["dtnRate"] == "490Mbps" and link["targetRate"] == "500Mbps"
+    # the administrators' plan: each host's target, how it is held and its cap, and
+    # what the targets leave to the campus
+    assert link["campusShare"] == "500Mbps"
     assert link["dtnHosts"] == [
-        {"host": "dtn-1", "rate": "295Mbps", "rtt": "101.3ms"},
-        {"host": "dtn-2", "rate": "195Mbps", "rtt": "50.7ms", "queuingDelay": "2ms"},
-    ]
+        {"host": "dtn-1", "rate": "295Mbps", "rtt": "101.3ms", "targetRate": "300Mbps",
+         "enforcedBy": "DtnCap", "rateLimit": "310Mbps"},
+        {"host": "dtn-2", "rate": "195Mbps", "rtt": "50.7ms", "queuingDelay": "2ms",
+         "targetRate": "200Mbps", "enforcedBy": "LinkSum"},
+    ]  # fmt: skip
+    # a host measured without a policy, and a policy whose host is not measured yet
+    moved = state.model_copy(
+        update={
+            "state": state.state.model_copy(
+                update={
+                    "dtn_hosts": [state.state.dtn_hosts[1].model_copy(update={"host": "dtn-9"})]
+                }
+            )
+        }
+    )
+    hosts = live_status(moved, 1.0)["state"]["dtnHosts"]
+    assert [h["host"] for h in hosts] == ["dtn-9", "dtn-1", "dtn-2"]
+    assert "targetRate" not in hosts[0] and "rate" not in hosts[1]
+    assert hosts[1]["targetRate"] == "300Mbps" and hosts[1]["rateLimit"] == "310Mbps"
+    assert "campusShare" not in live_status(moved, 1.0)["state"]  # capacity unknown
     genomics = policy_live_status(state, 1.0, "genomics", "core", "dtn-2")["state"]
     # its host has no shaper: held only through the link's sum, and 5 Mb/s short
     assert genomics == {"dtnRate": "195Mbps", "dtnRtt": "50.7ms", "targetRate": "200Mbps",

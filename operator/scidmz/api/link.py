@@ -855,6 +855,17 @@ class DtnHostState(ApiModel):
     rate: str | None = Field(default=None, description="Its rate at the tap, e.g. 298.7Mbps.")
     rtt: str | None = Field(default=None, description="Its round-trip time.")
     queuing_delay: str | None = Field(default=None, description="Its last BR1 sojourn.")
+    target_rate: str | None = Field(
+        default=None, description="The target the running controller holds for its policy."
+    )
+    enforced_by: Literal["DtnCap", "LinkSum"] | None = Field(
+        default=None,
+        description="How its rate is held: DtnCap, by its shaper's own cap loop; LinkSum, "
+        "only through the campus loop on the targets' sum (its host has no shaper).",
+    )
+    rate_limit: str | None = Field(
+        default=None, description="The cap in force on the host (DtnCap), e.g. 312.4Mbps."
+    )
 
 
 class LinkStateStatus(ApiModel):
@@ -879,6 +890,12 @@ class LinkStateStatus(ApiModel):
         description="R*, the admitted targets' sum the running controller holds (taken "
         "without a restart once it has read its updated ConfigMap).",
     )
+    campus_share: str | None = Field(
+        default=None,
+        description="What the plan leaves to the campus: capacity minus R* (the desired "
+        "campus rate of paper table 3). campusRateLimit is what the loop applies to reach "
+        "the targets.",
+    )
     sampled_at: str | None = Field(default=None, description="Sample time (RFC 3339).")
     failsafe_active: bool | None = Field(
         default=None,
@@ -889,7 +906,8 @@ class LinkStateStatus(ApiModel):
     dtn_hosts: list[DtnHostState] | None = Field(
         default=None,
         max_length=MAX_DTN_HOSTS,
-        description="Each measured DTN host's own figures: each is its own class at the tap.",
+        description="The link's plan and each DTN host's own figures: its target, how its "
+        "rate is held and its cap, and its rate, RTT and sojourn as its own class at the tap.",
     )
 
 

@@ -415,7 +415,7 @@ def write_live_state(
     it changed. Returns the writes made."""
     from pydantic import ValidationError
 
-    from scidmz.api.units import UnitError, parse_duration
+    from scidmz.api.units import UnitError, parse_duration, parse_rate
 
     try:
         state = ControllerState.model_validate(fetched)
@@ -426,8 +426,12 @@ def write_live_state(
         sample_time_s = parse_duration(str(link.spec.get("sampleTime", "1s")))
     except UnitError:
         sample_time_s = 1.0
+    try:
+        capacity_bps: float | None = parse_rate(str(link.spec.get("capacity", "")))
+    except UnitError:
+        capacity_bps = None
     writes = 0
-    live = live_status(state, sample_time_s)
+    live = live_status(state, sample_time_s, capacity_bps)
     patch = {k: v for k, v in live.items() if link.status.get(k) != v}
     if patch:
         client.patch_link_status(link.name, patch)

@@ -14,7 +14,7 @@ from typing import Any
 
 from scidmz.api.link import BufferStatus, DtnHostState, LinkStateStatus, TrackingStatus
 from scidmz.api.policy import PolicyStateStatus
-from scidmz.api.runtime import ControllerState
+from scidmz.api.runtime import ControllerState, SampleReport
 from scidmz.api.units import format_duration, format_rate
 from scidmz.contract.state import STATE_VARIABLES
 
@@ -33,11 +33,14 @@ def _duration(value: Any) -> str | None:
     return format_duration(max(number, 0.0)) if number is not None else None
 
 
-def live_status(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:
+def live_status(
+    controller: ControllerState, sample_time_s: float, capacity_bps: float | None = None
+) -> dict[str, Any]:
     """The link's ``{"state": {...}, "tracking": {...}, "buffer": {...}}`` (camelCase),
-    empty parts left out."""
+    empty parts left out: y(t), u(t) and the plan (each DTN host's target and cap, the
+    targets' sum, what is left to the campus out of ``capacity_bps``)."""
     return {
-        **_state(controller),
+        **_state(controller, capacity_bps),
         **_tracking(controller, sample_time_s),
         **_buffer(controller),
     }
@@ -86,12 +89,14 @@ def policy_live_status(
     return {**result, **_tracking(controller, sample_time_s)}
 
 
-def _state(controller: ControllerState) -> dict[str, Any]:
+def _state(controller: ControllerState, capacity_bps: float | None) -> dict[str, Any]:
     result: dict[str, Any] = {}
     state = controller.state
     measured = state is not None and any(
         _finite(getattr(state, name)) is not None for name in STATE_VARIABLES
     )
+    target = _finite(controller.target_rate_bps)
+    share = capacity_bps - target if capacity_bps is not None and target is not None else None
     if state is not None and measured:
         flows = _finite(state.active_flows)
         status = LinkStateStatus(
@@ -103,19 +108,11 @@ def _state(controller: ControllerState) -> dict[str, Any]:
             campus_queuing_delay=_duration(state.campus_queuing_delay_s),
             active_flows=round(flows) if flows is not None else None,
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
-            target_rate=_rate(controller.target_rate_bps),
+            target_rate=_rate(target),
+            campus_share=_rate(share),
             sampled_at=state.sampled_at,
             failsafe_active=controller.failsafe_active,
-            dtn_hosts=[
-                DtnHostState(
-                    host=h.host,
-                    rate=_rate(h.rate_bps),
-                    rtt=_duration(h.rtt_s),
-                    queuing_delay=_duration(h.queuing_delay_s),
-                )
-                for h in state.dtn_hosts
-            ]
-            or None,
+            dtn_hosts=_dtn_hosts(controller, state) or None,
         )
         fields = status.model_dump(by_alias=True, exclude_none=True)
         if fields:
@@ -126,6 +123,29 @@ def _state(controller: ControllerState) -> dict[str, Any]:
         )
         result["state"] = held.model_dump(by_alias=True, exclude_none=True)
     return result
+
+
+def _dtn_hosts(controller: ControllerState, state: SampleReport) -> list[DtnHostState]:
+    """Each DTN host the sample measured or a policy holds a target on, in the sample's
+    order: its plan (target, how it is held, its cap) beside what the tap saw."""
+    plans = {p.dtn_host: p for p in controller.policies}
+    measured = {h.host: h for h in state.dtn_hosts}
+    hosts = [*measured, *(h for h in plans if h not in measured)]
+    rows = []
+    for host in hosts:
+        seen, plan = measured.get(host), plans.get(host)
+        rows.append(
+            DtnHostState(
+                host=host,
+                rate=_rate(seen.rate_bps) if seen else None,
+                rtt=_duration(seen.rtt_s) if seen else None,
+                queuing_delay=_duration(seen.queuing_delay_s) if seen else None,
+                target_rate=_rate(plan.target_rate_bps) if plan else None,
+                enforced_by=None if plan is None else ("DtnCap" if plan.capped else "LinkSum"),
+                rate_limit=_rate(plan.dtn_rate_limit_bps) if plan and plan.capped else None,
+            )
+        )
+    return rows
 
 
 def _tracking(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:

@@ -62,6 +62,17 @@ def loop(link: dict[str, Any] | None = None, policy: dict[str, Any] | None = Non
     return parse_loop_documents(documents, "tests")
 
 
+def render_policies(link: dict[str, Any], policies: list[dict[str, Any]]) -> RuntimeConfig:
+    """The runtime config for ``link`` (a spec) with several policies admitted, in order
+    (each its own name in the example's namespace)."""
+    documents = [
+        *copy.deepcopy(_TENANTS),
+        {**link_object(), "spec": link},
+        *({**policy_object(f"policy-{k}"), "spec": spec} for k, spec in enumerate(policies)),
+    ]
+    return parse_loop_documents(documents, "tests").config("collector:1")
+
+
 def render(
     link: dict[str, Any] | None = None,
     policy: dict[str, Any] | None = None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -52,7 +53,7 @@ def test_what_the_controller_is_built_around_needs_a_restart_and_is_kept() -> No
     wanted = dataclasses.replace(
         SETTINGS,
         setpoint=Setpoint(700 * MBPS, 1000 * MBPS),
-        strategy="mlc",
+        strategy="trivial",
         sample_time_s=0.5,
         collector_address="elsewhere:1",
     )
@@ -60,6 +61,9 @@ def test_what_the_controller_is_built_around_needs_a_restart_and_is_kept() -> No
     assert update.applied == ("setpoint",)
     assert set(update.needs_restart) == {"strategy", "sample_time_s", "collector_address"}
     assert update.settings.strategy == "pi" and update.settings.sample_time_s == 1.0
+    # between mlc and pi the strategy is live (a mix of congestion controls makes mlc pi)
+    to_mlc = live_update(SETTINGS, dataclasses.replace(SETTINGS, strategy="mlc"))
+    assert to_mlc.applied == ("strategy",) and to_mlc.needs_restart == ()
     assert update.settings.setpoint.target_rate_bps == 700 * MBPS
     # a DTN cap comes live (a policy admitted on a shaped host): its actuator is to open
     dtn = DtnControl(Gains(0.1, 0, 0), SETTINGS.limits, None, host="dtn-1")
@@ -164,10 +168,11 @@ LIVE_SPEC_CHANGES: dict[str, Change] = {
     "failsafe": ({"failsafe": {"staleAfter": "5s", "rate": "300Mbps"}}, {}),
     "congestion control": ({}, {"congestionControl": "bbr"}),
     "a DTN cap": WITH_DTN_CAP,
+    "strategy mlc to pi": (_controller(strategy="pi"), {}),
 }
 """Changes a running controller takes live (the example link and policy, one at a time)."""
 RESTART_SPEC_CHANGES: dict[str, Change] = {
-    "strategy": (_controller(strategy="pi"), {}),
+    "strategy to trivial": (_controller(strategy="trivial"), {}),
     "desired-state mode": (_controller(desiredState={"mode": "table3"}), {}),
     "sampleTime": ({"sampleTime": "2s"}, {}),
     "actuator": ({"actuator": {"type": "dryRun"}}, {}),
@@ -320,5 +325,77 @@ def test_a_running_controller_swaps_its_inverse_model_for_a_new_congestion_contr
         assert now.dtn_congestion_control == "bbr"
         # the same file again: nothing more to do
         assert process.reload(path, now) == now
+
+    asyncio.run(main())
+
+
+def test_a_policy_that_makes_a_mix_switches_mlc_to_pi_live_and_back(tmp_path) -> None:
+    """A second policy with another congestion control: mlc runs as pi on the mix (the
+    config says why), and the running controller switches without a restart; the mix gone,
+    it loads the inverse model and runs mlc again. u(t) moves by at most maxStep."""
+    from scidmz.api.runtime import dump_runtime_config
+    from scidmz.control.actuators import DryRunActuator
+    from scidmz.control.service import ControllerProcess
+    from scidmz.control.settings import load_model
+    from tests.loops import render_policies
+
+    link = link_spec(**_controller(strategy="mlc"))
+    link["dtnHosts"] = [*link["dtnHosts"],
+                        {"name": "dtn-2", "receiverPrefix": "203.0.113.11/32"}]  # fmt: skip
+    one = render_policies(link, [policy_spec(targetRate="500Mbps")])
+    mix = render_policies(
+        link,
+        [policy_spec(targetRate="500Mbps"),
+         policy_spec(dtnHost="dtn-2", targetRate="200Mbps", congestionControl="bbr")],
+    )  # fmt: skip
+    assert one.controller.strategy == "mlc" and mix.controller.strategy == "pi"
+    assert mix.controller.strategy_note and "mix" in mix.controller.strategy_note
+    assert restart_relevant(one) == restart_relevant(mix)  # the operator rolls nothing
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_runtime_config(one))
+
+    async def main():
+        clock, actuator = Clock(), DryRunActuator()
+        process = ControllerProcess(
+            controller_settings(one), actuator, load_model(one, None), 0, config=(path, one)
+        )
+        controller = process.controller
+        controller._clock = clock
+        sequence = 0
+
+        async def run(count: int) -> None:
+            nonlocal sequence
+            for _ in range(count):
+                clock.now += 1.0
+                await controller.on_sample(_sample(sequence, 450))
+                sequence += 1
+
+        await run(4)
+        settled = len(actuator.applied)  # from here on every step is bounded
+        path.write_text(dump_runtime_config(mix))
+        running = process.reload(path, one)
+        assert controller.settings.strategy == "pi" and running.controller.strategy == "pi"
+        await run(4)
+        path.write_text(dump_runtime_config(one))
+        back = process.reload(path, running)
+        assert controller.settings.strategy == "mlc" and back.controller.strategy == "mlc"
+        assert controller.model is not None
+        await run(4)
+        applied = actuator.applied[settled - 1 :]
+        assert len(applied) == 9
+        # the new sum moves u at once, as the fixed split would (``follow_setpoint``: a new
+        # R* is the administrators' command); the switch of strategy adds at most maxStep
+        shifts = [0.0] * 8
+        shifts[0], shifts[4] = -200 * MBPS, +200 * MBPS
+        pairs = zip(itertools.pairwise(applied), shifts, strict=True)
+        moves = [abs(b - a - shift) for (a, b), shift in pairs]
+        assert max(moves) <= controller.settings.limits.max_step_bps + 1e-6, applied
+        results = {
+            sample.labels["result"]
+            for metric in controller.metrics.config_reloads.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total") and sample.value > 0
+        }
+        assert results == {"applied"}, results
 
     asyncio.run(main())

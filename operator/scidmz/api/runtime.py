@@ -794,6 +794,7 @@ LIVE_CONFIG_FIELDS: tuple[tuple[str, ...], ...] = (
     ("controller", "desired_dtn_rtt_s"),
     ("controller", "desired_campus_rtt_s"),
     ("controller", "pinned_after_s"),
+    ("controller", "strategy_note"),
     ("failsafe", "stale_after_s"),
     ("failsafe", "rate_bps"),
     ("actuator", "dtn"),
@@ -805,7 +806,14 @@ generation, which only labels the file, and the DTN classes, which only the coll
 (live). The collector reads none of the others. The
 tenant's fields are among them (its target, and its DTN's
 congestion control, which picks the inverse model and the default gains): no edit of a
-policy rolls the loop's pods."""
+policy rolls the loop's pods. The strategy is live between ``mlc`` and ``pi``
+(``RATE_LOOP_STRATEGIES``): a policy whose DTN's congestion control makes a mix turns
+``mlc`` into ``pi``, and the running controller switches."""
+
+RATE_LOOP_STRATEGIES = frozenset({"mlc", "pi"})
+"""Strategies a running controller switches between live: both run the figure-5 filter
+on a base rate (the inverse model's, or B − R*), so a switch is a new base rate under the
+slew limit."""
 
 
 CAP_LIVE_FIELDS = frozenset(
@@ -839,6 +847,8 @@ def restart_relevant(
         for key in path[:-1]:
             parent = parent.get(key) or {}
         parent.pop(path[-1], None)
+    if data["controller"]["strategy"] in RATE_LOOP_STRATEGIES:
+        data["controller"]["strategy"] = "mlc|pi"  # switched live
     if component == "collector":
         return {k: v for k, v in data.items() if k in COLLECTOR_FIELDS}
     if component == "dtn-shaper":

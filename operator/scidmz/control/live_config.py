@@ -5,8 +5,10 @@ transfer scheduler may change it per transfer). A restart to take a new target c
 filter's state, the two samples of history the inverse model needs, the learned base RTTs
 and link goodput, and a spell at the fail-safe rate. So the setpoint, the gains, the
 limits and the fail-safe settings are taken live, and so is the DTN's congestion control (a
-tenant's field: the process loads the other inverse model); what the controller is built
-around (strategy, sample time, collector, actuators, desired-state mode) needs a restart,
+tenant's field: the process loads the other inverse model), and the strategy between
+``mlc`` and ``pi`` (a policy admitted with another congestion control makes a mix, on which
+``mlc`` runs as ``pi``); what the controller is built around (a strategy change to or
+from ``trivial``, sample time, collector, actuators, desired-state mode) needs a restart,
 and a reload that changes it says so and leaves it as it runs.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from scidmz.api.runtime import CAP_LIVE_FIELDS, RuntimeConfig
+from scidmz.api.runtime import CAP_LIVE_FIELDS, RATE_LOOP_STRATEGIES, RuntimeConfig
 from scidmz.control.loop import ControllerSettings
 from scidmz.control.settings import controller_settings
 
@@ -60,7 +62,9 @@ def live_update(
         old, new = getattr(running, field.name), getattr(wanted, field.name)
         if old == new:
             continue
-        if field.name in LIVE_FIELDS:
+        if field.name in LIVE_FIELDS or (
+            field.name == "strategy" and {old, new} <= RATE_LOOP_STRATEGIES
+        ):
             applied.append(field.name)
             taken[field.name] = new
         else:
@@ -88,10 +92,11 @@ def cap_wiring(config: RuntimeConfig) -> dict[str, object]:
 
 
 def model_change(running_config: RuntimeConfig, wanted_config: RuntimeConfig) -> bool:
-    """Whether a reload needs the other congestion control's inverse model (mlc only)."""
-    return (
-        wanted_config.controller.strategy == "mlc"
-        and running_config.dtn_congestion_control != wanted_config.dtn_congestion_control
+    """Whether a reload needs an inverse model it has not loaded (mlc only): the other
+    congestion control's, or any after running as ``pi``."""
+    return wanted_config.controller.strategy == "mlc" and (
+        running_config.controller.strategy != "mlc"
+        or running_config.dtn_congestion_control != wanted_config.dtn_congestion_control
     )
 
 

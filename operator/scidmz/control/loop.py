@@ -546,7 +546,11 @@ class Controller:
         the watchdog's next check while samples are stale. A DTN host capped anew takes
         its actuator from ``new_actuators`` (its cap heads for its target from the next
         sample), as does a host in ``renew`` (its actuator changed); the actuators of the
-        caps dropped are returned for the caller to close."""
+        caps dropped are returned for the caller to close. A switch between ``mlc`` and
+        ``pi`` moves the base rate under the same slew limit; ``mlc`` needs ``self.model``
+        loaded first (ValueError otherwise, nothing changed)."""
+        if settings.strategy == "mlc" and self.model is None:
+            raise ValueError("the mlc strategy needs an inverse model")
         dropped = self._set_caps(settings, new_actuators or {}, renew)
         self.settings = settings
         self._publish()

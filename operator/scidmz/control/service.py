@@ -168,8 +168,10 @@ class ControllerProcess:
             wanted = load_runtime_config(path)
             update = plan_reload(running, c.settings, wanted)
             model = None
-            if model_change(running, wanted) and self.model_path is None:
-                model = load_model(wanted, None)
+            # --model (a path) wins over the default models, unless none is loaded yet (the
+            # process started as pi)
+            if model_change(running, wanted) and (self.model_path is None or c.model is None):
+                model = load_model(wanted, self.model_path)
         except ConfigError as error:
             counter.labels(*c.metrics.labels, "rejected").inc()
             log.error("config %s not taken, running on as before: %s", path, error)
@@ -177,8 +179,8 @@ class ControllerProcess:
         if model is not None:
             c.model = model
             log.info(
-                "config %s: the DTN's congestion control is now %s; its inverse model taken",
-                path, wanted.dtn_congestion_control,
+                "config %s: strategy %s, the DTN's congestion control %s; its inverse model "
+                "taken", path, wanted.controller.strategy, wanted.dtn_congestion_control,
             )  # fmt: skip
         elif model_change(running, wanted):
             log.warning(
@@ -212,8 +214,10 @@ class ControllerProcess:
             counter.labels(*c.metrics.labels, "applied").inc()
         # the wiring stays as started; the congestion control (its model) is now wanted's
         caps = {"dtn": wanted.actuator.dtn, "more_dtns": wanted.actuator.more_dtns}
+        strategy = c.settings.strategy  # wanted's where taken live (mlc and pi)
         return running.model_copy(
             update={
+                "controller": running.controller.model_copy(update={"strategy": strategy}),
                 "dtn_congestion_control": wanted.dtn_congestion_control,
                 # the caps are taken live: their actuators are now wanted's
                 "actuator": running.actuator.model_copy(update=caps),

@@ -65,6 +65,7 @@ from scidmz.k8s.events import EventRecorder, reference
 from scidmz.k8s.host_ports import NoFreeHostPort, allocate_host_ports
 from scidmz.k8s.manifests import (
     COLLECTOR,
+    COLLECTOR_LIVE_ANNOTATION,
     COMPONENT_LABEL,
     CONTROLLER,
     DTN_SHAPER,
@@ -737,7 +738,8 @@ IDENTITY_ANNOTATION = f"{GROUP}/identity-hash"
 LIVE_COMPONENTS = (CONTROLLER,)
 """Workloads that follow their mounted ConfigMap live: the controller (R*, gains, limits,
 fail-safe settings), and each DTN shaper agent (its fail-safe cap and bounds:
-``shaper_components``)."""
+``shaper_components``); the collector too, nudged only when its DTN classes change
+(``COLLECTOR_LIVE_ANNOTATION``)."""
 
 
 def shaper_components(objects: Sequence[dict[str, Any]]) -> list[str]:
@@ -802,10 +804,14 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
     stored_after = applied[rendered.objects.index(config_map)]
     shapers = shaper_components(rendered.objects)
     if stored is not None and _version(stored) != _version(stored_after):
-        live_hash = config_map["metadata"]["annotations"][LIVE_CONFIG_ANNOTATION]
-        nudged = nudge_live_pods(
-            ctx.client, link, namespace, live_hash, components=[*LIVE_COMPONENTS, *shapers]
-        )
+        annotations = config_map["metadata"]["annotations"]
+        live_hash = annotations[LIVE_CONFIG_ANNOTATION]
+        # the collector follows its DTN classes live: nudged only when they changed
+        classes_changed = (stored["metadata"].get("annotations") or {}).get(
+            COLLECTOR_LIVE_ANNOTATION
+        ) != annotations[COLLECTOR_LIVE_ANNOTATION]
+        followers = [*LIVE_COMPONENTS, *([COLLECTOR] if classes_changed else []), *shapers]
+        nudged = nudge_live_pods(ctx.client, link, namespace, live_hash, components=followers)
         log.info("%s: new config %s, pods nudged: %s", link, live_hash, ", ".join(nudged) or "none")
     identities = objects_hash([o for o in rendered.objects if o["kind"] == "Secret"])[:16]
     if state.identities.get(link, identities) != identities:

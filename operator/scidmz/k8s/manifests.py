@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -47,6 +48,11 @@ LIVE_CONFIG_ANNOTATION: Final = f"{GROUP}/live-config-hash"
 (``config_hash``) the operator last nudged it for. Writing it makes the kubelet sync the
 pod, which refreshes the mounted ConfigMap at once instead of at its next periodic sync (up
 to a minute)."""
+COLLECTOR_LIVE_ANNOTATION: Final = f"{GROUP}/collector-live-hash"
+"""On the ConfigMap: the hash of what the collector follows live (its DTN classes,
+``collector_live_hash``). When it changes the operator nudges the collector pod too, so a
+policy admitted on a new DTN host has its class programmed within seconds, not at the
+kubelet's next sync."""
 LINK_LABEL: Final = f"{GROUP}/link"
 COMPONENT_LABEL: Final = "app.kubernetes.io/component"
 COLLECTOR: Final = "collector"
@@ -193,6 +199,12 @@ def config_hash(config: RuntimeConfig) -> str:
     return hashlib.sha256(dump_runtime_config(config).encode()).hexdigest()[:16]
 
 
+def collector_live_hash(config: RuntimeConfig) -> str:
+    """The hash of the parts of the config the collector follows live (its DTN classes)."""
+    classes = [c.model_dump(mode="json") for c in config.dtn_classes]
+    return hashlib.sha256(json.dumps(classes, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def restart_hash(config: RuntimeConfig, component: str, dtn_host: str | None = None) -> str:
     """The hash of what ``component``'s process is built around (``restart_relevant``:
     not what a running controller takes live, the targets, the DTN's congestion control,
@@ -235,7 +247,10 @@ def build_config_map(
     ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings
 ) -> dict[str, Any]:
     metadata = _metadata(ref, child_name(ref.name, "config"), "config", settings)
-    metadata["annotations"] = {LIVE_CONFIG_ANNOTATION: config_hash(config)}
+    metadata["annotations"] = {
+        LIVE_CONFIG_ANNOTATION: config_hash(config),
+        COLLECTOR_LIVE_ANNOTATION: collector_live_hash(config),
+    }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -158,7 +158,9 @@ def _has_class(now: ControllerState) -> bool:
 def _steps(seen: list[ControllerState]) -> tuple[float, float]:
     """The largest change of u(t) between consecutive decisions, and the largest beyond
     what the change of the targets' sum explains (a new R* moves u at once, as the fixed
-    split would: ``control.antiwindup.follow_setpoint``)."""
+    split would: ``control.antiwindup.follow_setpoint``). A decision's R* is the one its
+    first /state read shows; a reload can land between a decision and that read (0.1 s
+    of each T), so a move is also matched against the neighbouring pairs' change of R*."""
     decisions: dict[int, tuple[float, float]] = {}
     for s in seen:
         if (
@@ -166,12 +168,17 @@ def _steps(seen: list[ControllerState]) -> tuple[float, float]:
             and s.campus_rate_limit_bps is not None
             and s.target_rate_bps is not None
             and not s.failsafe_active
+            and s.state.sequence not in decisions  # its first read
         ):
             decisions[s.state.sequence] = (s.campus_rate_limit_bps, s.target_rate_bps)
     ordered = [decisions[k] for k in sorted(decisions)]
-    pairs = list(itertools.pairwise(ordered))
-    raw = max((abs(b[0] - a[0]) for a, b in pairs), default=0.0)
-    beyond = max((abs(b[0] - a[0] + (b[1] - a[1])) for a, b in pairs), default=0.0)
+    moves = [b[0] - a[0] for a, b in itertools.pairwise(ordered)]
+    shifts = [b[1] - a[1] for a, b in itertools.pairwise(ordered)]
+    raw = max((abs(m) for m in moves), default=0.0)
+    beyond = 0.0
+    for k, move in enumerate(moves):
+        near = [shifts[j] for j in (k - 1, k, k + 1) if 0 <= j < len(shifts)]
+        beyond = max(beyond, min(abs(move + shift) for shift in [0.0, *near]))
     return raw, beyond
 
 

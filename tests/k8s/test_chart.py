@@ -3,6 +3,7 @@ install / upgrade / uninstall on the local control plane (kwok runs the operator
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import uuid
@@ -104,10 +105,16 @@ def test_install_upgrade_uninstall(plane):
     namespace = f"chart-{uuid.uuid4().hex[:6]}"
     release = "scidmz"
     peering = f"scidmz-{namespace}"  # cluster-scoped: not the name other tests' operators use
-    _helm(
+    installed = _helm(
         plane, "install", release, str(CHART), "--namespace", namespace, "--create-namespace",
         "--set", "dashboards.enabled=true", "--set", f"operator.peeringName={peering}",
     )  # fmt: skip
+    # the notes point an administrator at a link on a real switch, not at the simulated
+    # one the release does not run, and at files that exist
+    notes = installed.stdout.split("NOTES:", 1)[1]
+    assert "bbr-edge-tc.yaml" in notes and "borderlink.yaml" not in notes
+    for example in re.findall(r"examples/([\w.-]+\.yaml)", notes):
+        assert (REPO / "examples" / example).exists(), example
     annotation = "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name}"
     owned = plane.kubectl("get", "clusterkopfpeering", peering, "-o", annotation)
     assert owned.stdout == release  # the chart owns the leader-election object

@@ -57,6 +57,14 @@ def demo(
 ) -> None:
     """The product on a local cluster: the chart, examples/*.yaml, then one policy's loop
     running live, and a report."""
+    import importlib.util
+
+    # checked before anything starts: the report's plots come at the end of the run
+    if importlib.util.find_spec("matplotlib") is None:
+        fail(
+            "scidmz demo plots its report with matplotlib, which this install lacks: "
+            "pip install 'scidmz[train]' (make demo installs it)"
+        )
     from scidmz.demo import DemoError, run_demo
     from scidmz.demo_cluster import run_cluster_demo
 

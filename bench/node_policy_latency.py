@@ -25,7 +25,7 @@ controller pod over mutual TLS, so each figure is late by at most ~0.1 s plus on
     .venv/bin/python bench/node_policy_latency.py --runs 5 --out bench/results/policy_latency
 
 Writes ``episodes.csv`` (one row per change) and ``report.md`` in ``--out``. Needs what
-``tests/node`` needs (``make testenv``, the node's tools); takes ~8 min with the image built
+``tests/node`` needs (``make testenv``, the node's tools); takes ~9 min with the image built
 (the first image build takes ~5 min more). Run it alone: it times a control plane, a
 kubelet and the loop's pods on 2 cores.
 """

@@ -238,7 +238,7 @@ def _reads(children, component):
 
 
 def test_an_administrators_change_of_the_controller_rolls_the_controller_only():
-    before, after = _children(), _changed(RESTART_SPEC_CHANGES["strategy"])
+    before, after = _children(), _changed(RESTART_SPEC_CHANGES["strategy to trivial"])
 
     def template(children, component):
         return children[f"Deployment/campus-border-{component}"]["spec"]["template"]

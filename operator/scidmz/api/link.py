@@ -1018,7 +1018,7 @@ class BorderLinkStatus(ApiModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Accepted, Ready, TelemetryReady, ControllerReady, Reconciled, Degraded.",
+        description="Ready, Reconciled, TelemetryReady, ControllerReady, Degraded.",
         json_schema_extra={
             "x-kubernetes-list-type": "map",
             "x-kubernetes-list-map-keys": ["type"],

@@ -54,23 +54,20 @@ def policy_object(
 
 def loop(link: dict[str, Any] | None = None, policy: dict[str, Any] | None = None) -> LoopFile:
     """The example link (or ``link``, a spec) with the example policy (or ``policy``)."""
-    documents = [
-        *copy.deepcopy(_TENANTS),
-        {**link_object(), "spec": link if link is not None else link_spec()},
-        {**policy_object(), "spec": policy if policy is not None else policy_spec()},
-    ]
-    return parse_loop_documents(documents, "tests")
+    spec = policy if policy is not None else policy_spec()
+    return _loop_file(link if link is not None else link_spec(), [policy_object() | {"spec": spec}])
 
 
 def render_policies(link: dict[str, Any], policies: list[dict[str, Any]]) -> RuntimeConfig:
     """The runtime config for ``link`` (a spec) with several policies admitted, in order
     (each its own name in the example's namespace)."""
-    documents = [
-        *copy.deepcopy(_TENANTS),
-        {**link_object(), "spec": link},
-        *({**policy_object(f"policy-{k}"), "spec": spec} for k, spec in enumerate(policies)),
-    ]
-    return parse_loop_documents(documents, "tests").config("collector:1")
+    objects = [policy_object(f"policy-{k}") | {"spec": spec} for k, spec in enumerate(policies)]
+    return _loop_file(link, objects).config("collector:1")
+
+
+def _loop_file(link: dict[str, Any], policies: list[dict[str, Any]]) -> LoopFile:
+    documents = [*copy.deepcopy(_TENANTS), {**link_object(), "spec": link}, *policies]
+    return parse_loop_documents(documents, "tests")
 
 
 def render(

@@ -10,11 +10,11 @@ own class at the tap, so a policy's rate is its host's; a controller that report
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 
 from scidmz.api.link import BufferStatus, DtnHostState, LinkStateStatus, TrackingStatus
 from scidmz.api.policy import PolicyStateStatus
-from scidmz.api.runtime import ControllerState, SampleReport
+from scidmz.api.runtime import ControllerState, PolicyTargetReport, SampleReport
 from scidmz.api.units import format_duration, format_rate
 from scidmz.contract.state import STATE_VARIABLES
 
@@ -81,8 +81,8 @@ def policy_live_status(
             dtn_rtt=_duration(rtt),
             target_rate=_rate(target),
             campus_rate_limit=_rate(controller.campus_rate_limit_bps),
-            enforced_by=None if mine is None else ("DtnCap" if mine.capped else "LinkSum"),
-            dtn_rate_limit=_rate(mine.dtn_rate_limit_bps) if mine and mine.capped else None,
+            enforced_by=_enforced_by(mine),
+            dtn_rate_limit=_cap(mine),
             shortfall=_rate(short) if short is not None and short > 0 else None,
             sampled_at=state.sampled_at,
         ).model_dump(by_alias=True, exclude_none=True)
@@ -141,11 +141,23 @@ def _dtn_hosts(controller: ControllerState, state: SampleReport) -> list[DtnHost
                 rtt=_duration(seen.rtt_s) if seen else None,
                 queuing_delay=_duration(seen.queuing_delay_s) if seen else None,
                 target_rate=_rate(plan.target_rate_bps) if plan else None,
-                enforced_by=None if plan is None else ("DtnCap" if plan.capped else "LinkSum"),
-                rate_limit=_rate(plan.dtn_rate_limit_bps) if plan and plan.capped else None,
+                enforced_by=_enforced_by(plan),
+                rate_limit=_cap(plan),
             )
         )
     return rows
+
+
+def _enforced_by(plan: PolicyTargetReport | None) -> Literal["DtnCap", "LinkSum"] | None:
+    """How a policy's rate is held: its host's own cap loop, or only the link's sum."""
+    if plan is None:
+        return None
+    return "DtnCap" if plan.capped else "LinkSum"
+
+
+def _cap(plan: PolicyTargetReport | None) -> str | None:
+    """The cap in force on a policy's host, where it has a cap loop."""
+    return _rate(plan.dtn_rate_limit_bps) if plan is not None and plan.capped else None
 
 
 def _tracking(controller: ControllerState, sample_time_s: float) -> dict[str, Any]:

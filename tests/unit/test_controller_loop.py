@@ -637,3 +637,68 @@ def test_state_reports_each_dtn_hosts_figures_and_each_policys_target():
     from scidmz.api.runtime import ControllerState
 
     ControllerState.model_validate_json(state.model_dump_json())  # what the operator reads
+
+
+class _BrokenOnce(DryRunActuator):
+    """An actuator whose second call (the first decision's; the first is the start's)
+    fails outside the actuator errors (a bug, a channel closed under the call)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    async def apply(self, rate_bps: float) -> float:
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("channel closed")
+        return await super().apply(rate_bps)
+
+
+def _count(controller: Controller, kind: str) -> float:
+    value = controller.registry.get_sample_value(
+        names.CONTROL_SAMPLES, {"link": SETTINGS.link, "kind": kind}
+    )
+    return value or 0.0
+
+
+def test_a_decision_that_fails_costs_its_sample_not_the_loop() -> None:
+    """The running loop (subscription, decisions, watchdog): a sample whose decision
+    raises is counted as failed and logged; the next one is decided on."""
+    settings = dataclasses.replace(SETTINGS, sample_time_s=0.2, stale_after_s=30.0)
+
+    async def main() -> None:
+        actuator = _BrokenOnce()
+        controller = Controller(settings, actuator, None)
+        stop = asyncio.Event()
+        running = asyncio.create_task(controller.run(stop))
+        deadline = asyncio.get_running_loop().time() + 10
+        controller._post(_sample(0, 550))
+        while _count(controller, "failed") < 1:
+            assert asyncio.get_running_loop().time() < deadline, "the first sample not tried"
+            await asyncio.sleep(0.02)
+        controller._post(_sample(1, 550))
+        while not controller.decisions:
+            assert not running.done(), "the loop stopped"
+            assert asyncio.get_running_loop().time() < deadline, "no decision after a failure"
+            await asyncio.sleep(0.02)
+        assert controller.decisions[-1].sequence == 1 and actuator.applied
+        stop.set()
+        assert await asyncio.wait_for(running, 10) is True
+
+    asyncio.run(main())
+
+
+def test_a_task_of_the_loop_that_ends_stops_the_process_with_the_fail_safe_in_force() -> None:
+    async def main() -> None:
+        actuator = DryRunActuator()
+        controller = Controller(SETTINGS, actuator, None)
+
+        async def broken() -> None:
+            raise ValueError("a bug in the watchdog")
+
+        controller._watch_forever = broken  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="watchdog task ended"):
+            await asyncio.wait_for(controller.run(asyncio.Event()), 10)
+        assert actuator.applied[-1] == SETTINGS.failsafe_rate_bps
+
+    asyncio.run(main())

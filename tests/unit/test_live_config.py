@@ -399,3 +399,79 @@ def test_a_policy_that_makes_a_mix_switches_mlc_to_pi_live_and_back(tmp_path) ->
         assert results == {"applied"}, results
 
     asyncio.run(main())
+
+
+class _HeldActuator(DryRunActuator):
+    """A DTN shaper whose calls wait for ``release`` (a slow agent), and which says when
+    it was closed and whether a call was in flight then."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.calling = asyncio.Event()
+        self.in_flight = False
+        self.closed_in_flight: bool | None = None
+
+    async def apply(self, rate_bps: float) -> float:
+        self.in_flight = True
+        self.calling.set()
+        await self.release.wait()
+        self.in_flight = False
+        return await super().apply(rate_bps)
+
+    async def close(self) -> None:
+        self.closed_in_flight = self.in_flight
+        await super().close()
+
+
+def test_a_policy_removed_while_its_cap_is_being_set_closes_the_cap_after_the_call(
+    tmp_path,
+) -> None:
+    """A reload that drops a DTN host's cap waits for the decision setting it: closed
+    under the call, the shaper's channel failed it outside the actuator errors, and the
+    controller stopped deciding for good (found on the lab, one removal in three)."""
+    from scidmz.api.runtime import dump_runtime_config
+    from scidmz.control.service import ControllerProcess
+    from tests.loops import render_policies
+
+    shaper = {"type": "sim", "sim": {"address": "t:1"}}
+    link = link_spec(**_controller(strategy="pi"))
+    link["dtnHosts"] = [{**link["dtnHosts"][0], "shaper": shaper},
+                        {"name": "dtn-2", "receiverPrefix": "203.0.113.11/32",
+                         "shaper": shaper}]  # fmt: skip
+    second = policy_spec(dtnHost="dtn-2", targetRate="200Mbps")
+    both = render_policies(link, [policy_spec(targetRate="400Mbps"), second])
+    one = render_policies(link, [policy_spec(targetRate="400Mbps")])
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_runtime_config(both))
+
+    async def main() -> None:
+        clock, held = Clock(), _HeldActuator()
+        process = ControllerProcess(
+            controller_settings(both), DryRunActuator(), None, 0, dtn_actuator=DryRunActuator(),
+            config=(path, both), more_dtn_actuators={"dtn-2": held},
+        )  # fmt: skip
+        controller = process.controller
+        controller._clock = clock
+        for sequence in range(3):
+            held.release.set()
+            clock.now += 1.0
+            await controller.on_sample(_sample(sequence, 550))
+        held.release.clear()
+        held.calling.clear()
+        clock.now += 1.0
+        deciding = asyncio.create_task(controller.on_sample(_sample(3, 550)))
+        await asyncio.wait_for(held.calling.wait(), 5)  # the decision is setting dtn-2's cap
+        path.write_text(dump_runtime_config(one))
+        reloading = asyncio.create_task(process.reload_live(path, both))
+        await asyncio.sleep(0.05)
+        assert not reloading.done() and held.closed_in_flight is None  # waits its turn
+        held.release.set()
+        assert (await asyncio.wait_for(deciding, 5)) is not None
+        await asyncio.wait_for(reloading, 5)
+        assert held.closed_in_flight is False  # closed, but never under a call
+        assert [c.control.host for c in controller.caps] == ["dtn-1"]
+        clock.now += 1.0
+        assert await controller.on_sample(_sample(4, 380)) is not None  # deciding on
+
+    asyncio.run(main())

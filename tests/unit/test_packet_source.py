@@ -223,3 +223,35 @@ def test_what_left_br1_is_counted_with_its_sojourns(tap: TapState) -> None:
     assert (dtn.egress_bytes, dtn.egress_packets) == (1500 + 2948, 3)
     assert dtn.queuing_delay_sum_ns == 30 * MS + 2 * 40 * MS  # per segment
     assert (campus.egress_packets, campus.queuing_delay_sum_ns) == (0, 0)
+
+
+def test_several_dtn_links_are_read_as_the_one_dtn_port() -> None:
+    from scidmz.cli.target import parse_taps
+
+    given = parse_taps("campus=bc,dtn=bd,bottleneck=bn,acks=br,dtn=bd2, dtn = bd3")
+    assert given == {"campus": ["bc"], "dtn": ["bd", "bd2", "bd3"], "bottleneck": ["bn"],
+                     "acks": ["br"]}  # fmt: skip
+    wiring = TapWiring("bc", "bd", "bn", "br", more_dtn_in=("bd2", "bd3"))
+    assert wiring.taps() == [
+        f"bc={ROLE_CAMPUS_IN}", f"bd={ROLE_DTN_IN}", f"bd2={ROLE_DTN_IN}", f"bd3={ROLE_DTN_IN}",
+        f"bn={ROLE_BOTTLENECK_OUT},out", f"br={ROLE_ACKS_IN}",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("taps", "says"),
+    [
+        ("campus=bc,dtn=bd,bottleneck=bn", "acks missing"),
+        ("campus=bc,campus=bx,dtn=bd,bottleneck=bn,acks=br", "campus given twice"),
+        ("campus=bc,dtn=bd,dtn=bd,bottleneck=bn,acks=br", "interface bd given twice"),
+        ("campus=bc,dtn=,bottleneck=bn,acks=br", "got"),
+        ("campus=bc,uplink=bu,dtn=bd,bottleneck=bn,acks=br", "got"),
+        ("campus=bc,bottleneck=bn,acks=br," + ",".join(f"dtn=d{k}" for k in range(30)),
+         "at most 32"),
+    ],
+)  # fmt: skip
+def test_a_tap_list_that_cannot_be_read_is_refused_naming_why(taps: str, says: str) -> None:
+    from scidmz.cli.target import parse_taps
+
+    with pytest.raises(ValueError, match=says):
+        parse_taps(taps)

@@ -11,6 +11,7 @@ an error that says why, never a loop that silently holds less.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,11 @@ class LoopFile:
     def with_strategy(self, strategy: str) -> LoopFile:
         controller = self.link.controller.model_copy(update={"strategy": strategy})
         return self.with_link(controller=controller)
+
+    def with_policies_on(self, hosts: Collection[str]) -> LoopFile:
+        """The file with only the policies on ``hosts`` admitted (the others removed, as
+        their tenants would delete them)."""
+        return replace(self, policies=tuple(p for p in self.policies if p.spec.dtn_host in hosts))
 
     def retargeted(self, target_bps: float) -> LoopFile:
         """The admitted policy with spec.targetRate = ``target_bps``, as a tenant edits it."""

@@ -30,7 +30,7 @@ def target(
         typer.Option(
             help="--source packets: the interfaces carrying each side of BR1, "
             "campus=IF,dtn=IF,bottleneck=IF,acks=IF (bottleneck: frames leaving the queue; "
-            "acks: the returning ACKs)."
+            "acks: the returning ACKs; dtn may repeat, one per link from DTN hosts)."
         ),
     ] = "",
     netns: Annotated[
@@ -227,6 +227,36 @@ def _netsim_source(
     return NetsimSource(chosen, wiring, speedup=speedup)
 
 
+TAP_ROLES = ("campus", "dtn", "bottleneck", "acks")
+MAX_TAPS = 32
+"""Interfaces one tap reader reads (``tapreader.c``'s MAX_IFACES)."""
+
+
+def parse_taps(taps: str) -> dict[str, list[str]]:
+    """``--taps campus=IF,dtn=IF[,dtn=IF…],bottleneck=IF,acks=IF`` as interfaces per role;
+    ValueError naming what is wrong (a role missing or given twice, an interface read twice)."""
+    usage = "--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF (dtn may repeat)"
+    interfaces: dict[str, list[str]] = {}
+    for part in taps.split(","):
+        role, _, interface = (p.strip() for p in part.partition("="))
+        if role not in TAP_ROLES or not interface:
+            raise ValueError(f"{usage}, got {taps!r}")
+        interfaces.setdefault(role, []).append(interface)
+    missing = [r for r in TAP_ROLES if r not in interfaces]
+    if missing:
+        raise ValueError(f"{usage}: {', '.join(missing)} missing in {taps!r}")
+    repeated = [r for r in TAP_ROLES if r != "dtn" and len(interfaces[r]) > 1]
+    if repeated:
+        raise ValueError(f"{usage}: {', '.join(repeated)} given twice in {taps!r}")
+    every = [i for names in interfaces.values() for i in names]
+    twice = sorted({i for i in every if every.count(i) > 1})
+    if twice:
+        raise ValueError(f"{usage}: interface {', '.join(twice)} given twice in {taps!r}")
+    if len(every) > MAX_TAPS:
+        raise ValueError(f"{usage}: at most {MAX_TAPS} interfaces, got {len(every)}")
+    return interfaces
+
+
 def _packet_tap(
     source: str, taps: str, netns: str | None, wired: dict[str, int], stats: Path | None
 ) -> PacketTapSource:
@@ -237,29 +267,19 @@ def _packet_tap(
     from scidmz.switch.packet_source import PacketTapSource, TapWiring
 
     if source == "lab":
-        runner.read_state()  # a clear error when no lab is up
-        interfaces = dict(topology.TAP_INTERFACES)
+        interfaces = topology.tap_interfaces(runner.read_state().scenario)
         netns = topology.BORDER
     else:
-        roles = ("campus", "dtn", "bottleneck", "acks")
-        interfaces = {}
-        for part in taps.split(","):
-            role, _, interface = part.partition("=")
-            if role.strip() not in roles or not interface.strip():
-                raise ValueError(
-                    f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}"
-                )
-            interfaces[role.strip()] = interface.strip()
-        if set(interfaces) != set(roles):
-            raise ValueError(f"--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF, got {taps!r}")
+        interfaces = parse_taps(taps)
     wiring = TapWiring(
-        campus_in=interfaces["campus"],
-        dtn_in=interfaces["dtn"],
-        bottleneck_out=interfaces["bottleneck"],
-        acks_in=interfaces["acks"],
+        campus_in=interfaces["campus"][0],
+        dtn_in=interfaces["dtn"][0],
+        bottleneck_out=interfaces["bottleneck"][0],
+        acks_in=interfaces["acks"][0],
         campus_port=wired["campus"],
         dtn_port=wired["dtn"],
         bottleneck_port=wired["bottleneck"],
+        more_dtn_in=tuple(interfaces["dtn"][1:]),
     )
     reader = [str(native.binary("tapreader"))]
     if netns:

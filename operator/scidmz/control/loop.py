@@ -534,6 +534,12 @@ class Controller:
             policies=self.settings.policies,
         )
 
+    def actuation(self) -> asyncio.Lock:
+        """Held while a decision or the fail-safe acts: a caller that changes which
+        actuators the caps use (a reload that drops or replaces one, then closes it) holds
+        it too, so that no decision acts on an actuator being closed."""
+        return self._actuation
+
     def reconfigure(
         self,
         settings: ControllerSettings,
@@ -665,13 +671,24 @@ class Controller:
             asyncio.create_task(self._decide_forever(), name="decide"),
             asyncio.create_task(self._watch_forever(), name="watchdog"),
         ]
+        ended = asyncio.create_task(stop.wait(), name="stop")
         try:
-            await stop.wait()
+            # each task runs forever: one that ends is a bug, said at once and stopping the
+            # process (its fail-safe restored, the pod restarted), never a silent half-loop
+            await asyncio.wait([ended, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                if task.done() and not task.cancelled():
+                    error = task.exception()
+                    log.critical("the %s task ended: %r; stopping", task.get_name(), error,
+                                 exc_info=error)  # fmt: skip
+                    raise RuntimeError(f"the controller's {task.get_name()} task ended") from error
         finally:
+            ended.cancel()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        return await self._restore_on_shutdown()
+            await asyncio.gather(ended, *tasks, return_exceptions=True)
+            restored = await self._restore_on_shutdown()
+        return restored
 
     async def _restore_on_shutdown(self) -> bool:
         """The fail-safe rates, retried once a second for ``restore_for_s`` while
@@ -749,7 +766,15 @@ class Controller:
                 if not self._mailbox.empty():  # a newer one came meanwhile
                     self.metrics.samples.labels(*self.metrics.labels, "superseded").inc()
                     sample = self._mailbox.get_nowait()
-            await self.on_sample(sample)
+            try:
+                await self.on_sample(sample)
+            except Exception:
+                # a decision that fails is this sample's loss, never the loop's: a task
+                # that died here left the watchdog alone in charge, at the fail-safe rate
+                # for good while the process and its /state looked alive
+                m = self.metrics
+                m.samples.labels(*m.labels, "failed").inc()
+                log.exception("deciding on sample %d failed; deciding on the next", sample.sequence)
             decided = time.monotonic()
 
     def _policy_report(self, policy: PolicyTarget) -> PolicyTargetReport:

@@ -150,8 +150,16 @@ class ControllerProcess:
         running = started_with
         interval = lambda: self.controller.settings.sample_time_s  # noqa: E731 (live)
         async for _ in config_changes(path, self.reload_requested, interval):
-            running = self.reload(path, running)
+            running = await self.reload_live(path, running)
+
+    async def reload_live(self, path: Path, running: RuntimeConfig) -> RuntimeConfig:
+        """:meth:`reload` between two decisions, and the actuators of the caps it dropped
+        closed: a cap dropped here may be the one a decision in flight is setting (found on
+        the lab: a DTN's policy removed, its shaper's channel closed under the call)."""
+        async with self.controller.actuation():
+            now = self.reload(path, running)
             await self._close_retired()
+        return now
 
     async def _close_retired(self) -> None:
         retired, self._retired = self._retired, []

@@ -10,7 +10,10 @@ recorded beside the collector's samples, and the report compares the two.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -20,16 +23,19 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from pydantic import ValidationError
 
 from scidmz.api.loop_file import LoopFile, LoopFileError, load_loop_file
 from scidmz.api.runtime import (
     ControllerState,
+    DtnActuatorConfig,
     RuntimeConfig,
     dump_runtime_config,
     shaper_agent_args,
@@ -50,7 +56,12 @@ SAMPLE_COLUMNS = (
     "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
     "dtn_retransmission_ratio", "campus_retransmission_ratio", "bottleneck_loss_ratio",
     "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows", "buffer_s",
+    "measured_t_s", "sequence",
 )  # fmt: skip
+
+
+HOST_COLUMNS = ("rate_bps", "rtt_s", "queuing_delay_s", "active_flows")
+"""Each DTN host's own figures in samples.csv, as ``host_<name>_<column>``."""
 
 
 def load_loop(path: Path, strategy: str | None = None) -> LoopFile:
@@ -64,12 +75,33 @@ def load_loop(path: Path, strategy: str | None = None) -> LoopFile:
     return loop.with_strategy(strategy) if strategy is not None else loop
 
 
-def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: str) -> RuntimeConfig:
+def lab_sites(loop: LoopFile, lab: Lab) -> dict[str, topology.DtnSite]:
+    """Each of the link's DTN hosts the lab holds, by name: the scenario's DTN host of the
+    same name, or, on a lab with one DTN host, that host whatever it is called (the
+    examples' links name theirs ``dtn``)."""
+    sites = topology.dtn_sites(lab.scenario)
+    by_name = {site.name: site for site in sites}
+    found = {}
+    for host in loop.link.dtn_hosts:
+        site = by_name.get(host.name) or (sites[0] if len(sites) == 1 else None)
+        if site is not None:
+            found[host.name] = site
+    return found
+
+
+def lab_config(
+    loop: LoopFile,
+    lab: Lab,
+    switch: str,
+    collector: str,
+    shaper: str | Mapping[str, str],
+) -> RuntimeConfig:
     """The operator's rendering of the loop, pointed at the lab: the local target, the
-    lab's campus tbf, (for a tc DTN cap) the lab's DTN shaper agent, and (for a tc
-    ``spec.buffer``) BR1's bfifo on ``bn``. The processes share one host here: plaintext,
-    as the lab's own namespaces are the network."""
-    rendered = loop.config(collector, shaper)
+    lab's campus tbf, (for a tc DTN cap) each DTN host's shaper agent (``shaper``: one
+    address, or one per DTN host), and (for a tc ``spec.buffer``) BR1's bfifo on ``bn``.
+    The processes share one host here: plaintext, as the lab's own namespaces are the
+    network."""
+    rendered = loop.config(collector)
     problems = []
     scenario = lab.scenario
     if abs(rendered.bottleneck_capacity_bps - scenario.bottleneck.capacity_bps) > 1.0:
@@ -77,14 +109,31 @@ def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: st
             f"spec.capacity is {rendered.bottleneck_capacity_bps / 1e6:g} Mb/s but the "
             f"lab's bottleneck is {scenario.bottleneck.capacity_bps / 1e6:g} Mb/s"
         )
-    if rendered.dtn_congestion_control != scenario.dtn.congestion_control:
-        problems.append(
-            f"spec.congestionControl is {rendered.dtn_congestion_control} but the lab's DTN "
-            f"runs {scenario.dtn.congestion_control}"
-        )
-    if rendered.actuator.type == "sim" or (
-        rendered.actuator.dtn and rendered.actuator.dtn.type == "sim"
-    ):
+    sites = lab_sites(loop, lab)
+    senders = {site.name: dtn for site, dtn in zip(
+        topology.dtn_sites(scenario), scenario.dtns, strict=True)}  # fmt: skip
+    for policy in loop.policies:
+        where = f"{policy.namespace}/{policy.name}"
+        site = sites.get(policy.spec.dtn_host)
+        if site is None:
+            names = ", ".join(d.name for d in scenario.dtns)
+            problems.append(
+                f"{where}: DTN host {policy.spec.dtn_host} is none of the lab's ({names})"
+            )
+            continue
+        host = loop.link.dtn_host(policy.spec.dtn_host)
+        if host is not None and ip_address(site.receiver) not in ip_network(host.receiver_prefix):
+            problems.append(
+                f"{where}: DTN host {host.name}'s receiverPrefix {host.receiver_prefix} does "
+                f"not hold the lab's receiver for it, {site.receiver}"
+            )
+        sends = senders[site.name].congestion_control
+        if policy.spec.congestion_control != sends:
+            problems.append(
+                f"{where}: spec.congestionControl is {policy.spec.congestion_control} but the "
+                f"lab's DTN host {site.name} runs {sends}"
+            )
+    if rendered.actuator.type == "sim" or any(d.type == "sim" for d in rendered.actuator.dtns):
         problems.append("spec.actuator: the lab has no simulator to actuate: use tc or dryRun")
     if rendered.buffer is not None and rendered.buffer.actuator_type == "sim":
         problems.append(
@@ -95,11 +144,15 @@ def lab_config(loop: LoopFile, lab: Lab, switch: str, collector: str, shaper: st
     actuator = rendered.actuator
     if actuator.type == "tc":
         actuator = actuator.model_copy(update={"tc_interface": topology.CAMPUS_SHAPER[1]})
-    if actuator.dtn is not None and actuator.dtn.type == "tc":
-        dtn = actuator.dtn.model_copy(
-            update={"tc_interface": topology.DTN_CAP[1], "address": shaper}
-        )
-        actuator = actuator.model_copy(update={"dtn": dtn})
+
+    def pointed(dtn: DtnActuatorConfig) -> DtnActuatorConfig:
+        if dtn.type != "tc":
+            return dtn
+        address = shaper if isinstance(shaper, str) else shaper[sites[dtn.host].name]
+        return dtn.model_copy(update={"tc_interface": "d0", "address": address})
+
+    caps = [pointed(d) for d in actuator.dtns]
+    actuator = actuator.model_copy(update={"dtn": caps[0] if caps else None, "more_dtns": caps[1:]})
     buffer = rendered.buffer
     if buffer is not None and buffer.actuator_type == "tc":
         buffer = buffer.model_copy(update={"tc_interface": topology.BOTTLENECK[1]})
@@ -171,10 +224,16 @@ class Processes:
 
 
 def start_loop(
-    config: RuntimeConfig, workdir: Path, ports: dict[str, int], lab_state: Path
+    config: RuntimeConfig,
+    workdir: Path,
+    ports: dict[str, int],
+    lab_state: Path,
+    shapers: Sequence[tuple[RuntimeConfig, DtnActuatorConfig, str]] = (),
 ) -> Processes:
-    """target, collector, controller (and DTN shaper, Prometheus) for ``config`` on the lab
-    whose state is in ``lab_state``."""
+    """target, collector, controller (and the DTN shapers, Prometheus) for ``config`` on
+    the lab whose state is in ``lab_state``. ``shapers``: each DTN host's agent, (the config
+    that has its cap, the cap, the host's namespace); none: the tc caps of ``config`` on
+    the first DTN host."""
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "config.yaml"
     path.write_text(dump_runtime_config(config))
@@ -188,11 +247,14 @@ def start_loop(
     loop.scidmz(
         "collector", "collector", "--config", str(path), "--http-port", str(ports["collector"])
     )
-    dtn = config.actuator.dtn
-    if dtn is not None and dtn.type == "tc":
+    agents = list(shapers) or [
+        (config, d, topology.DTN_CAP[0]) for d in config.actuator.dtns if d.type == "tc"
+    ]
+    for k, (rendered, dtn, namespace) in enumerate(agents):
         loop.scidmz(
-            "shaper", *shaper_agent_args(config, dtn.address or ""),
-            "--netns", topology.DTN_CAP[0], "--http-port", str(ports["shaper"]),
+            "shaper" if k == 0 else f"shaper-{dtn.host}",
+            *shaper_agent_args(rendered, dtn.address or "", host=dtn.host),
+            "--netns", namespace, "--http-port", str(ports["shaper"] if k == 0 else free_port()),
         )  # fmt: skip
     loop.scidmz(
         "controller", "controller", "--config", str(path), "--http-port", str(ports["controller"]),
@@ -246,6 +308,12 @@ def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None
     row["dtn_rate_limit_bps"] = state.dtn_rate_limit_bps
     row["failsafe"] = state.failsafe_active
     row["buffer_s"] = state.buffer.buffer_s if state.buffer is not None else None
+    row["sequence"] = state.state.sequence
+    with contextlib.suppress(ValueError):
+        row["sampled_epoch_s"] = dt.datetime.fromisoformat(state.state.sampled_at).timestamp()
+    for host in state.state.dtn_hosts:
+        for key in HOST_COLUMNS:
+            row[f"host_{host.host}_{key}"] = getattr(host, key)
     return row
 
 
@@ -257,6 +325,7 @@ def run_loop(
     progress: Callable[[str], None] = lambda _: None,
     warmup_s: float = 20.0,
     targets_bps: Sequence[float] | None = None,
+    plans: Sequence[LoopFile] | None = None,
 ) -> dict[str, Any]:
     """Run the loop for ``duration_s`` after it delivers its first sample; writes
     samples.csv, truth.csv, lab.png and summary.md in ``out``; returns the summary.
@@ -264,32 +333,60 @@ def run_loop(
     ``targets_bps``: R*(t), one per second of traffic (None: the policy's). Each new level
     goes to the controller as an operator would render it, by rewriting its config file
     and sending SIGHUP (the controller takes a new target live); second k's delivered rate
-    is judged against ``targets_bps[k]``, set at its end, as the simulator's loop does."""
+    is judged against ``targets_bps[k]``, set at its end, as the simulator's loop does.
+    ``plans``: instead, the link and its admitted policies per second of traffic (policies
+    admitted and removed as the run goes, several DTN hosts); each DTN host is then also
+    judged on its own (``summary["hosts"]``)."""
     ports = {
         name: free_port() for name in ("switch", "collector", "controller", "prometheus", "shaper")
     }
-    shaper = f"127.0.0.1:{free_port()}"
-    addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shaper)
-    schedule = list(targets_bps or [])
-    # every level rendered (and refused) before anything starts, not mid-run in the truth
+    sites = topology.dtn_sites(lab.scenario)
+    shapers = {site.name: f"127.0.0.1:{free_port()}" for site in sites}
+    addresses = (f"127.0.0.1:{ports['switch']}", f"127.0.0.1:{free_port()}", shapers)
+    if plans is not None and targets_bps is not None:
+        raise LabError("run_loop: give targets_bps or plans, not both")
+    levels = {level: loop_file.retargeted(level) for level in sorted(set(targets_bps or []))}
+    schedule = list(plans) if plans is not None else [levels[t] for t in targets_bps or []]
+    schedule = schedule or [loop_file]
+    # every plan rendered (and refused) before anything starts, not mid-run in the truth
     # recorder's thread, which then only writes the file
-    rendered: dict[float, str] = {}
-    for level in sorted(set(schedule)):
+    configs: dict[int, RuntimeConfig] = {}
+    for level, plan in levels.items():
         try:
-            rendered[level] = dump_runtime_config(
-                lab_config(loop_file.retargeted(level), lab, *addresses)
-            )
+            configs[id(plan)] = lab_config(plan, lab, *addresses)
+        except LabError:
+            raise
         except ValueError as error:
             raise LabError(f"targets_bps: {level:.0f} bit/s is no target here: {error}") from None
-    if schedule:
-        loop_file = loop_file.retargeted(schedule[0])
-    config = lab_config(loop_file, lab, *addresses)
-    loop = start_loop(config, out / "logs", ports, lab.state_dir)
-    in_force = [config.target_rate_bps]
-    target_at = schedule_lookup(schedule or [config.target_rate_bps])
+    for k, plan in enumerate(schedule):
+        if id(plan) in configs:
+            continue
+        try:
+            configs[id(plan)] = lab_config(plan, lab, *addresses)
+        except LabError:
+            raise
+        except ValueError as error:
+            raise LabError(f"plans[{k}]: the link cannot run this plan: {error}") from None
+    rendered = {key: dump_runtime_config(c) for key, c in configs.items()}
+    loop_file = schedule[0]
+    config = configs[id(loop_file)]
+    namespaces = {host: site.namespace for host, site in lab_sites(loop_file, lab).items()}
+    agents: dict[str, tuple[RuntimeConfig, DtnActuatorConfig, str]] = {}
+    for plan in schedule:
+        for cap in configs[id(plan)].actuator.dtns:
+            if cap.type == "tc" and cap.host not in agents:
+                agents[cap.host] = (configs[id(plan)], cap, namespaces[cap.host])
+    loop = start_loop(config, out / "logs", ports, lab.state_dir, list(agents.values()))
+    in_force = [id(loop_file)]
+
+    def plan_at(t_s: float) -> LoopFile:
+        return schedule[max(0, min(round(t_s), len(schedule) - 1))]
+
+    def target_at(t_s: float) -> float:
+        return configs[id(plan_at(t_s))].target_rate_bps
 
     def retarget(t_s: float) -> None:
-        wanted = target_at(t_s)
+        wanted = id(plan_at(t_s))
         if wanted == in_force[-1]:
             return
         (out / "logs" / "config.yaml").write_text(rendered[wanted])
@@ -307,9 +404,16 @@ def run_loop(
             time.sleep(0.5)
         progress(f"loop up ({config.controller.strategy}); running {duration_s:.0f} s of traffic")
         truth: dict[str, Path] = {}
+        truth_started: list[float] = []
+
+        def on_tick(t_s: float) -> None:
+            if t_s == 0.0:
+                truth_started.append(time.time())
+            retarget(t_s)
+
         recorder = threading.Thread(
             target=lambda: truth.setdefault(
-                "path", record_truth(lab, duration_s, out, on_tick=retarget)
+                "path", record_truth(lab, duration_s, out, on_tick=on_tick)
             ),
             name="truth",
         )
@@ -331,16 +435,37 @@ def run_loop(
         tap_cpu = (tree_cpu_s(loop.pid("target")) - cpu_before) / (time.monotonic() - started)
     finally:
         loop.stop()
+    # the flows end with the truth recording: later samples see them stop
+    during = [row for row in rows if float(row["t_s"]) <= duration_s]
+    for row in during:
+        # when the collector measured it, on the truth's clock (its interval's end): what
+        # pairs a sample with the kernel's second, where the time the controller's /state
+        # was read lags by up to a second more
+        if truth_started and "sampled_epoch_s" in row:
+            row["measured_t_s"] = round(row["sampled_epoch_s"] - truth_started[0], 3)
+    host_columns = [f"host_{s.name}_{key}" for s in sites for key in HOST_COLUMNS]
     with (out / "samples.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=SAMPLE_COLUMNS, extrasaction="ignore")
+        writer = csv.DictWriter(
+            handle,
+            fieldnames=[*SAMPLE_COLUMNS, *(host_columns if len(sites) > 1 else [])],
+            extrasaction="ignore",
+        )
         writer.writeheader()
         writer.writerows(rows)
     truth_rows = list(csv.DictReader((out / "truth.csv").open()))
-    # the flows end with the truth recording: later samples see them stop
-    during = [row for row in rows if float(row["t_s"]) <= duration_s]
     summary = summarise(during, truth_rows, target_at, warmup_s, lab.scenario.dtn.transfer_bytes)
+    if len(sites) > 1:
+
+        def host_target_at(host: str, t_s: float) -> float | None:
+            held = configs[id(plan_at(t_s))].policies
+            return next((p.target_rate_bps for p in held if p.dtn_host == host), None)
+
+        summary["hosts"] = {
+            s.name: host_summary(during, truth_rows, s.name, host_target_at, warmup_s)
+            for s in sites
+        }
     summary |= {
-        "policy": f"{loop_file.policy.namespace}/{loop_file.policy.name}",
+        "policy": ", ".join(f"{p.namespace}/{p.name}" for p in loop_file.policies),
         "strategy": config.controller.strategy,
         "tap_cpu_cores": tap_cpu,
         "capture": _capture(out / "logs" / "capture.json"),
@@ -499,6 +624,83 @@ def summarise(
     }
 
 
+def _cumulative_bits(truth: list[dict[str, Any]], key: str) -> Callable[[float], float]:
+    """The bits a per-interval truth rate column adds up to by time t (linear inside an
+    interval; rows are the rates over the interval ending at their ``t_s``)."""
+    times, totals = [0.0], [0.0]
+    for row in truth:
+        t_s, value = float(row["t_s"]), row.get(key)
+        rate = float(value) if value not in (None, "") else 0.0
+        totals.append(totals[-1] + (rate if math.isfinite(rate) else 0.0) * (t_s - times[-1]))
+        times.append(t_s)
+    return lambda t: float(np.interp(t, times, totals))
+
+
+def host_summary(
+    samples: list[dict[str, Any]],
+    truth: list[dict[str, Any]],
+    host: str,
+    target_at: Callable[[str, float], float | None],
+    warmup_s: float,
+) -> dict[str, float]:
+    """One DTN host of several, over the time its policy was admitted, from ``warmup_s``
+    after its admission (and after the run's own warm-up) on: the bytes the collector
+    measured for it against the bytes the kernel counted on its link into BR1 over the
+    same intervals (each sample's own, from the previous sample's measurement to its
+    own, when the controller's /state showed both), as rates; its delivered rate
+    (TCP_INFO) and MRAE (eq. 3) against its own target, per second."""
+    column = f"host_{host}_rate_bps"
+    admitted = [t for t, _ in _timed(truth, column, 0.0) if target_at(host, t) is not None]
+    since = max(warmup_s, (min(admitted) + warmup_s) if admitted else math.inf)
+
+    def judged(rows: list[dict[str, Any]], key: str, clock: str = "t_s") -> dict[int, float]:
+        timed = [(r, float(r[clock])) for r in rows if r.get(clock) not in (None, "")]
+        return {
+            round(t): float(r[key])
+            for r, t in timed
+            if t >= since
+            and target_at(host, t) is not None
+            and r.get(key) not in (None, "")
+            and math.isfinite(float(r[key]))
+        }
+
+    kernel_bits = _cumulative_bits(truth, f"host_{host}_offered_rate_bps")
+    seen = sorted(
+        (float(r["measured_t_s"]), int(r["sequence"]), float(r[column]))
+        for r in samples
+        if r.get("measured_t_s") not in (None, "") and r.get("sequence") not in (None, "")
+        and r.get(column) not in (None, "") and math.isfinite(float(r[column]))
+    )  # fmt: skip
+    span_s = measured_bits = counted_bits = 0.0
+    for (t0, sequence0, _), (t1, sequence1, rate_bps) in itertools.pairwise(seen):
+        if sequence1 != sequence0 + 1 or t0 < since:
+            continue  # a sample the /state reads missed: its interval is unknown
+        if target_at(host, t0) is None or target_at(host, t1) is None:
+            continue
+        span_s += t1 - t0
+        measured_bits += rate_bps * (t1 - t0)
+        counted_bits += kernel_bits(t1) - kernel_bits(t0)
+    collector = measured_bits / span_s if span_s > 0 else math.nan
+    kernel = counted_bits / span_s if span_s > 0 else math.nan
+    measured = judged(samples, column, "measured_t_s")
+    delivered = judged(truth, column)
+
+    def tracking(series: dict[int, float]) -> float:
+        seconds = sorted(series)
+        return mrae([target_at(host, t) or 0.0 for t in seconds], [series[t] for t in seconds])
+
+    return {
+        "seconds": span_s,
+        "target_rate_bps": _mean([target_at(host, t) or 0.0 for t in sorted(delivered)]),
+        "collector_rate_bps": collector,
+        "kernel_offered_rate_bps": kernel,
+        "rate_error": abs(collector - kernel) / kernel if kernel > 0 else math.nan,
+        "delivered_rate_bps": _mean(list(delivered.values())),
+        "mrae_delivered": tracking(delivered),
+        "mrae_measured": tracking(measured),
+    }
+
+
 def write_report(
     out: Path,
     summary: dict[str, Any],
@@ -567,5 +769,19 @@ def write_report(
     ]
     for key, pair in summary["accuracy"].items():
         lines.append(f"| {key} | {pair['collector']:.6g} | {pair['kernel']:.6g} |")
+    if summary.get("hosts"):
+        lines += [
+            "",
+            "| DTN host | target Mb/s | collector Mb/s | kernel (offered) Mb/s | error "
+            "| delivered Mb/s | MRAE (kernel) |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for name, host in summary["hosts"].items():
+            lines.append(
+                f"| {name} | {host['target_rate_bps'] / 1e6:.1f} "
+                f"| {host['collector_rate_bps'] / 1e6:.1f} "
+                f"| {host['kernel_offered_rate_bps'] / 1e6:.1f} | {host['rate_error']:.2%} "
+                f"| {host['delivered_rate_bps'] / 1e6:.1f} | {host['mrae_delivered']:.1%} |"
+            )
     lines += ["", "![the run](lab.png)", ""]
     (out / "summary.md").write_text("\n".join(lines))

@@ -65,10 +65,14 @@ def check_host(tools: Sequence[str] = tuple(TOOLS)) -> None:
 
 
 def existing_namespaces() -> list[str]:
-    """The lab's namespaces that exist now."""
+    """The lab's namespaces that exist now: the testbed's in order, then any further DTN
+    host's (whatever scenario built them, so that ``down`` finds them all)."""
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
     present = {line.split()[0] for line in listed.stdout.splitlines() if line.strip()}
-    return [ns for ns in topology.NAMESPACES if ns in present]
+    more = sorted(
+        ns for ns in present if ns.startswith(topology.DTN) and ns[len(topology.DTN) :].isdigit()
+    )
+    return [*(ns for ns in topology.NAMESPACES if ns in present), *more]
 
 
 def _run(command: Sequence[str]) -> None:
@@ -122,7 +126,8 @@ def up(
     lab = Lab(state_dir, scenario, offloads)
     try:
         commands = topology.build_commands(scenario, offloads)
-        progress(f"building {len(topology.NAMESPACES)} namespaces ({len(commands)} commands)")
+        built = topology.namespaces(scenario)
+        progress(f"building {len(built)} namespaces ({len(commands)} commands)")
         for command in commands:
             _run(command)
         lab.delay_stats_path.unlink(missing_ok=True)
@@ -132,11 +137,14 @@ def up(
             state_dir / "delayline.log",
         )
         _wait_for(lab.delay_stats_path.exists, 5.0, "the delay line to start")
-        for namespace, expected_s, dtn in (
-            (topology.DTN, scenario.dtn.base_rtt_s, True),
-            (topology.CAMPUS, scenario.campus.base_rtt_s, False),
+        sites = topology.dtn_sites(scenario)
+        for namespace, expected_s, address in (
+            *(
+                (site.namespace, dtn.base_rtt_s, site.receiver)
+                for site, dtn in zip(sites, scenario.dtns, strict=True)
+            ),
+            (topology.CAMPUS, scenario.campus.base_rtt_s, topology.CAMPUS_RECV_ADDR),
         ):
-            address = topology.receiver(dtn)[0]
             rtt_ms, expected_ms = ping_rtt_s(namespace, address) * 1e3, expected_s * 1e3
             progress(f"{namespace} → receivers: RTT {rtt_ms:.1f} ms (base {expected_ms:.0f} ms)")
             if abs(rtt_ms - expected_ms) > max(2.0, 0.1 * expected_ms):
@@ -183,7 +191,7 @@ def ping_rtt_s(namespace: str, address: str, count: int = 3) -> float:
 
 def write_state(lab: Lab) -> None:
     state = {
-        "namespaces": list(topology.NAMESPACES),
+        "namespaces": list(topology.namespaces(lab.scenario)),
         "offloads": lab.offloads,
         "scenario": lab.scenario.model_dump(mode="json"),
     }

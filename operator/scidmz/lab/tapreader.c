@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/if_packet.h>
 #include <net/ethernet.h>
 #include <net/if.h>
@@ -32,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_IFACES 8
+#define MAX_IFACES 32
 #define MSS 1448
 
 struct __attribute__((packed)) record {
@@ -123,13 +124,20 @@ int main(int argc, char **argv) {
         if (bind(t->fd, (struct sockaddr *)&sll, sizeof sll) < 0) { perror("bind"); return 1; }
         int on = 1;
         setsockopt(t->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
-        int rcvbuf = 16 << 20;
+        /* room for the reader (or the target behind it) to fall a second behind at
+         * 1 Gb/s on a busy host without the kernel dropping a frame */
+        int rcvbuf = 64 << 20;
         setsockopt(t->fd, SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf);
     }
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     signal(SIGPIPE, on_signal);
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    /* A 64 KiB pipe holds ~40 ms of records at 1 Gb/s: the target's pauses (a reduction,
+     * a busy core) then stall the reader and the sockets overflow. Ask for 16 MiB (root may
+     * exceed fs.pipe-max-size); keep the default where refused. */
+    for (int size = 16 << 20; size >= 1 << 20; size >>= 1)
+        if (fcntl(STDOUT_FILENO, F_SETPIPE_SZ, size) >= 0) break;
 
     struct pollfd pfds[MAX_IFACES];
     for (int i = 0; i < ntaps; i++) pfds[i] = (struct pollfd){taps[i].fd, POLLIN, 0};

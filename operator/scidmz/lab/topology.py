@@ -16,11 +16,17 @@ data and its ACK one base RTT plus the bottleneck queue apart, as on the paper's
 
 The border is where a passive tap reads both sides of the bottleneck queue: ``bc`` and ``bd``
 (ingress, before the queue) and ``bn`` (egress, after it); ``br`` carries the ACKs.
+
+Several DTN hosts (a scenario's ``more_dtns``): host k ≥ 2 is namespace ``sdl-dtnK`` on its
+own sender network ``10.71.(9+K).0/24``, linked to the border by ``d0``–``bdK``, with its own
+receiver address ``10.71.4.(9+K)`` and iperf3 port, its own ACK delay and its own cap on its
+``d0``; the tap reads every ``bd*`` as the switch's DTN port, as a border router's several
+DTN-facing links would be mirrored onto one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from scidmz.contract.tbf import tbf_size
 from scidmz.netsim.scenario import Scenario
@@ -52,6 +58,68 @@ BOTTLENECK_FIFO_HANDLE = 10
 TAP_INTERFACES = {"campus": "bc", "dtn": "bd", "bottleneck": "bn", "acks": "br"}
 
 
+LAB_MAX_DTNS = 4
+"""DTN hosts a lab holds: the tap reader's and the delay line's tables, and two cores."""
+
+
+@dataclass(frozen=True)
+class DtnSite:
+    """One DTN host of the lab: where it sends from and whom it sends to."""
+
+    name: str
+    namespace: str
+    net: str
+    sender: str
+    border_interface: str
+    border: str
+    receiver: str
+    port: int
+
+    @property
+    def cap(self) -> tuple[str, str]:
+        """(namespace, interface) of the host's egress, where its cap (a tbf) sits."""
+        return (self.namespace, "d0")
+
+
+FIRST_DTN = DtnSite("dtn", DTN, DTN_NET, DTN_ADDR, "bd", "10.71.3.2", DTN_RECV_ADDR, DTN_PORT)
+"""The testbed's DTN host (the paper's one DTN), whatever the scenario calls it."""
+
+
+def dtn_sites(scenario: Scenario) -> list[DtnSite]:
+    """The scenario's DTN hosts in the lab, ``dtn`` first (the paper's one DTN)."""
+    sites = []
+    for k, dtn in enumerate(scenario.dtns, start=1):
+        if k == 1:
+            sites.append(replace(FIRST_DTN, name=dtn.name))
+            continue
+        sites.append(
+            DtnSite(
+                name=dtn.name,
+                namespace=f"{DTN}{k}",
+                net=f"10.71.{9 + k}.0/24",
+                sender=f"10.71.{9 + k}.1",
+                border_interface=f"bd{k}",
+                border=f"10.71.{9 + k}.2",
+                receiver=f"10.71.4.{9 + k}",
+                port=DTN_PORT + 10 * k,
+            )
+        )
+    return sites
+
+
+def namespaces(scenario: Scenario) -> tuple[str, ...]:
+    """Every namespace the scenario's lab has."""
+    return (*NAMESPACES, *(s.namespace for s in dtn_sites(scenario)[1:]))
+
+
+def tap_interfaces(scenario: Scenario) -> dict[str, list[str]]:
+    """The border's interfaces per tap role (``dtn``: every DTN host's link)."""
+    return {
+        role: [s.border_interface for s in dtn_sites(scenario)] if role == "dtn" else [name]
+        for role, name in TAP_INTERFACES.items()
+    }
+
+
 @dataclass(frozen=True)
 class Link:
     """A veth pair: ``(namespace, interface, address/len or None)`` at each end."""
@@ -79,6 +147,24 @@ ROUTES = (
 )
 
 
+def links(scenario: Scenario) -> list[Link]:
+    """The veth pairs: the testbed's, then one per further DTN host."""
+    more = [
+        Link((s.namespace, "d0", f"{s.sender}/24"), (BORDER, s.border_interface, f"{s.border}/24"))
+        for s in dtn_sites(scenario)[1:]
+    ]
+    return [*LINKS, *more]
+
+
+def routes(scenario: Scenario) -> list[tuple[str, str, str]]:
+    """(namespace, destination, via): the testbed's, then each further DTN host's default
+    route and the receivers' route back to it over the ACK path."""
+    more = []
+    for site in dtn_sites(scenario)[1:]:
+        more += [(site.namespace, "default", site.border), (RECV, site.net, "10.71.5.2")]
+    return [*ROUTES, *more]
+
+
 DTN_SOCKET_BUFFER = "4096 131072 268435456"
 """tcp_wmem / tcp_rmem (min, default, max) of the DTN's and the receivers' namespaces."""
 LAB_MIN_TSO_SEGMENTS = 16
@@ -100,25 +186,36 @@ class LabError(RuntimeError):
 def check_scenario(scenario: Scenario) -> None:
     """Refuse what the lab cannot build, naming the field, before anything is created."""
     problems = []
-    for field, cca in (
-        ("campus.congestion_control", scenario.campus.congestion_control),
-        ("dtn.congestion_control", scenario.dtn.congestion_control),
-    ):
-        if cca == "bbr2":
-            problems.append(f"{field}: this kernel has no bbr2 (reno, cubic, bbr)")
+    if scenario.campus.congestion_control == "bbr2":
+        problems.append("campus.congestion_control: this kernel has no bbr2 (reno, cubic, bbr)")
     if scenario.campus.short_flows.enabled:
         problems.append("campus.short_flows.enabled: the lab has no short-flow generator yet")
-    if scenario.campus.long_flows > 128 or scenario.dtn.streams > 128:
-        problems.append("campus.long_flows, dtn.streams: iperf3 runs at most 128 streams each")
-    if scenario.dtn.transfer_bytes is not None and scenario.dtn.transfer_split != "pooled":
-        problems.append(
-            "dtn.transfer_split: iperf3 -n pools the streams' bytes (pooled); a static split "
-            "is the simulator's only"
-        )
-    for field, start_s in (("campus.start_s", scenario.campus.start_s),
-                           ("dtn.start_s", scenario.dtn.start_s)):  # fmt: skip
-        if start_s > 0:
-            problems.append(f"{field}: the lab's flows start when iperf3 has set them up")
+    if scenario.campus.long_flows > 128:
+        problems.append("campus.long_flows: iperf3 runs at most 128 streams each")
+    if scenario.campus.start_s > 0:
+        problems.append("campus.start_s: the lab's flows start when iperf3 has set them up")
+    if len(scenario.dtns) > LAB_MAX_DTNS:
+        problems.append(f"more_dtns: the lab holds at most {LAB_MAX_DTNS} DTN hosts")
+    for k, dtn in enumerate(scenario.dtns):
+        field = "dtn" if k == 0 else f"more_dtns[{k - 1}]"
+        if k > 0 and dtn.name in ("dtn", "campus"):
+            problems.append(f"{field}.name: {dtn.name!r} names the lab's first DTN or campus logs")
+        if dtn.congestion_control == "bbr2":
+            problems.append(
+                f"{field}.congestion_control: this kernel has no bbr2 (reno, cubic, bbr)"
+            )
+        if dtn.streams > 128:
+            problems.append(f"{field}.streams: iperf3 runs at most 128 streams each")
+        if dtn.transfer_bytes is not None and dtn.transfer_split != "pooled":
+            problems.append(
+                f"{field}.transfer_split: iperf3 -n pools the streams' bytes (pooled); a static "
+                "split is the simulator's only"
+            )
+        if dtn.transfer_bytes is not None and (dtn.start_s > 0 or dtn.stop_s is not None):
+            problems.append(
+                f"{field}: a lab transfer (transfer_bytes) starts at once and runs to its end "
+                "(no start_s, stop_s)"
+            )
     if problems:
         raise LabError("the lab cannot build this scenario:\n  " + "\n  ".join(problems))
 
@@ -137,14 +234,18 @@ def tbf_args(rate_bps: float, burst_bytes: float, limit_bytes: float) -> list[st
 
 
 def receiver(dtn: bool) -> tuple[str, int]:
-    """(address, port) of a class's iperf3 server."""
+    """(address, port) of a class's iperf3 server (the first DTN host's)."""
     return (DTN_RECV_ADDR, DTN_PORT) if dtn else (CAMPUS_RECV_ADDR, CAMPUS_PORT)
 
 
 def delay_routes(scenario: Scenario) -> list[str]:
-    """The delay line's routes: ACKs to the DTN held its base RTT, to campus senders theirs."""
+    """The delay line's routes: ACKs to each DTN host held its base RTT, to campus senders
+    theirs."""
     return [
-        f"{DTN_NET}={round(scenario.dtn.base_rtt_s * 1e6)}",
+        *(
+            f"{site.net}={round(dtn.base_rtt_s * 1e6)}"
+            for site, dtn in zip(dtn_sites(scenario), scenario.dtns, strict=True)
+        ),
         f"{CAMPUS_NET}={round(scenario.campus.base_rtt_s * 1e6)}",
     ]
 
@@ -156,8 +257,10 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
     campus shaper a tbf at u(0) with the scenario's bucket and queue; the DTN's egress starts
     unshaped unless the scenario caps it.
     """
-    commands: list[list[str]] = [["ip", "netns", "add", ns] for ns in NAMESPACES]
-    for link in LINKS:
+    sites = dtn_sites(scenario)
+    every_namespace = namespaces(scenario)
+    commands: list[list[str]] = [["ip", "netns", "add", ns] for ns in every_namespace]
+    for link in links(scenario):
         (ns_a, if_a, _), (ns_b, if_b, _) = link.a, link.b
         commands.append(
             [
@@ -177,7 +280,7 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             ]
         )
     commands.append(["ip", "-n", BORDER, "link", "set", "dev", "br", "address", BORDER_RETURN_MAC])
-    for link in LINKS:
+    for link in links(scenario):
         for ns, interface, address in (link.a, link.b):
             if address is not None:
                 commands.append(["ip", "-n", ns, "addr", "add", address, "dev", interface])
@@ -200,8 +303,9 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
                         "off",
                     ]
                 )
-    commands.append(["ip", "-n", RECV, "addr", "add", f"{DTN_RECV_ADDR}/24", "dev", "r0"])
-    for ns in NAMESPACES:
+    for site in sites:
+        commands.append(["ip", "-n", RECV, "addr", "add", f"{site.receiver}/24", "dev", "r0"])
+    for ns in every_namespace:
         commands.append(["ip", "-n", ns, "link", "set", "lo", "up"])
     for ns in (SHAPER, BORDER):
         commands.append(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
@@ -249,16 +353,17 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
         commands.append(
             ["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1"]
         )
-    for ns, destination, via in ROUTES:
+    for ns, destination, via in routes(scenario):
         commands.append(["ip", "-n", ns, "route", "add", destination, "via", via])
     # A DTN is a tuned host (ESnet fasterdata): with the kernel's 4 MB send buffer, each
     # stream at 1 Gb/s and ~170 ms stalls at ~1.8 MB in flight, and the host, not the
     # network, would set the DTN's share.
-    for ns, key in ((DTN, "net.ipv4.tcp_wmem"), (RECV, "net.ipv4.tcp_rmem")):
+    tuned = [*((s.namespace, "net.ipv4.tcp_wmem") for s in sites), (RECV, "net.ipv4.tcp_rmem")]
+    for ns, key in tuned:
         commands.append(["ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={DTN_SOCKET_BUFFER}"])
     if offloads:
         # With GSO on, senders keep super-packets big enough for 1 Gb/s on one core.
-        for ns in (CAMPUS, DTN):
+        for ns in (CAMPUS, *(s.namespace for s in sites)):
             commands.append(
                 [
                     "ip",
@@ -321,19 +426,15 @@ def build_commands(scenario: Scenario, offloads: bool = True) -> list[list[str]]
             ),
         ]
     )
-    if scenario.dtn.rate_limit_bps is not None:
-        cap_size = tbf_size(scenario.dtn.rate_limit_bps)
+    for site, dtn in zip(sites, scenario.dtns, strict=True):
+        if dtn.rate_limit_bps is None:
+            continue
+        cap_size = tbf_size(dtn.rate_limit_bps)
+        namespace, interface = site.cap
         commands.append(
             [
-                "tc",
-                "-n",
-                DTN,
-                "qdisc",
-                "add",
-                "dev",
-                "d0",
-                "root",
-                *tbf_args(scenario.dtn.rate_limit_bps, cap_size.burst_bytes, cap_size.limit_bytes),
+                "tc", "-n", namespace, "qdisc", "add", "dev", interface, "root",
+                *tbf_args(dtn.rate_limit_bps, cap_size.burst_bytes, cap_size.limit_bytes),
             ]
-        )
+        )  # fmt: skip
     return commands

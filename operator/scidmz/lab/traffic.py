@@ -11,6 +11,7 @@ import math
 import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from scidmz.lab import topology
@@ -35,39 +36,72 @@ def transfer_margin_bytes(scenario: Scenario) -> float:
     return MARGIN_AT_CAPACITY_S * scenario.bottleneck.capacity_bps / 8
 
 
-def client_argv(scenario: Scenario, duration_s: float, dtn: bool, log: Path) -> list[str]:
-    """The iperf3 client of one class: it sends for ``duration_s``, or, for a DTN with
-    ``transfer_bytes``, that many bytes in total over its streams (+ the margin of
-    :func:`transfer_margin_bytes`)."""
-    address, port = topology.receiver(dtn)
-    flows, cca = (
-        (scenario.dtn.streams, scenario.dtn.congestion_control)
-        if dtn
-        else (scenario.campus.long_flows, scenario.campus.congestion_control)
-    )
-    size = scenario.dtn.transfer_bytes if dtn else None
+@dataclass(frozen=True)
+class Sender:
+    """One iperf3 client: the campus's long flows or one DTN host's streams."""
+
+    name: str
+    """``campus``, ``dtn`` (the first DTN host) or a further DTN host's name."""
+    namespace: str
+    receiver: str
+    port: int
+    flows: int
+    congestion_control: str
+    start_s: float = 0.0
+    stop_s: float | None = None
+    transfer_bytes: float | None = None
+
+
+def senders(scenario: Scenario) -> list[Sender]:
+    """Every class's iperf3 client, the DTN hosts first (the first one named ``dtn``, as its
+    logs always were), then the campus."""
+    dtns = [
+        Sender(
+            "dtn" if k == 0 else dtn.name,
+            site.namespace,
+            site.receiver,
+            site.port,
+            dtn.streams,
+            dtn.congestion_control,
+            dtn.start_s,
+            dtn.stop_s,
+            dtn.transfer_bytes,
+        )
+        for k, (site, dtn) in enumerate(
+            zip(topology.dtn_sites(scenario), scenario.dtns, strict=True)
+        )
+    ]
+    campus = scenario.campus
+    return [
+        *dtns,
+        Sender(
+            "campus",
+            topology.CAMPUS,
+            topology.CAMPUS_RECV_ADDR,
+            topology.CAMPUS_PORT,
+            campus.long_flows,
+            campus.congestion_control,
+        ),
+    ]
+
+
+def client_argv(scenario: Scenario, duration_s: float, sender: Sender, log: Path) -> list[str]:
+    """The iperf3 client of one sender: it sends from its ``start_s`` to its ``stop_s`` or
+    the recording's end, or, for a DTN with ``transfer_bytes``, that many bytes in total
+    over its streams (+ the margin of :func:`transfer_margin_bytes`)."""
     # iperf3's -n counts the writes of all streams together (esnet/iperf PR #1113): each
     # stream writes whenever its socket takes more, a pool as the twin's pooled split
+    end_s = duration_s if sender.stop_s is None else min(duration_s, sender.stop_s)
     extent = (
-        ["--bytes", str(int(size + transfer_margin_bytes(scenario)))]
-        if size is not None
-        else ["--time", str(max(1, math.ceil(duration_s)))]
+        ["--bytes", str(int(sender.transfer_bytes + transfer_margin_bytes(scenario)))]
+        if sender.transfer_bytes is not None
+        else ["--time", str(max(1, math.ceil(end_s - sender.start_s)))]
     )
     return [
-        "iperf3",
-        "--client",
-        address,
-        "--port",
-        str(port),
-        "--parallel",
-        str(flows),
-        "--congestion",
-        cca,
-        *extent,
-        "--json",
-        "--logfile",
-        str(log),
-    ]
+        "iperf3", "--client", sender.receiver, "--port", str(sender.port),
+        "--parallel", str(sender.flows), "--congestion", sender.congestion_control,
+        *extent, "--json", "--logfile", str(log),
+    ]  # fmt: skip
 
 
 def _listening(port: int) -> bool:
@@ -80,31 +114,53 @@ def _listening(port: int) -> bool:
     return bool(done.stdout.strip())
 
 
-def start_flows(lab: Lab, duration_s: float, out: Path) -> dict[str, subprocess.Popen[bytes]]:
-    """Servers, then clients for every class with flows; returns the client processes by
-    class ("dtn", "campus")."""
-    scenario = lab.scenario
-    classes = [(True, scenario.dtn.streams), (False, scenario.campus.long_flows)]
-    clients = {}
-    for dtn, flows in classes:
-        if flows == 0:
-            continue
-        address, port = topology.receiver(dtn)
-        name = "dtn" if dtn else "campus"
-        if not _listening(port):
-            spawn(
-                topology.RECV,
-                ["iperf3", "--server", "--bind", address, "--port", str(port)],
-                out / f"iperf3-server-{name}.log",
+class Flows:
+    """The scenario's iperf3 clients: servers first, then each client at its ``start_s``
+    (:meth:`at`, called as the recording's seconds pass; a sender due at 0 starts in
+    :meth:`start`)."""
+
+    def __init__(self, lab: Lab, duration_s: float, out: Path) -> None:
+        self.lab, self.duration_s, self.out = lab, duration_s, out
+        self.pending = [s for s in senders(lab.scenario) if s.flows > 0]
+        self.clients: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self) -> Flows:
+        for sender in self.pending:
+            if not _listening(sender.port):
+                spawn(
+                    topology.RECV,
+                    ["iperf3", "--server", "--bind", sender.receiver, "--port", str(sender.port)],
+                    self.out / f"iperf3-server-{sender.name}.log",
+                )
+                _wait_for(
+                    lambda port=sender.port: _listening(port),  # type: ignore[misc]
+                    5.0,
+                    f"the {sender.name} iperf3 server",
+                )
+        self.at(0.0)
+        return self
+
+    def at(self, t_s: float) -> None:
+        """Start every client due by ``t_s`` (seconds since the flows started)."""
+        due = [s for s in self.pending if s.start_s <= t_s]
+        self.pending = [s for s in self.pending if s.start_s > t_s]
+        for sender in due:
+            log = self.out / f"iperf3-{sender.name}.json"
+            log.unlink(missing_ok=True)
+            self.clients[sender.name] = spawn(
+                sender.namespace,
+                client_argv(self.lab.scenario, self.duration_s, sender, log),
+                self.out / f"iperf3-{sender.name}.log",
             )
-            _wait_for(lambda port=port: _listening(port), 5.0, f"the {name} iperf3 server")  # type: ignore[misc]
-        log = out / f"iperf3-{name}.json"
-        log.unlink(missing_ok=True)
-        namespace = topology.DTN if dtn else topology.CAMPUS
-        clients[name] = spawn(
-            namespace, client_argv(scenario, duration_s, dtn, log), out / f"iperf3-{name}.log"
-        )
-    return clients
+
+    def transfers(self) -> set[str]:
+        """The clients that send a finite transfer (cut when the recording ends)."""
+        return {s.name for s in senders(self.lab.scenario) if s.transfer_bytes is not None}
+
+
+def start_flows(lab: Lab, duration_s: float, out: Path) -> Flows:
+    """Servers, then the clients due at once (``Flows.at`` starts the later ones)."""
+    return Flows(lab, duration_s, out).start()
 
 
 def client_summary(log: Path) -> dict[str, float]:
@@ -135,11 +191,13 @@ def record_truth(
     ``on_tick(t_s)`` runs at 0 and after every row (where ``lab record`` changes u)."""
     out.mkdir(parents=True, exist_ok=True)
     sampler = TruthSampler(
-        lab.scenario.bottleneck.capacity_bps, lab.scenario.activity.packets_threshold
+        lab.scenario.bottleneck.capacity_bps,
+        lab.scenario.activity.packets_threshold,
+        topology.dtn_sites(lab.scenario),
     )
     meter = BacklogMeter(*topology.BOTTLENECK).open()
     try:
-        clients = start_flows(lab, duration_s, out)
+        flows = start_flows(lab, duration_s, out)
     except BaseException:
         meter.close()  # the finally below only guards what runs once the flows are up
         raise
@@ -169,15 +227,16 @@ def record_truth(
                     flow_writer.writerows({"t_s": t_s} | flow for flow in sampler.flow_rows())
                 on_row(row)
                 on_tick(t_s)
+                flows.at(t_s)
         if flow_handle is not None:
             flow_handle.close()
-        for name, client in clients.items():
-            if name == "dtn" and lab.scenario.dtn.transfer_bytes is not None:
+        for name, client in flows.clients.items():
+            if name in flows.transfers():
                 continue  # a transfer unfinished when the recording ends is cut (below)
             client.wait(timeout=15)
     finally:
         meter.close()
-        for client in clients.values():
+        for client in flows.clients.values():
             if client.poll() is None:
                 client.terminate()
     return path

@@ -16,7 +16,7 @@ import logging
 import math
 import re
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -321,10 +321,20 @@ class BacklogMeter:
 class TruthSampler:
     """Call :meth:`sample` once per interval; each call returns one row of ground truth."""
 
-    def __init__(self, bottleneck_bps: float, packets_threshold: int = 10) -> None:
+    def __init__(
+        self,
+        bottleneck_bps: float,
+        packets_threshold: int = 10,
+        sites: Sequence[topology.DtnSite] = (),
+    ) -> None:
+        """``sites``: the lab's DTN hosts (none: the first, as the testbed has it). With
+        several, the ``dtn_*`` columns are their union (the aggregate class) and each host
+        has its own ``host_<name>_*`` columns."""
         self.bottleneck_bps = bottleneck_bps
         self.packets_threshold = packets_threshold
+        self.sites = list(sites) or [topology.FIRST_DTN]
         self._flows: dict[str, dict[str, TcpFlow]] = {"dtn": {}, "campus": {}}
+        self._hosts: dict[str, dict[str, TcpFlow]] = {s.name: {} for s in self.sites}
         self._qdiscs: dict[str, dict[str, float]] = {}
         self._links: dict[str, tuple[float, float]] = {}
 
@@ -357,15 +367,23 @@ class TruthSampler:
         """One row; ``backlog_mean`` is (mean bytes, readings) of the bottleneck over the
         interval (:class:`BacklogMeter`), recorded as ``queuing_delay_mean_s``."""
         row: dict[str, float] = {}
-        for prefix, namespace, dtn in (
-            ("dtn", topology.DTN, True),
-            ("campus", topology.CAMPUS, False),
-        ):
-            flows = read_flows(namespace, *topology.receiver(dtn))
+        hosts = {s.name: read_flows(s.namespace, s.receiver, s.port) for s in self.sites}
+        classes = {
+            "dtn": {k: f for flows in hosts.values() for k, f in flows.items()},
+            "campus": read_flows(topology.CAMPUS, *topology.receiver(False)),
+        }
+        for prefix, flows in classes.items():
             row |= class_truth(
                 flows.values(), self._flows[prefix], interval_s, prefix, self.packets_threshold
             )
             self._flows[prefix] = flows
+        if len(self.sites) > 1:
+            for name, flows in hosts.items():
+                row |= class_truth(
+                    flows.values(), self._hosts[name], interval_s, f"host_{name}",
+                    self.packets_threshold,
+                )  # fmt: skip
+                self._hosts[name] = flows
         backlog_before = self._qdiscs.get("bottleneck", {}).get("backlog_bytes")
         for name, (namespace, interface) in (
             ("bottleneck", topology.BOTTLENECK),
@@ -394,15 +412,23 @@ class TruthSampler:
         row["campus_rtt_at_tap_s"] = row["campus_rtt_s"] - row["campus_shaper_delay_s"]
         # What enters BR1 per class, as the tap counts it (frames, with retransmissions)
         links = read_link_bytes(topology.BORDER)
-        for name, interface in (("dtn", "bd"), ("campus", "bc")):
+
+        def received(interface: str) -> float:
             now_rx = links.get(interface, (0.0, 0.0))[0]
-            before_rx = self._links.get(interface, (now_rx, 0.0))[0]
-            row[f"{name}_offered_rate_bps"] = (now_rx - before_rx) * 8 / interval_s
+            return now_rx - self._links.get(interface, (now_rx, 0.0))[0]
+
+        dtn_interfaces = [s.border_interface for s in self.sites]
+        row["dtn_offered_rate_bps"] = sum(map(received, dtn_interfaces)) * 8 / interval_s
+        row["campus_offered_rate_bps"] = received("bc") * 8 / interval_s
+        if len(self.sites) > 1:
+            for site in self.sites:
+                rate = received(site.border_interface) * 8 / interval_s
+                row[f"host_{site.name}_offered_rate_bps"] = rate
         # BR1's own loss in bytes: what entered it, less what left it and what it still
         # holds (tc's drop count is of skbs, and its sent count of GSO segments)
         entered = sum(
             links.get(i, (0.0, 0.0))[0] - self._links.get(i, links.get(i, (0.0, 0.0)))[0]
-            for i in ("bc", "bd")
+            for i in ("bc", *dtn_interfaces)
         )
         left = (
             links.get("bn", (0.0, 0.0))[1] - self._links.get("bn", links.get("bn", (0.0, 0.0)))[1]

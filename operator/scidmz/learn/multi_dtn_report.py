@@ -46,10 +46,10 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def markdown(episodes: Sequence[MultiDtnEpisode], command: str) -> str:
+def markdown(episodes: Sequence[MultiDtnEpisode], command: str, where: str = "twin") -> str:
     seeds = sorted({e.seed for e in episodes})
     lines = [
-        "# Several DTNs on one link (twin)",
+        f"# Several DTNs on one link ({where})",
         "",
         f"`{command}` — seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}), mean ± sd over seeds.",
         "",

@@ -73,12 +73,15 @@ class TapWiring:
     campus_port: int = 1
     dtn_port: int = 2
     bottleneck_port: int = 3
+    more_dtn_in: tuple[str, ...] = ()
+    """Further links from DTN hosts into BR1, read as the same DTN port (the DTN hosts
+    are told apart by their receiver prefixes, as the switch's classification does)."""
 
     def taps(self) -> list[str]:
         """``tapreader`` arguments."""
         return [
             f"{self.campus_in}={ROLE_CAMPUS_IN}",
-            f"{self.dtn_in}={ROLE_DTN_IN}",
+            *(f"{i}={ROLE_DTN_IN}" for i in (self.dtn_in, *self.more_dtn_in)),
             f"{self.bottleneck_out}={ROLE_BOTTLENECK_OUT},out",
             f"{self.acks_in}={ROLE_ACKS_IN}",
         ]

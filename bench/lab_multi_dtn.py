@@ -210,16 +210,21 @@ def accuracy_lines(episodes: Sequence[LabMultiDtnEpisode]) -> list[str]:
         "kernel counted on that host's link into BR1, the same seconds (the host's active "
         "time after the warm-up). Target: within 2 %.",
         "",
-        "| DTN | episodes | collector Mb/s | kernel Mb/s | mean error | worst error | verdict |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| case | DTN | episodes | collector Mb/s | kernel Mb/s | mean error | worst error "
+        "| verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
-    for d in DTNS:
-        mine = [e for e in episodes if e.dtn == d.name and math.isfinite(e.rate_error)]
+    for case, d in ((c, d) for c in CASES for d in DTNS):
+        mine = [
+            e for e in episodes
+            if e.case == case and e.dtn == d.name and math.isfinite(e.rate_error)
+        ]  # fmt: skip
         if not mine:
             continue
         worst = max(e.rate_error for e in mine)
         lines.append(
-            f"| {d.name} ({d.cca}) | {len(mine)} | {_mean([e.collector_mbps for e in mine]):.1f} "
+            f"| {case} | {d.name} ({d.cca}) | {len(mine)} "
+            f"| {_mean([e.collector_mbps for e in mine]):.1f} "
             f"| {_mean([e.kernel_offered_mbps for e in mine]):.1f} "
             f"| {_mean([e.rate_error for e in mine]):.2%} | {worst:.2%} "
             f"| {'met' if worst <= ACCURACY_TARGET else '**missed**'} |"
@@ -263,7 +268,7 @@ def direction_lines(lab: Sequence[MultiDtnEpisode], twin: Sequence[MultiDtnEpiso
 
 def render(lab: Sequence[LabMultiDtnEpisode], command: str) -> str:
     twin = parse_rows(TWIN.read_text(), MultiDtnEpisode) if TWIN.exists() else []
-    text = markdown(lab, command, where="lab, real TCP at 1 Gb/s")
+    text = markdown(lab, command, where="lab, real TCP at 1 Gb/s", runs="runs")
     return "\n".join([text, *accuracy_lines(lab), *direction_lines(lab, twin)])
 
 

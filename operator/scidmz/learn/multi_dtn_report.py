@@ -46,12 +46,14 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def markdown(episodes: Sequence[MultiDtnEpisode], command: str, where: str = "twin") -> str:
+def markdown(
+    episodes: Sequence[MultiDtnEpisode], command: str, where: str = "twin", runs: str = "seeds"
+) -> str:
     seeds = sorted({e.seed for e in episodes})
     lines = [
         f"# Several DTNs on one link ({where})",
         "",
-        f"`{command}` — seeds {seeds[0]}–{seeds[-1]} ({len(seeds)}), mean ± sd over seeds.",
+        f"`{command}` — {runs} {seeds[0]}–{seeds[-1]} ({len(seeds)}), mean ± sd over {runs}.",
         "",
         "1 Gb/s, 100 Cubic campus flows (10 ms), 180 s; dtn-1 Cubic 100 ms at 300 Mb/s, "
         "dtn-2 Cubic 50 ms at 200 Mb/s (admitted and sending 60–120 s), dtn-3 BBR 80 ms at "

@@ -43,18 +43,18 @@ from scidmz.lab import runner
 from scidmz.lab.loop import load_loop, run_loop
 from scidmz.learn.multi_dtn_bench import (
     ARMS,
-    CAMPUS_FLOWS,
     CAPACITY_BPS,
     CASES,
     DTNS,
     EPISODE_S,
     LINK_MODEL,
-    STREAMS,
     WARMUP_S,
     BenchDtn,
     MultiDtnEpisode,
     disturbance,
+    scenario,
 )
+from scidmz.learn.multi_dtn_bench import admitted_at as admitted
 from scidmz.learn.multi_dtn_report import markdown
 from scidmz.learn.rows_csv import parse_rows, rows_csv
 from scidmz.netsim.scenario import Scenario
@@ -89,20 +89,7 @@ QUICK = Timing(
 
 
 def lab_scenario(timing: Timing) -> Scenario:
-    def dtn(d: BenchDtn) -> dict[str, object]:
-        return {
-            "name": d.name, "congestion_control": d.cca, "streams": STREAMS,
-            "base_rtt_s": d.rtt_s, "start_s": d.start_s, "stop_s": d.stop_s,
-        }  # fmt: skip
-
-    return Scenario.model_validate(
-        {
-            "bottleneck": {"capacity_bps": CAPACITY_BPS},
-            "campus": {"long_flows": CAMPUS_FLOWS},
-            "dtn": dtn(timing.dtns[0]),
-            "more_dtns": [dtn(d) for d in timing.dtns[1:]],
-        }
-    )
+    return scenario(1, timing.dtns)
 
 
 def arm_loop(arm: str, case: str) -> LoopFile:
@@ -120,7 +107,7 @@ def arm_loop(arm: str, case: str) -> LoopFile:
 
 
 def admitted_at(timing: Timing, t_s: float) -> list[BenchDtn]:
-    return [d for d in timing.dtns if d.start_s <= t_s and (d.stop_s is None or t_s < d.stop_s)]
+    return admitted(t_s, timing.dtns)
 
 
 def episode_rows(

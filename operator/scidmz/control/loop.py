@@ -168,6 +168,7 @@ class ControllerMetrics:
         )  # fmt: skip
         self.labels = labels
         self.actuator_errors.labels(*labels)  # exported as 0 from the start: alerts rate() it
+        self.samples.labels(*labels, "failed")  # likewise (ScidmzControllerDecisionsFailing)
 
 
 def _measured(values: Mapping[str, float]) -> dict[str, float | None]:

@@ -34,11 +34,10 @@ import math
 import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from scidmz.api.loop_file import LoopFile
-from scidmz.control.quality import finite_mean, mrae
 from scidmz.lab import runner
 from scidmz.lab.loop import load_loop, run_loop
 from scidmz.learn.multi_dtn_bench import (
@@ -51,7 +50,7 @@ from scidmz.learn.multi_dtn_bench import (
     WARMUP_S,
     BenchDtn,
     MultiDtnEpisode,
-    disturbance,
+    dtn_rows,
     scenario,
 )
 from scidmz.learn.multi_dtn_bench import admitted_at as admitted
@@ -125,30 +124,21 @@ def episode_rows(
         sums.append(sum(delivered[d.name][k] for d in held) / sum(d.target_bps for d in held))
         used.append(float(row["bottleneck_sent_rate_bps"]) / CAPACITY_BPS)
         queue.append(float(row["queuing_delay_mean_s"]))
-    events = sorted({int(t) for d in timing.dtns for t in (d.start_s, d.stop_s) if t})
-    rows = []
-    for d in timing.dtns:
-        first = int(d.start_s) + timing.warmup_s
-        last = int(d.stop_s) if d.stop_s is not None else timing.episode_s
-        mine = delivered[d.name][first:last]
-        others = [e for e in events if e not in (d.start_s, d.stop_s)]
-        hits = [disturbance(delivered[d.name], e, d.target_bps) for e in others
-                if first <= e < last]  # fmt: skip
-        accuracy = hosts.get(d.name, {})
-        rows.append(
-            LabMultiDtnEpisode(
-                arm=arm, case=case, seed=run, dtn=d.name, cca=d.cca,
-                target_mbps=d.target_bps / 1e6, rate_mbps=finite_mean(mine) / 1e6,
-                mrae=mrae([d.target_bps] * len(mine), mine),
-                sum_ratio=finite_mean(sums), utilisation=finite_mean(used),
-                campus_qd_ms=finite_mean(queue) * 1e3,
-                worst_disturbance=max((h for h in hits if math.isfinite(h)), default=math.nan),
-                collector_mbps=accuracy.get("collector_rate_bps", math.nan) / 1e6,
-                kernel_offered_mbps=accuracy.get("kernel_offered_rate_bps", math.nan) / 1e6,
-                rate_error=accuracy.get("rate_error", math.nan),
-            )
-        )  # fmt: skip
-    return rows
+    twin_rows = dtn_rows(
+        arm, case, run, timing.dtns, timing.episode_s, timing.warmup_s, delivered,
+        (sums, used, queue),
+    )  # fmt: skip
+    return [
+        LabMultiDtnEpisode(
+            **asdict(row),
+            collector_mbps=hosts.get(row.dtn, {}).get("collector_rate_bps", math.nan) / 1e6,
+            kernel_offered_mbps=(
+                hosts.get(row.dtn, {}).get("kernel_offered_rate_bps", math.nan) / 1e6
+            ),
+            rate_error=hosts.get(row.dtn, {}).get("rate_error", math.nan),
+        )
+        for row in twin_rows
+    ]
 
 
 def run_lab(

@@ -351,13 +351,9 @@ def run_loop(
     # every plan rendered (and refused) before anything starts, not mid-run in the truth
     # recorder's thread, which then only writes the file
     configs: dict[int, RuntimeConfig] = {}
-    for level, plan in levels.items():
-        try:
-            configs[id(plan)] = lab_config(plan, lab, *addresses)
-        except LabError:
-            raise
-        except ValueError as error:
-            raise LabError(f"targets_bps: {level:.0f} bit/s is no target here: {error}") from None
+    refusals = {
+        id(p): f"targets_bps: {level:.0f} bit/s is no target here" for level, p in levels.items()
+    }
     for k, plan in enumerate(schedule):
         if id(plan) in configs:
             continue
@@ -366,7 +362,8 @@ def run_loop(
         except LabError:
             raise
         except ValueError as error:
-            raise LabError(f"plans[{k}]: the link cannot run this plan: {error}") from None
+            refused = refusals.get(id(plan), f"plans[{k}]: the link cannot run this plan")
+            raise LabError(f"{refused}: {error}") from None
     rendered = {key: dump_runtime_config(c) for key, c in configs.items()}
     loop_file = schedule[0]
     config = configs[id(loop_file)]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -172,7 +172,6 @@ def episode(
     sums: list[float] = []
     utilisation: list[float] = []
     campus_qd: list[float] = []
-    events = sorted({int(t) for d in DTNS for t in (d.start_s, d.stop_s) if t})
 
     async def run() -> None:
         current = {d.name for d in admitted_at(0.0)}
@@ -194,11 +193,32 @@ def episode(
             campus_qd.append(step.sample.signals.campus_mean_queuing_delay_s)
 
     asyncio.run(run())
+    return dtn_rows(
+        arm, case, seed, DTNS, EPISODE_S, WARMUP_S, rates, (sums, utilisation, campus_qd)
+    )
+
+
+def dtn_rows(
+    arm: str,
+    case: str,
+    seed: int,
+    dtns: Sequence[BenchDtn],
+    episode_s: int,
+    warmup_s: int,
+    rates: Mapping[str, Sequence[float]],
+    link: tuple[Sequence[float], Sequence[float], Sequence[float]],
+) -> list[MultiDtnEpisode]:
+    """A row per DTN from each one's per-T rates (sample k at index k) and the link's
+    per-T sum ratios, utilisations and campus mean queuing delays after the warm-up: its
+    rate and MRAE over its own active time after ``warmup_s``, its worst disturbance when
+    another DTN starts or stops (the twin's episode and the lab's, ``bench/lab_multi_dtn.py``)."""
+    sums, utilisation, campus_qd = link
+    events = sorted({int(t) for d in dtns for t in (d.start_s, d.stop_s) if t})
     rows = []
-    for d in DTNS:
-        first = int(d.start_s) + WARMUP_S
-        last = int(d.stop_s) if d.stop_s is not None else EPISODE_S
-        mine = rates[d.name][first:last]
+    for d in dtns:
+        first = int(d.start_s) + warmup_s
+        last = int(d.stop_s) if d.stop_s is not None else episode_s
+        mine = list(rates[d.name][first:last])
         others = [e for e in events if e not in (d.start_s, d.stop_s)]
         hits = [disturbance(rates[d.name], e, d.target_bps) for e in others if first <= e < last]
         rows.append(

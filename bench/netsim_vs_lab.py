@@ -32,6 +32,11 @@ buffers P4BS's search chooses between (`examples/lab/matrix-buffers.yaml`, 10, 3
 ms; the matrix above is at 100 ms), written to ``netsim_vs_lab_buffers.md`` (with
 ``--against-lab``, ``lab_vs_lab_buffers.md``: the lab's own scatter at those buffers).
 
+Cases with several DTN hosts (``more_dtns``, as `examples/lab/matrix-two-dtns.yaml`
+records them) are also judged per host: each host's rate per window (lab: its sockets'
+bytes acknowledged, ``host_<name>_rate_bps``; netsim: its DTN group's payload leaving the
+bottleneck), beside the DTN class's sum.
+
 Targets: rates within 10 % or 5 Mb/s and queuing delay within 3 ms in every
 window; losses per class within a factor of 1.5.
 """
@@ -44,7 +49,7 @@ import math
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +80,8 @@ class Window:
     snapshot_delay_s: float = math.nan
     """Lab only: the mean of one backlog snapshot a second (what datasets before
     2026-11-25 held as their only queuing delay)."""
+    host_bps: dict[str, float] = field(default_factory=dict)
+    """Each DTN host's rate, by name, when the case has several (``case_hosts``)."""
 
 
 @dataclass(frozen=True)
@@ -100,14 +107,24 @@ class Run:
 
 
 Row = dict[str, float]
-"""One second: t_s, dtn_rate_bps, campus_rate_bps, queuing_delay_s and losses per class."""
+"""One second: t_s, dtn_rate_bps, campus_rate_bps, queuing_delay_s and losses per class
+(and, with several DTN hosts, ``host_<name>_rate_bps`` per host)."""
+
+
+def host_column(name: str) -> str:
+    """A DTN host's rate column in a row (the lab's truth.csv names it so)."""
+    return f"host_{name}_rate_bps"
 
 
 def windows_of(
-    rows: list[Row], capacity_bps: float, duration_s: float, mss_bytes: float = 1448.0
+    rows: list[Row],
+    capacity_bps: float,
+    duration_s: float,
+    mss_bytes: float = 1448.0,
+    hosts: Sequence[str] = (),
 ) -> Run:
     """The 10 s windows after the first, and the losses and delivered segments over them,
-    of per-second rows."""
+    of per-second rows; each window also holds the mean rate of each of ``hosts``."""
     windows = []
     for start in np.arange(WINDOW_S, duration_s - 1e-9, WINDOW_S):
         inside = [r for r in rows if start < r["t_s"] <= start + WINDOW_S]
@@ -120,7 +137,12 @@ def windows_of(
             r["queuing_delay_snapshot_s"] for r in inside if "queuing_delay_snapshot_s" in r
         ]
         snapshot = float(np.nanmean(snapshots)) if snapshots else math.nan
-        windows.append(Window(dtn, campus, (dtn + campus) / capacity_bps, delay, snapshot))
+        host_bps = {
+            name: float(np.nanmean([r[host_column(name)] for r in inside])) for name in hosts
+        }
+        windows.append(
+            Window(dtn, campus, (dtn + campus) / capacity_bps, delay, snapshot, host_bps)
+        )
     measured = [r for r in rows if r["t_s"] > WINDOW_S]
     segment_bits = mss_bytes * 8
     return Run(
@@ -169,6 +191,10 @@ def mean_run(runs: list[Run]) -> Run:
             mean(runs, k, "utilisation"),
             mean(with_backlog, k, "queuing_delay_s"),
             mean(runs, k, "snapshot_delay_s"),
+            {
+                name: float(np.mean([r.windows[k].host_bps[name] for r in runs]))
+                for name in runs[0].windows[k].host_bps
+            },
         )
         for k in range(count)
     ]
@@ -200,11 +226,17 @@ def sim_rows(case: dict[str, Any], seed: int, variant: Variant = SHIPPED) -> lis
     )
     rows = []
     dtn = sim.layout.dtn_columns
+    hosts = case_hosts(case)
+    departed = sim.groups[layout.G_DEPARTED].copy()
     for _ in range(math.ceil(float(case["duration_s"]) / period - 1e-9)):
         start = sim.now
         sample = sim.run_sample(schedule.changes(start, start + period))
+        # each DTN group's payload leaving the bottleneck (their sum is dtn_rate_bps)
+        host_bps = (sim.groups[layout.G_DEPARTED] - departed) * 8 / period
+        departed = sim.groups[layout.G_DEPARTED].copy()
         rows.append(
-            {
+            {host_column(name): float(host_bps[g]) for g, name in enumerate(hosts)}
+            | {
                 # BBR's max-filtered bandwidth summed over the streams (0 for Cubic: unset),
                 # and its min-RTT estimate, mean over them
                 "dtn_bandwidth_estimate_bps": float(sim.flow_f[layout.BTL_BW, dtn].sum()) * 8,
@@ -249,11 +281,18 @@ def case_mss(case: dict[str, Any]) -> float:
     return float(case["scenario"].get("mss_bytes", 1448))
 
 
+def case_hosts(case: dict[str, Any]) -> list[str]:
+    """A case's DTN hosts by name when it has several (none: the one DTN is the class)."""
+    scenario = case["scenario"]
+    more = [str(dtn["name"]) for dtn in scenario.get("more_dtns", [])]
+    return [str(scenario.get("dtn", {}).get("name", "dtn-1")), *more] if more else []
+
+
 def case_run(rows: list[Row], case: dict[str, Any]) -> Run:
-    """``windows_of`` one run of a case (lab or twin), with the case's capacity, duration
-    and segment size."""
+    """``windows_of`` one run of a case (lab or twin), with the case's capacity, duration,
+    segment size and DTN hosts."""
     capacity = float(case["scenario"]["bottleneck"]["capacity_bps"])
-    return windows_of(rows, capacity, float(case["duration_s"]), case_mss(case))
+    return windows_of(rows, capacity, float(case["duration_s"]), case_mss(case), case_hosts(case))
 
 
 Model = Callable[[str, dict[str, Any]], Run]
@@ -345,23 +384,28 @@ def compare(
         lab = lab_model(name, case)
         sim = other(name, case)
         print(f"{name}: {len(lab.windows)} windows", file=sys.stderr, flush=True)
+        hosts = case_hosts(case)
         lines += [
             f"\n### {name}\n",
             "| window | DTN lab / sim Mb/s | campus lab / sim Mb/s | ρ lab / sim "
-            "| QD lab / sim ms | QD lab, 1 s snapshots |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| QD lab / sim ms | QD lab, 1 s snapshots |"
+            + "".join(f" {host} lab / sim Mb/s |" for host in hosts),
+            "|---|---:|---:|---:|---:|---:|" + "---:|" * len(hosts),
         ]
         for k, (real, model) in enumerate(zip(lab.windows, sim.windows, strict=False)):
             dtn_ok = rate_ok(model.dtn_bps, real.dtn_bps)
             campus_ok = rate_ok(model.campus_bps, real.campus_bps)
             delay_ok = abs(model.queuing_delay_s - real.queuing_delay_s) <= DELAY_TOLERANCE_S
             snapshot_ok = abs(model.queuing_delay_s - real.snapshot_delay_s) <= DELAY_TOLERANCE_S
+            hosts_ok = [rate_ok(model.host_bps[host], real.host_bps[host]) for host in hosts]
             for count in tally:
                 count["windows"] += 1
                 count["dtn"] += dtn_ok
                 count["campus"] += campus_ok
                 count["delay"] += delay_ok
                 count["delay_snapshot"] += snapshot_ok
+                count["host_windows"] += len(hosts)
+                count["host"] += sum(hosts_ok)
             start = (k + 1) * WINDOW_S
             lines.append(
                 f"| {start:.0f}–{start + WINDOW_S:.0f} s | {real.dtn_bps / 1e6:.1f} / "
@@ -371,6 +415,11 @@ def compare(
                 f"| {real.queuing_delay_s * 1e3:.1f} / {model.queuing_delay_s * 1e3:.1f}"
                 f"{'' if delay_ok else ' ✗'} | {real.snapshot_delay_s * 1e3:.1f}"
                 f"{'' if snapshot_ok else ' ✗'} |"
+                + "".join(
+                    f" {real.host_bps[host] / 1e6:.1f} / {model.host_bps[host] / 1e6:.1f}"
+                    f"{'' if ok else ' ✗'} |"
+                    for host, ok in zip(hosts, hosts_ok, strict=True)
+                )
             )
         losses = loss_ok(sim.dtn_losses, lab.dtn_losses) and loss_ok(
             sim.campus_losses, lab.campus_losses
@@ -505,6 +554,11 @@ def main() -> int:
         f"| (the same against the lab's 1 s snapshots) | {met('delay_snapshot', 'windows')} |",
         f"| losses per class within ×1.5, per case | {met('losses', 'cases')} |",
     ]
+    if any(counts[g]["host_windows"] for g in groups):
+        summary.append(
+            "| each DTN host's rate within 10 % or 5 Mb/s, per window and host "
+            f"(cases with several) | {met('host', 'host_windows')} |"
+        )
     report = "\n".join(summary + body) + "\n"
     print(report)
     if args.write:

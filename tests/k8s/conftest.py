@@ -104,6 +104,20 @@ def plane(tmp_path_factory) -> Iterator[ControlPlane]:
         cp.stop()
 
 
+@pytest.fixture(scope="module")
+def admission_policy(plane):
+    """The chart's ValidatingAdmissionPolicy and binding, as `helm install` applies them."""
+    helm = Path(plane.toolchain.path("helm"))
+    rendered = subprocess.run(
+        [str(helm), "template", "tenancy", str(REPO / "charts" / "scidmz"), "--show-only",
+         "templates/admission-policy.yaml", "--kube-version", "1.37.1"],
+        capture_output=True, text=True, check=True, timeout=120,
+    ).stdout  # fmt: skip
+    plane.kubectl("apply", "-f", "-", input_text=rendered)
+    yield
+    plane.kubectl("delete", "-f", "-", input_text=rendered, check=False)
+
+
 @pytest.fixture(scope="session")
 def operator(plane, tmp_path_factory) -> Iterator[Operator]:
     op = Operator(plane, tmp_path_factory.mktemp("operator") / "operator.log", priority=100)

@@ -13,6 +13,14 @@ import pytest
 import yaml
 
 from scidmz.metrics.dashboards import DASHBOARDS, render
+from tests.docs.commands import (
+    Command,
+    makefile_targets,
+    problems,
+    program,
+    shell_lines,
+    words_of,
+)
 from tests.k8s.conftest import REPO, wait_for
 
 CHART = REPO / "charts" / "scidmz"
@@ -115,6 +123,12 @@ def test_install_upgrade_uninstall(plane):
     assert "bbr-edge-tc.yaml" in notes and "borderlink.yaml" not in notes
     for example in re.findall(r"examples/([\w.-]+\.yaml)", notes):
         assert (REPO / "examples" / example).exists(), example
+    # and every command they give runs as written (the docs pages' check)
+    indented = "\n".join(line for line in notes.splitlines() if line.startswith("  "))
+    told = [Command("NOTES.txt", w) for line in shell_lines(indented) if (w := words_of(line))]
+    assert sum(program(c.words)[0] == "kubectl" for c in told) >= 3
+    stale = [problem for c in told for problem in problems(c, makefile_targets())]
+    assert not stale, stale
     annotation = "jsonpath={.metadata.annotations.meta\\.helm\\.sh/release-name}"
     owned = plane.kubectl("get", "clusterkopfpeering", peering, "-o", annotation)
     assert owned.stdout == release  # the chart owns the leader-election object

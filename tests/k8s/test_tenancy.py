@@ -8,11 +8,9 @@ The tenant is a ServiceAccount with the Role examples/tenants.yaml gives researc
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,22 +18,6 @@ import yaml
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from tests.k8s.conftest import REPO, wait_for
 from tests.loops import link_object, policy_object
-
-CHART = REPO / "charts" / "scidmz"
-
-
-@pytest.fixture(scope="module")
-def admission_policy(plane):
-    """The chart's ValidatingAdmissionPolicy and binding, as `helm install` applies them."""
-    helm = Path(plane.toolchain.path("helm"))
-    rendered = subprocess.run(
-        [str(helm), "template", "tenancy", str(CHART), "--show-only",
-         "templates/admission-policy.yaml", "--kube-version", "1.37.1"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    plane.kubectl("apply", "-f", "-", input_text=rendered)
-    yield
-    plane.kubectl("delete", "-f", "-", input_text=rendered, check=False)
 
 
 class Tenant:

@@ -182,3 +182,76 @@ def test_the_targets_are_counted_per_buffer_when_asked(bench, tmp_path):
     assert [bench.group_label(g) for g in ("all", "10 ms", "bbr")] == [
         "met", "met (10 ms buffer)", "met (bbr DTN)",
     ]  # fmt: skip
+
+
+def _two_host_dataset(root: Path, second_bps: float) -> Path:
+    """A case with two DTN hosts: dtn-1 at 60 Mb/s, dtn-2 at ``second_bps``."""
+    case = root / "two"
+    case.mkdir(parents=True)
+    (root / "index.json").write_text(json.dumps({"cases": {"two": {"status": "ok"}}}))
+    scenario = {
+        "bottleneck": {"capacity_bps": 300e6},
+        "dtn": {"name": "dtn-1", "congestion_control": "cubic"},
+        "more_dtns": [{"name": "dtn-2", "congestion_control": "bbr"}],
+    }
+    (case / "case.json").write_text(
+        json.dumps({"name": "two", "duration_s": 30.0, "scenario": scenario})
+    )
+    rows = [
+        _row(t, 0.05, 0.05, dtn_bps=60e6 + second_bps)
+        | {
+            "host_dtn-1_rate_bps": 60e6,
+            "host_dtn-2_rate_bps": second_bps,
+            "host_dtn-2_offered_rate_bps": 1e9,
+        }
+        for t in range(1, 31)
+    ]
+    with (case / "truth.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return root
+
+
+def test_each_dtn_host_is_judged_apart_from_their_sum(bench, tmp_path):
+    # dtn-2 at 40 against 50 Mb/s: the class's sum (100 against 110 Mb/s) is within 10 %,
+    # the host is 20 % off
+    low = _two_host_dataset(tmp_path / "low", 40e6)
+    high = _two_host_dataset(tmp_path / "high", 50e6)
+    case = json.loads((low / "two" / "case.json").read_text())
+    assert bench.case_hosts(case) == ["dtn-1", "dtn-2"]
+    assert bench.case_hosts({"scenario": {"dtn": {}}}) == []
+    lab = bench.lab_run(low / "two", case)
+    assert lab.windows[0].host_bps == {"dtn-1": 60e6, "dtn-2": 40e6}
+    lines, counts = bench.compare([low], bench.recorded([high]))
+    tally = counts["all"]
+    assert tally["dtn"] == 2 and tally["host_windows"] == 4 and tally["host"] == 2
+    assert any("| 40.0 / 50.0 ✗ |" in line for line in lines)
+    # the mean of both recordings holds each host's mean
+    both = bench.mean_run([lab, bench.lab_run(high / "two", case)])
+    assert both.windows[1].host_bps["dtn-2"] == pytest.approx(45e6)
+    # one-DTN cases count no hosts
+    one = _dataset(tmp_path / "one", True)
+    _, single = bench.compare([one], bench.recorded([one]))
+    assert single["all"]["host_windows"] == 0
+
+
+def test_the_twins_hosts_add_up_to_its_dtn_class(bench: ModuleType) -> None:
+    case = {
+        "name": "c",
+        "duration_s": 4.0,
+        "u_schedule": [[0.0, 30e6]],
+        "scenario": {
+            "bottleneck": {"capacity_bps": 100e6},
+            "campus": {"long_flows": 2, "base_rtt_s": 0.01},
+            "dtn": {"streams": 2, "base_rtt_s": 0.1},
+            "more_dtns": [{"name": "dtn-2", "streams": 2, "base_rtt_s": 0.05, "start_s": 2}],
+        },
+    }
+    rows = bench.sim_rows(case, 1)
+    for row in rows:
+        both = row["host_dtn-1_rate_bps"] + row["host_dtn-2_rate_bps"]
+        assert both == pytest.approx(row["dtn_rate_bps"], rel=1e-9)
+    # dtn-2 sends nothing before it starts, then its share of the link
+    assert rows[0]["host_dtn-2_rate_bps"] == 0.0 < rows[0]["host_dtn-1_rate_bps"]
+    assert rows[3]["host_dtn-2_rate_bps"] > 1e6

@@ -103,7 +103,11 @@ class Endpoint:
         self.probes_on_loopback = probes_on_loopback
         self.dropped = 0
         """Connections refused at accept, timed out, reset or malformed."""
+        self.refused = 0
+        """Of those, the ones refused at accept (no room, or too many from one source)."""
         self.served = 0
+        self.most_open = 0
+        """The most connections held open at once (never above ``limits.connections``)."""
         self._open = 0
         self._per_source: Counter[str] = Counter()
         self._unlogged = 0
@@ -167,9 +171,11 @@ class Endpoint:
         limits = self.limits
         if self._open >= limits.connections or self._per_source[source] >= limits.per_source:
             self._drop("no room" if self._open >= limits.connections else f"{source}: too many")
+            self.refused += 1
             writer.transport.abort()
             return
         self._open += 1
+        self.most_open = max(self.most_open, self._open)
         self._per_source[source] += 1
         try:
             async with asyncio.timeout(limits.deadline_s):

@@ -124,40 +124,49 @@ def served_ticks(points: list[TruthPoint], snapshots: list[Snapshot]) -> dict[in
 
     The target's class counters are the tap's bytes since the collector's entries went in,
     so ``int(tap bytes) − counter`` is one constant per class for the tick a read served:
-    the constant is the one every snapshot's neighbourhood agrees on. Matched by the read's
-    wall-clock stamp instead, a tick that ran while the answer was in flight could land on
-    the wrong side of it: 2-8 ms of simulated time in 3 of 21 samples on a loaded host,
-    and in CI runs one sample 12 % high and the next 12 % low, their sum right."""
-    by_bytes = {(int(p.dtn_tap_bytes), int(p.campus_tap_bytes)): p for p in points}
+    the constant every snapshot's neighbourhood agrees on. Matched by the read's wall-clock
+    stamp instead, a tick that ran while the answer was in flight could land on the wrong
+    side of it: 2-8 ms of simulated time in 3 of 21 samples on a loaded host, and in CI runs
+    one sample 12 % high and the next 12 % low, their sum right.
+
+    The campus counter alone settles the constant: it is one class's whole bytes, exact at
+    every tick. The DTN counter is the sum of the hosts' counters, each taking the whole
+    bytes of its own count, so its constant wanders by a byte or two from read to read; a
+    vote on the pair split the true constant's votes between those values, and on a link
+    whose classes are both held at a fixed rate (every byte count linear in time) a pair
+    shifted by a few ticks could tie with it and win."""
     times = [p.wall_s for p in points]
-    votes: collections.Counter[tuple[int, int]] = collections.Counter()
+    votes: collections.Counter[int] = collections.Counter()
     for snap in snapshots:
         stamp = snap.state.measured_at_s
         low = bisect.bisect_left(times, stamp - 1.0)
         high = bisect.bisect_right(times, stamp + 1.0)
-        votes.update(
-            {
-                (int(p.dtn_tap_bytes) - snap.dtn_bytes, int(p.campus_tap_bytes) - snap.campus_bytes)
-                for p in points[low:high]
-            }
-        )
+        votes.update({int(p.campus_tap_bytes) - snap.campus_bytes for p in points[low:high]})
     if not votes:
         return {}
-    (dtn_offset, campus_offset), _ = votes.most_common(1)[0]
+    ((campus_offset, _),) = votes.most_common(1)
+    by_campus: dict[int, list[TruthPoint]] = collections.defaultdict(list)
+    for point in points:
+        by_campus[int(point.campus_tap_bytes)].append(point)
+    candidates = {
+        s.sequence: (s, by_campus.get(s.campus_bytes + campus_offset, [])) for s in snapshots
+    }
+    dtn_votes = collections.Counter(
+        int(p.dtn_tap_bytes) - s.dtn_bytes for s, found in candidates.values() for p in found
+    )
+    if not dtn_votes:
+        return {}
+    ((dtn_offset, _),) = dtn_votes.most_common(1)
 
-    def tick_of(snap: Snapshot) -> TruthPoint | None:
-        # several DTN hosts: each host's counter takes the whole bytes of its own count, so
-        # their sum can be a byte or so off the whole bytes of the total
+    def tick_of(snap: Snapshot, found: list[TruthPoint]) -> TruthPoint | None:
         for slack in DTN_HOST_SLACK_BYTES:
-            point = by_bytes.get(
-                (snap.dtn_bytes + dtn_offset + slack, snap.campus_bytes + campus_offset)
-            )
-            if point is not None:
-                return point
+            for point in found:
+                if int(point.dtn_tap_bytes) == snap.dtn_bytes + dtn_offset + slack:
+                    return point
         return None
 
-    found = {s.sequence: tick_of(s) for s in snapshots}
-    return {sequence: point for sequence, point in found.items() if point is not None}
+    ticks = {sequence: tick_of(s, found) for sequence, (s, found) in candidates.items()}
+    return {sequence: point for sequence, point in ticks.items() if point is not None}
 
 
 DTN_HOST_SLACK_BYTES = (0, -1, 1, -2, 2)

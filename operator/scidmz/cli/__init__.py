@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from scidmz.cli import bench, lab, learn, services, sim, target, tools
+from scidmz.cli import bench, lab, learn, preflight, services, sim, target, tools
 
 app = typer.Typer(
     help="scidmz: keep Science DMZ transfers at their target rate on a shared campus link.",
@@ -53,6 +53,7 @@ app.command(rich_help_panel=EXPERIMENTS)(learn.train)
 app.command(rich_help_panel=EXPERIMENTS)(learn.tune)
 app.add_typer(bench.bench_app, name="bench", rich_help_panel=EXPERIMENTS)
 app.command(rich_help_panel=TOOLS)(tools.demo)
+app.command(rich_help_panel=TOOLS)(preflight.preflight)
 app.add_typer(tools.testenv_app, name="testenv", rich_help_panel=TOOLS)
 for generator in (tools.crd, tools.p4info, tools.dashboards):
     app.command(rich_help_panel=TOOLS)(generator)

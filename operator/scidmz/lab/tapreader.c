@@ -122,6 +122,17 @@ int main(int argc, char **argv) {
         sll.sll_protocol = htons(ETH_P_ALL);
         sll.sll_ifindex = index;
         if (bind(t->fd, (struct sockaddr *)&sll, sizeof sll) < 0) { perror("bind"); return 1; }
+        /* A mirror port's frames are addressed to the monitored hosts, which a NIC's
+         * address filter drops unless it is promiscuous: ask for it while the socket is
+         * open (the kernel counts such requests and drops this one with the socket, so the
+         * interface is left as it was). */
+        struct packet_mreq promisc = {0};
+        promisc.mr_ifindex = index;
+        promisc.mr_type = PACKET_MR_PROMISC;
+        if (setsockopt(t->fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &promisc, sizeof promisc) < 0) {
+            perror("PACKET_ADD_MEMBERSHIP");
+            return 1;
+        }
         int on = 1;
         setsockopt(t->fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
         /* room for the reader (or the target behind it) to fall a second behind at

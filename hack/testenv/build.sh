@@ -15,6 +15,13 @@ HELM_VERSION=v3.22.0
 # Only its CRDs (ServiceMonitor, PodMonitor, PrometheusRule), so that the chart's monitoring
 # objects are validated by the API server against the real schemas.
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+# Argo CD's Application and AppProject, Flux's GitRepository, OCIRepository and Kustomization
+# CRDs, so that the GitOps examples are validated against their real schemas (their
+# controllers do not run here). Their modules need a newer Go than this machine's to build,
+# but `go mod download` still fetches the source archive, which is all this needs.
+ARGOCD_VERSION=v3.6.1
+FLUX_SOURCE_VERSION=v1.10.1
+FLUX_KUSTOMIZE_VERSION=v1.10.1
 # The real node (scidmz.testenv.node): kubelet and kube-proxy from the same module as the
 # control plane, CoreDNS for cluster DNS, and the pod sandbox's pause program.
 COREDNS_VERSION=v1.12.4
@@ -47,6 +54,33 @@ if [[ ! -d "$monitoring" ]]; then
   done
   mv "$monitoring.partial" "$monitoring"
   ln -sfn "$(basename "$monitoring")" "$out/monitoring-crds"
+fi
+
+gitops="$out/gitops-argocd-${ARGOCD_VERSION}_flux-${FLUX_SOURCE_VERSION}-${FLUX_KUSTOMIZE_VERSION}-crds"
+if [[ ! -d "$gitops" ]]; then
+  echo ">> fetching Argo CD ${ARGOCD_VERSION} and Flux's CRDs" >&2
+  mkdir -p "$out"; rm -rf "$gitops.partial"; mkdir -p "$gitops.partial"
+  # each line: module@version, then the paths in its archive of the CRDs to take
+  while read -r module paths; do
+    # it exits non-zero after fetching the archive (the module wants a newer Go to build)
+    listing=$(cd "$out" && $go mod download -json "$module" 2>/dev/null) || :
+    zip=$(sed -n 's/^\t"Zip": "\(.*\)",$/\1/p' <<<"$listing")
+    [[ -n "$zip" ]] || { echo "cannot fetch $module" >&2; exit 1; }
+    # shellcheck disable=SC2086 # the paths are words
+    python3 -c '
+import pathlib, sys, zipfile
+archive, module, out, *paths = sys.argv[1:]
+with zipfile.ZipFile(archive) as z:
+    for path in paths:
+        pathlib.Path(out, pathlib.Path(path).name).write_bytes(z.read(f"{module}/{path}"))
+' "$zip" "$module" "$gitops.partial" $paths
+  done <<CRDS
+github.com/argoproj/argo-cd/v3@${ARGOCD_VERSION} manifests/crds/application-crd.yaml manifests/crds/appproject-crd.yaml
+github.com/fluxcd/source-controller@${FLUX_SOURCE_VERSION} config/crd/bases/source.toolkit.fluxcd.io_gitrepositories.yaml config/crd/bases/source.toolkit.fluxcd.io_ocirepositories.yaml
+github.com/fluxcd/kustomize-controller@${FLUX_KUSTOMIZE_VERSION} config/crd/bases/kustomize.toolkit.fluxcd.io_kustomizations.yaml
+CRDS
+  mv "$gitops.partial" "$gitops"
+  ln -sfn "$(basename "$gitops")" "$out/gitops-crds"
 fi
 
 node="$out/node-coredns-${COREDNS_VERSION}_prometheus-${PROMETHEUS_MODULE_VERSION}"

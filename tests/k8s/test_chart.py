@@ -381,3 +381,44 @@ def test_simulated_switch_is_optional_and_its_certificates_chain(plane):
     assert args[args.index("--actuator-client") + 1] == "scidmz-sim-actuator"
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["resources"]["requests"]
+
+
+def test_a_private_registrys_pull_secrets_reach_every_pod(plane, monkeypatch):
+    """imagePullSecrets go on the operator's and the simulated switch's pods, and to the
+    operator as the names it puts on every workload (parsed as its settings parse them)."""
+    from scidmz.k8s.settings import OperatorSettings
+
+    objects = _objects(plane, "imagePullSecrets[0].name=campus-registry",
+                       "simulatedSwitch.enabled=true")  # fmt: skip
+    pods = [o["spec"]["template"]["spec"] for o in objects if o["kind"] == "Deployment"]
+    assert len(pods) == 2  # the operator and the simulated switch
+    assert all(p["imagePullSecrets"] == [{"name": "campus-registry"}] for p in pods)
+    operator = next(p for p in pods if p["containers"][0]["name"] != "target")
+    env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
+    monkeypatch.setenv("SCIDMZ_IMAGE_PULL_SECRETS", env["SCIDMZ_IMAGE_PULL_SECRETS"])
+    assert OperatorSettings().workload().image_pull_secrets == ("campus-registry",)
+    # none given: no such variable, and an entry without a name is refused
+    plain = next(o for o in _objects(plane) if o["kind"] == "Deployment")
+    assert "SCIDMZ_IMAGE_PULL_SECRETS" not in {
+        e["name"] for e in plain["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    refused = _helm(plane, "template", "x", str(CHART), "--kube-version", KUBE_VERSION,
+                    "--set", "imagePullSecrets[0].nam=typo", check=False)  # fmt: skip
+    assert refused.returncode != 0 and "name" in refused.stderr
+
+
+def test_the_packaged_chart_renders_as_the_folder_does(plane, tmp_path):
+    """`helm package` (what a registry or an air-gapped site gets) carries every template,
+    value and CRD: the package renders the same objects as the folder."""
+    packaged = _helm(plane, "package", str(CHART), "--destination", str(tmp_path))
+    (archive,) = tmp_path.glob("scidmz-*.tgz")
+    assert archive.name in packaged.stdout
+
+    def rendered(chart: str) -> list[dict]:
+        text = _helm(plane, "template", "scidmz", chart, "--namespace", "scidmz-system",
+                     "--kube-version", KUBE_VERSION, "--include-crds").stdout  # fmt: skip
+        return [o for o in yaml.safe_load_all(text) if o]
+
+    from_package = rendered(str(archive))
+    assert from_package == rendered(str(CHART))
+    assert any(o["kind"] == "CustomResourceDefinition" for o in from_package)

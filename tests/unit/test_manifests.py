@@ -1,6 +1,8 @@
 """The pure builders of a link's loop (scidmz.k8s.manifests): what runs where, locked down,
 in the operator's namespace only."""
 
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -371,3 +373,31 @@ def test_other_dtn_caps_need_no_shaper(kind):
     host = {**link_spec()["dtnHosts"][0], "shaper": {"type": kind}}
     children = _children(link_spec(dtnHosts=[host]))
     assert not any("dtn-shaper" in name for name in children)
+
+
+def test_an_image_from_a_private_registry_is_pulled_by_every_pod_with_its_secrets():
+    """Every pod the operator makes (the loop's Deployments and the shaper restore Job)
+    names the pull Secrets; none without them."""
+    private = replace(SETTINGS, image_pull_secrets=("campus-registry", "mirror"))
+    config = render(
+        _with_tc_shaper(), policy_spec(), 1, collector_address(REF.name, private),
+        dtn_shaper_address(REF.name, private, SHAPER_PORT + 1, "dtn-1"), SECURITY,
+    )  # fmt: skip
+    ports = (
+        HostPortAllocation(workload="controller", node="edge-1", port=9500),
+        HostPortAllocation(workload="dtn-shaper-dtn-1", node="dtn-1", port=SHAPER_PORT),
+    )
+    children = build_children(REF, config, private, LinkWorkloads(host_ports=ports))
+    pods = [o["spec"]["template"]["spec"] for o in children if o["kind"] == "Deployment"]
+    assert len(pods) == 3  # collector, controller, the DTN host's shaper
+    wanted = [{"name": "campus-registry"}, {"name": "mirror"}]
+    assert all(pod["imagePullSecrets"] == wanted for pod in pods)
+    shaper = next(o for o in children if o["metadata"]["name"].endswith("dtn-shaper-dtn-1")
+                  and o["kind"] == "Deployment")  # fmt: skip
+    restore = shaper_restore_of(shaper)
+    assert restore is not None
+    job = build_shaper_restore_job(REF, restore, private)
+    assert job["spec"]["template"]["spec"]["imagePullSecrets"] == wanted
+    # the public image: no such field at all
+    assert all("imagePullSecrets" not in _pod(_children(_with_tc_shaper()), c)
+               for c in ("collector", "controller"))  # fmt: skip

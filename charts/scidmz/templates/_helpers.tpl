@@ -43,3 +43,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "scidmz.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* The image pull Secrets' names as a JSON list (the operator's SCIDMZ_IMAGE_PULL_SECRETS). */}}
+{{- define "scidmz.pullSecretNames" -}}
+{{- $names := list -}}
+{{- range .Values.imagePullSecrets -}}
+{{- $names = append $names (required "imagePullSecrets: each entry needs a name" .name) -}}
+{{- end -}}
+{{- toJson $names -}}
+{{- end -}}

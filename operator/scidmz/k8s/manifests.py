@@ -70,6 +70,8 @@ class WorkloadSettings:
     namespace: str = "scidmz-system"
     """The operator's namespace: every object of every link goes here."""
     image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets the pods pull the image with (a private registry)."""
     collector_grpc_port: int = 50051
     collector_http_port: int = 9460
     controller_http_port: int = 9461
@@ -259,6 +261,13 @@ def build_config_map(
     }
 
 
+def _pull_secrets(settings: WorkloadSettings) -> dict[str, Any]:
+    """A pod spec's imagePullSecrets, when the image comes from a private registry."""
+    if not settings.image_pull_secrets:
+        return {}
+    return {"imagePullSecrets": [{"name": name} for name in settings.image_pull_secrets]}
+
+
 def build_service_account(ref: LinkRef, settings: WorkloadSettings) -> dict[str, Any]:
     # The workloads never call the Kubernetes API: no token is mounted and no RBAC is bound.
     return {
@@ -328,6 +337,7 @@ def _deployment(
         "serviceAccountName": child_name(ref.name, "scidmz"),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        **_pull_secrets(settings),
         "containers": [container],
         "volumes": [
             {"name": "config", "configMap": {"name": config_map}},
@@ -621,6 +631,7 @@ def build_shaper_restore_job(
         "serviceAccountName": child_name(ref.name, "scidmz"),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
+        **_pull_secrets(settings),
         "restartPolicy": "OnFailure",
         "containers": [container],
         "volumes": [],

@@ -35,6 +35,13 @@ class OperatorSettings(BaseSettings):
     image_pull_policy: str = Field(
         default="IfNotPresent", description="Pull policy of the workloads' image."
     )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Secrets (in the operator's namespace) the workloads' pods pull their "
+        "image with, by name (JSON list; the chart passes its imagePullSecrets): for an image "
+        "in a private registry.",
+    )
     operator_namespace: str = Field(
         default="scidmz-system",
         min_length=1,
@@ -210,6 +217,7 @@ class OperatorSettings(BaseSettings):
             image=self.image,
             namespace=self.operator_namespace,
             image_pull_policy=self.image_pull_policy,
+            image_pull_secrets=tuple(self.image_pull_secrets),
             collector_grpc_port=self.collector_grpc_port,
             collector_http_port=self.collector_http_port,
             controller_http_port=self.controller_http_port,

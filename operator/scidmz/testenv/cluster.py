@@ -57,6 +57,9 @@ class Toolchain:
     kwok_stages: Path
     monitoring_crds: Path
     """ServiceMonitor, PodMonitor and PrometheusRule CRDs of the Prometheus Operator."""
+    gitops_crds: Path
+    """Argo CD's Application and AppProject, Flux's GitRepository, OCIRepository and
+    Kustomization CRDs (the GitOps examples are validated against them)."""
 
     def path(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -94,6 +97,7 @@ def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
         bin_dir=bin_dir,
         kwok_stages=bin_dir.parent / "kwok-stages.yaml",
         monitoring_crds=bin_dir.parent / "monitoring-crds",
+        gitops_crds=bin_dir.parent / "gitops-crds",
     )
 
 

@@ -19,7 +19,7 @@ NAMESPACES = ("argocd", "flux-system", "climate")
 
 @pytest.fixture(scope="module")
 def gitops_crds(plane):
-    crds = Path(plane.toolchain.gitops_crds)
+    crds = Path(plane.toolchain.gitops_crds).resolve()  # kubectl does not follow a link
     # Argo CD's Application CRD is larger than client-side apply's annotation allows
     plane.kubectl("apply", "--server-side", "-f", str(crds))
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))

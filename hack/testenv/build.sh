@@ -15,6 +15,10 @@ HELM_VERSION=v3.22.0
 # Only its CRDs (ServiceMonitor, PodMonitor, PrometheusRule), so that the chart's monitoring
 # objects are validated by the API server against the real schemas.
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
+# The oldest release the chart allows (Chart.yaml's kubeVersion): its kube-apiserver, which
+# the CRDs' validation rules, the admission policy and every manifest shown are tested
+# against (tests/k8s/test_oldest_kubernetes.py); its own module in ./oldest.
+OLDEST_K8S_VERSION=v1.31.14
 # Argo CD's Application and AppProject, Flux's GitRepository, OCIRepository and Kustomization
 # CRDs, so that the GitOps examples are validated against their real schemas (their
 # controllers do not run here). Their modules need a newer Go than this machine's to build,
@@ -103,6 +107,22 @@ if [[ ! -x "$node/kubelet" || ! -x "$node/kube-proxy" || ! -x "$node/coredns" ||
   rm -rf "$node"; mv "$node.partial" "$node"
 fi
 ln -sfn "$(basename "$node")" "$out/node"
+
+oldest="$out/oldest-kube-apiserver-${OLDEST_K8S_VERSION}"
+if [[ ! -x "$oldest/kube-apiserver" ]]; then
+  echo ">> building kube-apiserver ${OLDEST_K8S_VERSION}, the oldest release the chart allows" \
+       "(cold: ~5 min)" >&2
+  rm -rf "$oldest.partial"; mkdir -p "$oldest.partial"
+  oldest_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${OLDEST_K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=31"
+  (
+    cd "$here/oldest"
+    export CGO_ENABLED=0 GOFLAGS=-mod=mod
+    $go build -trimpath -ldflags "$oldest_ldflags" -o "$oldest.partial/" \
+      k8s.io/kubernetes/cmd/kube-apiserver
+  )
+  rm -rf "$oldest"; mv "$oldest.partial" "$oldest"
+fi
+ln -sfn "$(basename "$oldest")" "$out/oldest"
 
 want=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm)
 complete=1

@@ -236,6 +236,9 @@ def test_several_dtn_links_are_read_as_the_one_dtn_port() -> None:
         f"bc={ROLE_CAMPUS_IN}", f"bd={ROLE_DTN_IN}", f"bd2={ROLE_DTN_IN}", f"bd3={ROLE_DTN_IN}",
         f"bn={ROLE_BOTTLENECK_OUT},out", f"br={ROLE_ACKS_IN}",
     ]  # fmt: skip
+    # mirror ports: the bottleneck side's copies arrive, as every other side's do
+    mirrored = TapWiring("bc", "bd", "bn", "br", mirrored=True).taps()
+    assert f"bn={ROLE_BOTTLENECK_OUT}" in mirrored and not any(",out" in t for t in mirrored)
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,14 @@ def target(
     netns: Annotated[
         str | None, typer.Option(help="--source packets: the network namespace of --taps.")
     ] = None,
+    mirror_ports: Annotated[
+        bool,
+        typer.Option(
+            help="--source packets: every --taps interface is a mirror port, whose frames "
+            "arrive on it, the bottleneck side's too (default: the bottleneck interface is "
+            "BR1's own egress, read as it transmits, as in the lab).",
+        ),
+    ] = False,
     capture_stats: Annotated[
         Path | None,
         typer.Option(
@@ -115,7 +123,7 @@ def target(
     try:
         wired = _parse_ports(ports)
         if source != "sim":
-            packet_source = _packet_tap(source, taps, netns, wired, capture_stats)
+            packet_source = _packet_tap(source, taps, netns, wired, capture_stats, mirror_ports)
         else:
             packet_source = _netsim_source(scenario, wired, dtn_address, campus_address, speedup)
     except (ValueError, ScenarioError, LabError) as error:
@@ -258,7 +266,12 @@ def parse_taps(taps: str) -> dict[str, list[str]]:
 
 
 def _packet_tap(
-    source: str, taps: str, netns: str | None, wired: dict[str, int], stats: Path | None
+    source: str,
+    taps: str,
+    netns: str | None,
+    wired: dict[str, int],
+    stats: Path | None,
+    mirror_ports: bool = False,
 ) -> PacketTapSource:
     """The packet tap of --source packets (--taps, --netns) or --source lab (the lab's)."""
     import tempfile
@@ -280,6 +293,7 @@ def _packet_tap(
         dtn_port=wired["dtn"],
         bottleneck_port=wired["bottleneck"],
         more_dtn_in=tuple(interfaces["dtn"][1:]),
+        mirrored=mirror_ports and source == "packets",
     )
     reader = [str(native.binary("tapreader"))]
     if netns:

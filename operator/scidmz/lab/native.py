@@ -1,5 +1,6 @@
-"""The lab's two C programs (``delayline.c``, ``tapreader.c``), compiled on first use with
-the host's gcc and cached by the hash of their source."""
+"""The lab's C programs (``delayline.c``, ``tapreader.c``, and the capture benchmark's
+``framegen.c``), compiled on first use with the host's gcc and cached by the hash of their
+source."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def cache_dir() -> Path:
 
 
 def binary(name: str, cache: Path | None = None) -> Path:
-    """``name`` (``delayline`` or ``tapreader``) built from the packaged source."""
+    """``name`` (``delayline``, ``tapreader`` or ``framegen``) built from the packaged source."""
     source = resources.files("scidmz.lab").joinpath(f"{name}.c").read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:12]
     where = cache or cache_dir()

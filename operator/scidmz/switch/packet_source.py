@@ -76,13 +76,17 @@ class TapWiring:
     more_dtn_in: tuple[str, ...] = ()
     """Further links from DTN hosts into BR1, read as the same DTN port (the DTN hosts
     are told apart by their receiver prefixes, as the switch's classification does)."""
+    mirrored: bool = False
+    """Every interface is a mirror port: the bottleneck side's frames arrive on it too.
+    Otherwise the bottleneck interface is BR1's own egress, read as it transmits (the lab)."""
 
     def taps(self) -> list[str]:
         """``tapreader`` arguments."""
+        egress = "" if self.mirrored else ",out"
         return [
             f"{self.campus_in}={ROLE_CAMPUS_IN}",
             *(f"{i}={ROLE_DTN_IN}" for i in (self.dtn_in, *self.more_dtn_in)),
-            f"{self.bottleneck_out}={ROLE_BOTTLENECK_OUT},out",
+            f"{self.bottleneck_out}={ROLE_BOTTLENECK_OUT}{egress}",
             f"{self.acks_in}={ROLE_ACKS_IN}",
         ]
 

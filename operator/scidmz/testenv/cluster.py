@@ -60,6 +60,8 @@ class Toolchain:
     gitops_crds: Path
     """Argo CD's Application and AppProject, Flux's GitRepository, OCIRepository and
     Kustomization CRDs (the GitOps examples are validated against them)."""
+    oldest_apiserver: Path
+    """kube-apiserver of the oldest Kubernetes release the chart allows."""
 
     def path(self, name: str) -> str:
         return str(self.bin_dir / name)
@@ -98,6 +100,7 @@ def ensure_toolchain(log: Callable[[str], None] = print) -> Toolchain:
         kwok_stages=bin_dir.parent / "kwok-stages.yaml",
         monitoring_crds=bin_dir.parent / "monitoring-crds",
         gitops_crds=bin_dir.parent / "gitops-crds",
+        oldest_apiserver=bin_dir.parent / "oldest" / "kube-apiserver",
     )
 
 
@@ -265,8 +268,14 @@ def start_control_plane(
     timeout_s: float = 60.0,
     crds: tuple[Path, ...] = (),
     node_reachable: bool = False,
+    apiserver_binary: Path | None = None,
+    controllers: bool = True,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok.
+
+    ``apiserver_binary``: another kube-apiserver binary than the toolchain's (the oldest release
+    the chart allows); ``controllers`` False starts only etcd and the API server (what
+    validation and admission need), without the controllers, the fake nodes and kwok.
 
     ``node_reachable``: the API server also answers a real node's network
     (``testenv.node``: it listens on every address and advertises the host's end of the
@@ -302,8 +311,10 @@ def start_control_plane(
 
     def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (logs / f"{name}.log").open("wb")
+        own = apiserver_binary if name == "kube-apiserver" else None
+        binary = str(own) if own is not None else tools.path(name)
         proc = subprocess.Popen(
-            [tools.path(name), *args],
+            [binary, *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=clean_env,
@@ -361,6 +372,9 @@ def start_control_plane(
         if crds:
             plane.kubectl("apply", *[a for c in crds for a in ("-f", str(c))])
             plane.kubectl("wait", "--for", "condition=established", "--timeout=30s", "crd", "--all")
+        if not controllers:
+            log(f"testenv: API server only, up in {time.monotonic() - started:.1f}s")
+            return plane
         kube_flags = [
             f"--kubeconfig={kubeconfig}",
             "--leader-elect=false",

@@ -18,7 +18,7 @@ PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # The oldest release the chart allows (Chart.yaml's kubeVersion): its kube-apiserver, which
 # the CRDs' validation rules, the admission policy and every manifest shown are tested
 # against (tests/k8s/test_oldest_kubernetes.py); its own module in ./oldest.
-OLDEST_K8S_VERSION=v1.31.14
+OLDEST_K8S_VERSION=v1.34.4
 # Argo CD's Application and AppProject, Flux's GitRepository, OCIRepository and Kustomization
 # CRDs, so that the GitOps examples are validated against their real schemas (their
 # controllers do not run here). Their modules need a newer Go than this machine's to build,
@@ -113,7 +113,7 @@ if [[ ! -x "$oldest/kube-apiserver" ]]; then
   echo ">> building kube-apiserver ${OLDEST_K8S_VERSION}, the oldest release the chart allows" \
        "(cold: ~5 min)" >&2
   rm -rf "$oldest.partial"; mkdir -p "$oldest.partial"
-  oldest_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${OLDEST_K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=31"
+  oldest_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${OLDEST_K8S_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
   (
     cd "$here/oldest"
     export CGO_ENABLED=0 GOFLAGS=-mod=mod

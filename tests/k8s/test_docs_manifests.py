@@ -95,14 +95,28 @@ def _admission_knows(plane, link: str, namespace: str) -> None:
 
 
 def _delete(plane, objects: list[dict[str, Any]]) -> None:
+    """Policies first; links without waiting (where an operator runs, it takes a link's
+    loop down first, tens of seconds with DTN shapers): ``_gone`` waits for a link only
+    when a later manifest shows one of the same name."""
     for obj in sorted(objects, key=lambda o: -ORDER.get(o["kind"], 1)):
         if obj["kind"] == "Namespace":
             continue  # tenants' namespaces stay for the other manifests
         namespace = obj["metadata"].get("namespace")
         where = ["-n", namespace] if namespace else []
+        wait = "--wait=false" if obj["kind"] == "BorderLink" else "--timeout=60s"
         plane.kubectl(
             "delete", obj["kind"].lower(), obj["metadata"]["name"], *where,
-            "--ignore-not-found", "--timeout=60s", check=False,
+            "--ignore-not-found", wait, check=False,
+        )  # fmt: skip
+
+
+def _gone(plane, links: list[dict[str, Any]]) -> None:
+    """Until no link of these names is left from an earlier manifest (still being deleted)."""
+    for link in links:
+        name = link["metadata"]["name"]
+        wait_for(
+            lambda name=name: plane.kubectl("get", "borderlink", name, check=False).returncode,
+            180, f"BorderLink {name} of an earlier manifest to be deleted",
         )  # fmt: skip
 
 
@@ -126,6 +140,7 @@ def apply_as_shown(plane, manifest: Manifest) -> str | None:
         return f"{manifest.where}: its policies name links nothing shows: {missing}"
     # a policy's link shown elsewhere goes in first, as a user following the pages has it
     applied = [LINKS[name] for name in sorted(named - shown)] + objects
+    _gone(plane, [o for o in applied if o["kind"] == "BorderLink"])
     try:
         result = _apply(plane, [o for o in applied if o["kind"] != "DTNTransferPolicy"])
         if policies and result.returncode == 0:
@@ -167,6 +182,7 @@ def test_a_stale_manifest_is_caught(plane, admission_policy, tenants):
     # a policy naming a link nothing shows
     elsewhere = {**policy, "spec": {**policy["spec"], "linkRef": {"name": "nowhere"}}}
     assert "nothing shows" in (apply_as_shown(plane, Manifest("page", [elsewhere])) or "")
+    _gone(plane, [link])
     assert _apply(plane, [link]).returncode == 0  # nothing was left behind to clash with
     _delete(plane, [link])
 

@@ -19,11 +19,11 @@ def test_the_best_step_is_the_highest_with_no_frame_lost_in_any_run(bench):
     step = bench.Step
     steps = [
         # 100 k/s: clean in both runs, half a core each
-        step(1, 100_000, 10.0, 2_500_000, 2_500_000, 0, 5.0),
-        step(2, 100_000, 10.0, 2_500_000, 2_500_000, 0, 5.0),
+        step(1, 100_000, 10.0, 2_500_000, 2_500_000, 0, 5.0, 10.0),
+        step(2, 100_000, 10.0, 2_500_000, 2_500_000, 0, 5.0, 10.0),
         # 200 k/s: one run lost frames, so the step does not count
-        step(1, 200_000, 10.0, 5_000_000, 5_000_000, 0, 9.0),
-        step(2, 200_000, 10.0, 5_000_000, 4_900_000, 100_000, 10.0),
+        step(1, 200_000, 10.0, 5_000_000, 5_000_000, 0, 9.0, 10.0),
+        step(2, 200_000, 10.0, 5_000_000, 4_900_000, 100_000, 10.0, 10.0),
     ]
     text = bench.report(steps, "cmd")
     assert "**Kept up with, no frame lost:** 100 k data frames/s, a 1.21 Gb/s link" in text

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from scidmz.lab import native
+from scidmz.lab.loop import tree_cpu_s
 from scidmz.testenv.cluster import free_port
 
 OUT = Path(__file__).parent / "results" / "tap_capture"
@@ -93,23 +94,6 @@ def teardown() -> None:
     subprocess.run(["ip", "netns", "del", NETNS], capture_output=True, check=False)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of ``pid`` and its descendants so far."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            stat = Path(f"/proc/{current}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(stat[11]) + int(stat[12])) / ticks
-            children = Path(f"/proc/{current}/task/{current}/children").read_text().split()
-        except OSError:
-            continue
-        pending += [int(c) for c in children]
-    return total
-
-
 def capture_totals(stats: Path) -> tuple[int, int]:
     data = json.loads(stats.read_text())
     return sum(v["frames"] for v in data.values()), sum(v["kernel_drops"] for v in data.values())
@@ -130,7 +114,7 @@ def wait_stats(stats: Path, settle_s: float = 2.5) -> tuple[int, int]:
 def step(framegen: Path, target_pid: int, stats: Path, run: int, data_fps: int,
          seconds: float) -> Step:  # fmt: skip
     before, drops_before = wait_stats(stats)
-    cpu_before, started = cpu_seconds(target_pid), time.monotonic()
+    cpu_before, started = tree_cpu_s(target_pid), time.monotonic()
     offered = [
         ("g" + PORTS["campus"], "data", data_fps),
         ("g" + PORTS["bottleneck"], "data", data_fps),
@@ -146,7 +130,7 @@ def step(framegen: Path, target_pid: int, stats: Path, run: int, data_fps: int,
     ]
     sent = sum(json.loads(g.communicate(timeout=seconds + 30)[0])["sent"] for g in generators)
     after, drops_after = wait_stats(stats, settle_s=1.2)
-    cpu, wall = cpu_seconds(target_pid) - cpu_before, time.monotonic() - started
+    cpu, wall = tree_cpu_s(target_pid) - cpu_before, time.monotonic() - started
     return Step(run, data_fps, seconds, sent, after - before, drops_after - drops_before,
                 cpu, wall)  # fmt: skip
 

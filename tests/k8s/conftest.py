@@ -3,6 +3,7 @@ kube-scheduler, kwok) built by hack/testenv/build.sh and started once per sessio
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import time
@@ -22,6 +23,15 @@ from scidmz.testenv.operator_process import OperatorProcess, start_operator
 REPO = Path(__file__).resolve().parents[2]
 SWITCH_NAME = "scidmz-target"
 """The example link's switch TLS server name (examples/borderlink.yaml)."""
+
+
+def secret_data(plane, name: str, namespace: str = OPERATOR_NAMESPACE) -> dict[str, bytes]:
+    """A Secret's data, decoded ({} when there is none)."""
+    found = plane.kubectl("get", "secret", name, "-n", namespace, "-o", "yaml", check=False)
+    if found.returncode != 0:
+        return {}
+    data = yaml.safe_load(found.stdout).get("data") or {}
+    return {key: base64.b64decode(value) for key, value in data.items()}
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1):

@@ -4,13 +4,11 @@ the operator makes a new CA and reissues every identity from it, with nothing el
 
 from __future__ import annotations
 
-import base64
-
 import pytest
 import yaml
 
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
-from tests.k8s.conftest import wait_for
+from tests.k8s.conftest import secret_data, wait_for
 from tests.loops import link_object, policy_object
 
 CA_SECRET = "scidmz-ca-backup-test"
@@ -32,15 +30,6 @@ def own_ca(operator):
         operator.start()
 
 
-def _data(plane, name: str) -> dict[str, bytes]:
-    found = plane.kubectl("get", "secret", name, "-n", OPERATOR_NAMESPACE, "-o", "yaml",
-                          check=False)  # fmt: skip
-    if found.returncode != 0:
-        return {}
-    data = yaml.safe_load(found.stdout).get("data") or {}
-    return {key: base64.b64decode(value) for key, value in data.items()}
-
-
 def test_a_restored_ca_is_adopted_and_a_lost_one_replaced(own_ca, links, kube):
     plane = own_ca.plane
     name = links.name("ca")
@@ -48,8 +37,8 @@ def test_a_restored_ca_is_adopted_and_a_lost_one_replaced(own_ca, links, kube):
     kube.apply(policy_object("p", kube.namespace, linkRef={"name": name}))
     wait_for(lambda: links.ready(name), 30, "the link Ready")
     identity = f"{name}-controller-tls"
-    wait_for(lambda: _data(plane, identity), 15, "the controller's identity")
-    ca, issued = _data(plane, CA_SECRET), _data(plane, identity)
+    wait_for(lambda: secret_data(plane, identity), 15, "the controller's identity")
+    ca, issued = secret_data(plane, CA_SECRET), secret_data(plane, identity)
     assert issued["ca.crt"] == ca["tls.crt"]
 
     # the backup, as the page takes it
@@ -68,17 +57,17 @@ def test_a_restored_ca_is_adopted_and_a_lost_one_replaced(own_ca, links, kube):
     # a change to the policy: the restarted operator has passed over the link once it shows
     kube.apply(policy_object("p", kube.namespace, linkRef={"name": name}, targetRate="350Mbps"))
     wait_for(lambda: _admitted_target(links, name) == "350Mbps", 30, "a pass over the link")
-    assert _data(plane, CA_SECRET)["tls.crt"] == ca["tls.crt"]
-    assert _data(plane, identity)["tls.crt"] == issued["tls.crt"]
+    assert secret_data(plane, CA_SECRET)["tls.crt"] == ca["tls.crt"]
+    assert secret_data(plane, identity)["tls.crt"] == issued["tls.crt"]
 
     # lost for good: a new CA, and the identity reissued from it without anyone's help
     own_ca.stop()
     plane.kubectl("delete", "secret", CA_SECRET, "-n", OPERATOR_NAMESPACE)
     own_ca.start(SCIDMZ_CA_SECRET=CA_SECRET)
-    wait_for(lambda: _data(plane, CA_SECRET), 30, "a new CA")
-    fresh = _data(plane, CA_SECRET)["tls.crt"]
+    wait_for(lambda: secret_data(plane, CA_SECRET), 30, "a new CA")
+    fresh = secret_data(plane, CA_SECRET)["tls.crt"]
     assert fresh != ca["tls.crt"]
-    wait_for(lambda: _data(plane, identity).get("ca.crt") == fresh, 60,
+    wait_for(lambda: secret_data(plane, identity).get("ca.crt") == fresh, 60,
              "the controller's identity reissued from the new CA")  # fmt: skip
 
 

@@ -12,7 +12,6 @@ never moved: the lifetimes are short instead.
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import itertools
 import os
@@ -35,7 +34,7 @@ from scidmz.testenv.cluster import free_port
 from scidmz.testenv.identities import OPERATOR_NAMESPACE
 from scidmz.testenv.processes import stop_all
 from scidmz.testenv.projection import project_like_kubelet
-from tests.k8s.conftest import wait_for
+from tests.k8s.conftest import secret_data, wait_for
 from tests.loops import link_object, plaintext_link_spec, policy_object
 
 CA_SECRET = "scidmz-ca-rotation"
@@ -63,15 +62,6 @@ def short_lived(operator):
         operator.start()
 
 
-def _secret(plane, name: str) -> dict[str, bytes]:
-    found = plane.kubectl("get", "secret", name, "-n", OPERATOR_NAMESPACE, "-o", "yaml",
-                          check=False)  # fmt: skip
-    if found.returncode != 0:
-        return {}
-    data = yaml.safe_load(found.stdout).get("data") or {}
-    return {key: base64.b64decode(value) for key, value in data.items()}
-
-
 def _serial(pem: bytes) -> int:
     return x509.load_pem_x509_certificate(pem).serial_number
 
@@ -88,7 +78,7 @@ class Kubelet:
 
     def sync(self) -> None:
         for name, directory in self.secrets.items():
-            data = _secret(self.plane, name)
+            data = secret_data(self.plane, name)
             if data and data != self._seen.get(name):
                 project_like_kubelet(directory, {k: v.decode() for k, v in data.items()})
                 self._seen[name] = data
@@ -128,7 +118,7 @@ def test_the_loop_runs_through_a_ca_rollover_and_its_expiry_without_a_restart_or
         and "target_rate_bps: 600000000.0" in c["data"][CONFIG_KEY] and c,
         30, "the ConfigMap holding the policy",
     )  # fmt: skip
-    first_ca = _secret(plane, CA_SECRET)["tls.crt"]
+    first_ca = secret_data(plane, CA_SECRET)["tls.crt"]
     ca_expires = x509.load_pem_x509_certificate(first_ca).not_valid_after_utc
     dirs = {c: tmp_path / f"{c}-identity" for c in ("collector", "controller", "reader")}
     secrets = {
@@ -179,10 +169,10 @@ def test_the_loop_runs_through_a_ca_rollover_and_its_expiry_without_a_restart_or
             end = ca_expires + dt.timedelta(seconds=10)
             while dt.datetime.now(dt.UTC) < end:
                 states.append((time.monotonic(), read_state()))
-                ca = _secret(plane, CA_SECRET)
+                ca = secret_data(plane, CA_SECRET)
                 ca_keys.append(tuple(sorted(ca)))
-                leaf_serials.add(_serial(_secret(plane, f"{name}-controller-tls")["tls.crt"]))
-                reader_serials.add(_serial(_secret(plane, "scidmz-metrics-reader")["tls.crt"]))
+                leaf_serials.add(_serial(secret_data(plane, f"{name}-controller-tls")["tls.crt"]))
+                reader_serials.add(_serial(secret_data(plane, "scidmz-metrics-reader")["tls.crt"]))
                 status = (links.get(name) or {}).get("status") or {}
                 sampled.append((time.monotonic(), (status.get("state") or {}).get("sampledAt", "")))
                 time.sleep(1.0)
@@ -195,7 +185,7 @@ def test_the_loop_runs_through_a_ca_rollover_and_its_expiry_without_a_restart_or
     assert any("previous.crt" in keys for keys in ca_keys), ca_keys
     retired = next(k for k, keys in enumerate(ca_keys) if "previous.crt" in keys)
     assert any("previous.crt" not in keys for keys in ca_keys[retired:]), ca_keys  # dropped
-    assert _secret(plane, CA_SECRET)["tls.crt"] != first_ca
+    assert secret_data(plane, CA_SECRET)["tls.crt"] != first_ca
     # no restart, no storm: the same pod templates; each leaf reissued once per renewal
     for component, template in templates.items():
         assert links.child("deployment", f"{name}-{component}")["spec"]["template"] == template

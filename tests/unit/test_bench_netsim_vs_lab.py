@@ -34,24 +34,29 @@ def _row(
     return row
 
 
-def _dataset(root: Path, with_mean: bool, dtn_bps: float = 100e6, mean_s: float = 0.095) -> Path:
-    case = root / "case-a"
+def _recording(root: Path, name: str, scenario: dict, rows: list[dict[str, float]]) -> Path:
+    """A recording of one 30 s case, as `scidmz lab record` writes it."""
+    case = root / name
     case.mkdir(parents=True)
-    (root / "index.json").write_text(json.dumps({"cases": {"case-a": {"status": "ok"}}}))
-    scenario = {"bottleneck": {"capacity_bps": 300e6}, "dtn": {"congestion_control": "bbr"}}
+    (root / "index.json").write_text(json.dumps({"cases": {name: {"status": "ok"}}}))
     (case / "case.json").write_text(
-        json.dumps({"name": "case-a", "duration_s": 30.0, "scenario": scenario})
+        json.dumps({"name": name, "duration_s": 30.0, "scenario": scenario})
     )
-    # a full queue (99 ms) with a probe-rtt dip caught by the snapshot at t = 12 s
-    rows = [
-        _row(t, 0.0 if t == 12 else 0.099, mean_s if with_mean else None, dtn_bps)
-        for t in range(1, 31)
-    ]
     with (case / "truth.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return root
+
+
+def _dataset(root: Path, with_mean: bool, dtn_bps: float = 100e6, mean_s: float = 0.095) -> Path:
+    scenario = {"bottleneck": {"capacity_bps": 300e6}, "dtn": {"congestion_control": "bbr"}}
+    # a full queue (99 ms) with a probe-rtt dip caught by the snapshot at t = 12 s
+    rows = [
+        _row(t, 0.0 if t == 12 else 0.099, mean_s if with_mean else None, dtn_bps)
+        for t in range(1, 31)
+    ]
+    return _recording(root, "case-a", scenario, rows)
 
 
 def test_the_lab_is_judged_by_its_mean_queuing_delay_when_recorded(bench, tmp_path):
@@ -186,17 +191,11 @@ def test_the_targets_are_counted_per_buffer_when_asked(bench, tmp_path):
 
 def _two_host_dataset(root: Path, second_bps: float) -> Path:
     """A case with two DTN hosts: dtn-1 at 60 Mb/s, dtn-2 at ``second_bps``."""
-    case = root / "two"
-    case.mkdir(parents=True)
-    (root / "index.json").write_text(json.dumps({"cases": {"two": {"status": "ok"}}}))
     scenario = {
         "bottleneck": {"capacity_bps": 300e6},
         "dtn": {"name": "dtn-1", "congestion_control": "cubic"},
         "more_dtns": [{"name": "dtn-2", "congestion_control": "bbr"}],
     }
-    (case / "case.json").write_text(
-        json.dumps({"name": "two", "duration_s": 30.0, "scenario": scenario})
-    )
     rows = [
         _row(t, 0.05, 0.05, dtn_bps=60e6 + second_bps)
         | {
@@ -206,11 +205,7 @@ def _two_host_dataset(root: Path, second_bps: float) -> Path:
         }
         for t in range(1, 31)
     ]
-    with (case / "truth.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    return root
+    return _recording(root, "two", scenario, rows)
 
 
 def test_each_dtn_host_is_judged_apart_from_their_sum(bench, tmp_path):

@@ -47,35 +47,35 @@ def one_link(documents: Sequence[Any]) -> Mapping[str, Any]:
     raise ValueError("it holds no BorderLink")
 
 
-def link_roles(spec: BorderLinkSpec, node: str) -> list[Role]:
-    """The link's parts that run on ``node``: the campus shaper (where the controller
-    runs), each DTN host's tc cap, and BR1's buffer actuator."""
-    roles = []
+def _tc_parts(spec: BorderLinkSpec) -> list[tuple[str, Role]]:
+    """Every part of the link that sets a qdisc on a node: the campus shaper (where the
+    controller runs), each DTN host's tc cap, and BR1's buffer actuator, with its node."""
+    parts: list[tuple[str, Role]] = []
     campus = spec.actuator.tc if spec.actuator.type == "tc" else None
-    if campus is not None and campus.node_name == node:
-        roles.append(Role("campus-shaper", campus.interface, "the campus shaper"))
+    if campus is not None:
+        parts.append(
+            (campus.node_name, Role("campus-shaper", campus.interface, "the campus shaper"))
+        )
     for host in spec.dtn_hosts:
         cap = host.shaper.tc if host.shaper is not None and host.shaper.type == "tc" else None
-        if cap is not None and cap.node_name == node:
-            roles.append(Role("dtn-shaper", cap.interface, f"DTN host {host.name}'s cap"))
+        if cap is not None:
+            parts.append((cap.node_name, Role("dtn-shaper", cap.interface,
+                                              f"DTN host {host.name}'s cap")))  # fmt: skip
     buffer = spec.buffer.actuator if spec.buffer is not None else None
     buffer_tc = buffer.tc if buffer is not None and buffer.type == "tc" else None
-    if buffer_tc is not None and buffer_tc.node_name == node:
-        roles.append(Role("buffer", buffer_tc.interface, "BR1's buffer"))
-    return roles
+    if buffer_tc is not None:
+        parts.append((buffer_tc.node_name, Role("buffer", buffer_tc.interface, "BR1's buffer")))
+    return parts
+
+
+def link_roles(spec: BorderLinkSpec, node: str) -> list[Role]:
+    """The link's parts that run on ``node`` (``_tc_parts``)."""
+    return [role for where, role in _tc_parts(spec) if where == node]
 
 
 def link_nodes(spec: BorderLinkSpec) -> list[str]:
-    """Every node the link names, for a node that holds none of it."""
-    nodes = []
-    if spec.actuator.tc is not None:
-        nodes.append(spec.actuator.tc.node_name)
-    for host in spec.dtn_hosts:
-        if host.shaper is not None and host.shaper.tc is not None:
-            nodes.append(host.shaper.tc.node_name)
-    if spec.buffer is not None and spec.buffer.actuator.tc is not None:
-        nodes.append(spec.buffer.actuator.tc.node_name)
-    return sorted(set(nodes))
+    """Every node a part of the link runs on, for a node that holds none of it."""
+    return sorted({where for where, _ in _tc_parts(spec)})
 
 
 def tap_roles(taps: Mapping[str, Sequence[str]]) -> list[Role]:

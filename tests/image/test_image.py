@@ -165,3 +165,19 @@ def test_entry_points_run_as_the_images_user(built, tmp_path):
         process = image.start_in(container, ["id", "-u"], tmp_path / "id.log", user=None)
         assert process.wait(timeout=60) == 0
     assert (tmp_path / "id.log").read_text().strip() == "10001"
+
+
+def test_the_software_taps_capture_program_is_prebuilt_for_the_image(built, tmp_path):
+    """`scidmz target --source packets` finds tapreader in the image (no compiler there) and
+    it runs as the image's user: without arguments it prints its usage and exits 2."""
+    probe = (
+        "import subprocess; from scidmz.lab.native import binary; path = binary('tapreader'); "
+        "print(path); done = subprocess.run([str(path)], capture_output=True, text=True); "
+        "print(done.returncode, done.stderr.strip())"
+    )
+    with image.working_container(built.tag) as container:
+        process = image.start_in(container, ["python", "-c", probe], tmp_path / "probe.log")
+        assert process.wait(timeout=60) == 0, (tmp_path / "probe.log").read_text()
+    path, result = (tmp_path / "probe.log").read_text().strip().splitlines()[-2:]
+    assert path.startswith("/usr/lib/scidmz/native/tapreader-")
+    assert result.startswith("2 usage:") and "IFACE=ROLE" in result

@@ -7,6 +7,7 @@ import base64
 import json
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from tests.k8s.conftest import Operator, wait_for
 from tests.loops import link_object, policy_object
 
 NS = OPERATOR_NAMESPACE
+REPO = Path(__file__).parents[2]
 
 
 TC_SHAPED_HOST = {
@@ -483,6 +485,86 @@ def test_a_missing_pipeline_configmap_is_reported_not_applied(operator, kube, li
     }))  # fmt: skip
     wait_for(lambda: links.ready(name), 15, "Ready after the ConfigMap appeared")
     assert links.condition(name, "Degraded")["status"] == "False"
+
+
+def _apply_config_map(links, name, card):
+    links.plane.kubectl("apply", "-f", "-", input_text=json.dumps({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NS},
+        "data": {"card.yaml": card}, "binaryData": {"inverse.onnx": "b25ueA=="},
+    }))  # fmt: skip
+
+
+def test_a_custom_model_is_checked_against_its_card_then_mounted(operator, kube, links):
+    """spec.controller.modelRef: a missing ConfigMap, then a card that does not cover the
+    link, are refused naming what is missing or outside; nothing runs meanwhile. A card
+    that covers it: the controller mounts the ConfigMap, and a new model restarts it."""
+    name = links.name("mu")
+    link = _link(links, "mu")
+    link["spec"]["controller"] = {"model": "cubic", "modelRef": {"configMapName": f"{name}-m"}}
+    links.apply(link)
+    kube.apply(_policy(kube, name))
+
+    def refused(reason):
+        return wait_for(lambda: (c := links.condition(name, "Ready")) and c["reason"] == reason
+                        and c, 10, reason)  # fmt: skip
+
+    assert f"{name}-m" in refused("ModelConfigMapNotFound")["message"]
+    assert links.children(name)["deployment"] == []
+    card = (REPO / "models" / "cubic" / "card.yaml").read_text()
+    _apply_config_map(links, f"{name}-m", card.replace("1Gbps", "10Gbps"))
+    assert (
+        "spec.capacity 1Gbps is outside the card's 10Gbps..10Gbps"
+        in refused("ModelCardMismatch")["message"]
+    )
+    assert links.children(name)["deployment"] == []
+    _apply_config_map(links, f"{name}-m", card)
+    wait_for(lambda: links.ready(name), 15, "Ready once the card covers the link")
+    controller = links.plane.kubectl("get", "deployment", "-n", NS, f"{name}-controller",
+                                     "-o", "json").stdout  # fmt: skip
+    pod = json.loads(controller)["spec"]["template"]
+    assert {"name": "model", "configMap": {"name": f"{name}-m"}} in pod["spec"]["volumes"]
+    before = pod["metadata"]["annotations"]
+    links.plane.kubectl("patch", "configmap", "-n", NS, f"{name}-m", "--type=merge",
+                        "-p", json.dumps({"binaryData": {"inverse.onnx": "bmV3"}}))  # fmt: skip
+    wait_for(lambda: json.loads(links.plane.kubectl(
+        "get", "deployment", "-n", NS, f"{name}-controller", "-o", "json"
+    ).stdout)["spec"]["template"]["metadata"]["annotations"] != before, 15,
+        "the controller rolled for the new model")  # fmt: skip
+
+
+def test_a_software_tap_comes_first_and_a_missing_node_creates_nothing(operator, kube, links):
+    """spec.switch.tap: on a node that does not exist the link is refused and nothing is
+    created; on one that does, the tap runs on its host port first, then the collector
+    (which dials it) and the controller."""
+    name = links.name("tap")
+    link = _link(links, "tap")
+    tap = {
+        "nodeName": "no-such-node",
+        "interfaces": {"campus": "m0", "dtn": ["m1"], "bottleneck": "m2", "acks": "m3"},
+    }
+    link["spec"]["switch"] = {"tap": tap}  # fmt: skip
+    links.apply(link)
+    kube.apply(_policy(kube, name))
+    refusal = wait_for(lambda: (c := links.condition(name, "Ready")) and
+                       c["reason"] == "TapNodeNotFound" and c, 10, "refusal")  # fmt: skip
+    assert "no-such-node" in refusal["message"]
+    assert links.children(name)["deployment"] == [] and links.children(name)["secret"] == []
+    link["spec"]["switch"]["tap"]["nodeName"] = "edge-1"
+    links.apply(link)
+    wait_for(lambda: links.ready(name), 30, "Ready with its tap")
+    children = links.children(name)
+    assert children["deployment"] == [f"{name}-collector", f"{name}-controller", f"{name}-tap"]
+    assert f"{name}-tap-tls" in children["secret"]
+    ports = links.get(name)["status"]["hostPorts"]
+    (allocation,) = [p for p in ports if p["workload"] == "tap"]
+    assert allocation["node"] == "edge-1"
+    config = yaml.safe_load(links.child("configmap", f"{name}-config")["data"][CONFIG_KEY])
+    assert config["switch"]["address"] == f"{name}-tap.{NS}.svc:{allocation['port'] + 1}"
+    assert config["switch"]["tap_server_name"] == f"{name}-tap.{NS}.svc"
+    # the link goes back to a switch address: its tap goes
+    link["spec"]["switch"] = {"address": "switch.example:9559", "plaintext": True}
+    links.apply(link)
+    wait_for(lambda: f"{name}-tap" not in links.children(name)["deployment"], 15, "tap gone")
 
 
 def test_a_tls_secret_without_its_ca_is_reported_then_mounted(operator, kube, links):

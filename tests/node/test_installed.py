@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 
 from scidmz import __version__
+from scidmz.api.units import parse_rate
 from scidmz.auth.switch_tls import load_channel_tls
 from scidmz.auth.switch_tls import open_channel as open_switch_channel
 from scidmz.control.actuators import SimActuator
 from scidmz.demo_loop import pod_state
 from scidmz.k8s.status import condition_true, find_condition
+from scidmz.lab import native
 from scidmz.metrics.dashboards import DASHBOARDS
 from scidmz.metrics.preview import fetch_series
 from scidmz.testenv import image, installed
@@ -288,6 +290,108 @@ def test_a_drained_node_keeps_the_failsafe_rate_and_nothing_crash_loops(
     _wait(lambda: condition_true(_link(plane), "Ready"), 180, "the loop back after uncordon", plane)
     _wait(lambda: _controller_state(cluster).get("failsafe_active") is False, 120,
           "control back after the drain", plane)  # fmt: skip
+
+
+MIRRORS = {"campus": "mir-campus", "dtn": "mir-dtn", "border": "mir-border"}
+"""The tap node's mirror interfaces: one end of a veth pair each, in the node's network;
+frames sent into the other end arrive on them as a mirror session's would."""
+
+
+def _tap_link(name: str, node: str, campus: str = MIRRORS["campus"]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scidmz.io/v1alpha1",
+        "kind": "BorderLink",
+        "metadata": {"name": name},
+        "spec": {
+            "capacity": "1Gbps",
+            "campus": {"remotePrefix": "10.71.4.0/24"},
+            "dtnHosts": [{"name": "dtn-1", "receiverPrefix": "10.71.4.250/32"}],
+            "switch": {
+                "tap": {
+                    "nodeName": node,
+                    "interfaces": {"campus": campus, "dtn": [MIRRORS["dtn"]],
+                                   "border": MIRRORS["border"]},
+                }
+            },
+        },
+    }  # fmt: skip
+
+
+def _link_named(plane: ControlPlane, name: str) -> dict[str, Any]:
+    out = plane.kubectl("get", "bl", name, "-o", "json", check=False).stdout
+    return dict(json.loads(out)) if out else {}
+
+
+def _deployments(plane: ControlPlane, link: str) -> list[str]:
+    out = plane.kubectl("get", "deployments", "-n", NS, "-l", f"scidmz.io/link={link}",
+                        "-o", "jsonpath={.items[*].metadata.name}").stdout  # fmt: skip
+    return sorted(out.split())
+
+
+def test_a_software_tap_link_runs_on_the_node_over_veth_mirror_interfaces(
+    cluster: Installed,
+) -> None:
+    """``spec.switch.tap``: the operator runs `scidmz target --source packets` from the
+    image on the node (host network, CAP_NET_RAW only), its collector dials it over mutual
+    TLS, and the link becomes Ready; frames offered on the campus mirror show up as the
+    campus rate. A tap on a node that does not exist, or naming an interface the node
+    lacks, leaves the link not Ready with a reason naming what is missing, and nothing of
+    the loop but the tap is created."""
+    plane, node = cluster.plane, cluster.node
+    for interface in MIRRORS.values():
+        subprocess.run(node.in_node("ip", "link", "add", interface, "type", "veth", "peer",
+                                    "name", f"{interface}-p"), check=True)  # fmt: skip
+        for end in (interface, f"{interface}-p"):
+            subprocess.run(node.in_node("ip", "link", "set", end, "up"), check=True)
+    links = [_tap_link("tap-border", "node-0"), _tap_link("tap-nowhere", "node-9"),
+             _tap_link("tap-no-interface", "node-0", campus="mir-nosuch")]  # fmt: skip
+    try:
+        plane.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1",
+                      "kind": "List", "items": links}))  # fmt: skip
+        _wait(lambda: condition_true(_link_named(plane, "tap-border"), "Ready"), 240,
+              "the tap link Ready (tap, collector and controller)", plane)  # fmt: skip
+        (tap,) = [p for p in _pods(plane, "tap") if p["spec"]["nodeName"] == "node-0"
+                  and "tap-border" in p["metadata"]["name"]]  # fmt: skip
+        container = tap["spec"]["containers"][0]
+        assert tap["spec"]["hostNetwork"] is True
+        assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
+        # 20 k campus frames/s for 20 s on the campus mirror: the tap counts them
+        framegen = native.binary("framegen")
+        offered = subprocess.Popen(node.in_node(str(framegen), f"{MIRRORS['campus']}-p", "data",
+                                                "20000", "20", "50"))  # fmt: skip
+        try:
+            rate = _wait(lambda: (r := ((_link_named(plane, "tap-border").get("status") or {})
+                                        .get("state") or {}).get("campusRate")) and
+                         parse_rate(r) > 50e6 and r, 90, "the campus rate the tap measures",
+                         plane)  # fmt: skip
+        finally:
+            offered.wait(timeout=60)
+        # 20 k frames/s of 1514 B on the wire is 242 Mb/s; the tap counts IP bytes
+        assert 150e6 < parse_rate(rate) < 300e6, rate
+        # the node that is not there: refused before anything is created
+        nowhere = _wait(lambda: (c := find_condition(_link_named(plane, "tap-nowhere"), "Ready"))
+                        and c["reason"] == "TapNodeNotFound" and c, 60,
+                        "the missing node reported", plane)  # fmt: skip
+        assert "node-9" in nowhere["message"]
+        assert _deployments(plane, "tap-nowhere") == []
+
+        # the interface that is not there: the tap's refusal, and only the tap exists
+        def telemetry() -> dict[str, Any]:
+            return find_condition(_link_named(plane, "tap-no-interface"), "TelemetryReady") or {}
+
+        missing = _wait(lambda: (c := telemetry()).get("reason") == "TapFailed" and c, 120,
+                        "the missing interface reported", plane)  # fmt: skip
+        assert "mir-nosuch" in missing["message"], missing
+        ready = find_condition(_link_named(plane, "tap-no-interface"), "Ready") or {}
+        assert ready.get("reason") == "TelemetryTapFailed", ready
+        assert _deployments(plane, "tap-no-interface") == ["tap-no-interface-tap"]
+    finally:
+        plane.kubectl("delete", "bl", *(link["metadata"]["name"] for link in links),
+                      "--wait", "--timeout=120s", check=False)  # fmt: skip
+        for interface in MIRRORS.values():
+            subprocess.run(node.in_node("ip", "link", "delete", interface), check=False)
+    _wait(lambda: not [p for p in _pods(plane, "tap", running=False)], 120,
+          "the taps removed with their links", plane)  # fmt: skip
 
 
 def test_helm_uninstall_leaves_nothing(cluster: Installed) -> None:

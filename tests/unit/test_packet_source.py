@@ -3,7 +3,7 @@ hand so every rule can be checked: counters, sojourns, SEQ→ACK with Karn, algo
 
 from __future__ import annotations
 
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network
 
 import numpy as np
 import pytest
@@ -13,6 +13,7 @@ from scidmz.switch.observation import ActivityRule
 from scidmz.switch.packet_source import (
     RECORD,
     ROLE_ACKS_IN,
+    ROLE_BORDER,
     ROLE_BOTTLENECK_OUT,
     ROLE_CAMPUS_IN,
     ROLE_DTN_IN,
@@ -258,3 +259,61 @@ def test_a_tap_list_that_cannot_be_read_is_refused_naming_why(taps: str, says: s
 
     with pytest.raises(ValueError, match=says):
         parse_taps(taps)
+
+
+REMOTE = (IPv4Network("10.71.4.0/24"),)
+
+
+def test_one_border_port_is_split_into_both_directions_by_the_remote_prefixes() -> None:
+    """A mirror port with both directions of the border link: frames to the remote prefix
+    are the bottleneck side, frames from it the ACKs; the reduction is then the same as
+    with two interfaces."""
+    two = TapState(TapWiring("bc", "bd", "bn", "br"), rtt_sample_interval_s=0.0)
+    one = TapState(TapWiring("bc", "bd", "bx", "bx", remote_prefixes=REMOTE), 0.0)
+    sequence = [
+        frame(0, ROLE_DTN_IN, seq=1000),
+        frame(1, ROLE_CAMPUS_IN, seq=5000, dtn=False),
+        frame(30, ROLE_BOTTLENECK_OUT, seq=1000),
+        frame(31, ROLE_BOTTLENECK_OUT, seq=5000, dtn=False),
+        frame(130, ROLE_ACKS_IN, ack=2448),
+    ]
+    as_border = [(*f[:9], ROLE_BORDER, *f[10:]) if f[9] != ROLE_DTN_IN and f[9] != ROLE_CAMPUS_IN
+                 else f for f in sequence]  # fmt: skip
+    separate, mirrored = (
+        two.reduce(records(*sequence), 140 * MS),
+        one.reduce(records(*as_border), 140 * MS),
+    )
+    assert mirrored == separate
+    assert [m.rtt_ns for m in mirrored.rtt_matches] == [130 * MS]
+    assert {t.port: t.queuing_delay_ns for t in mirrored.traffic} == {2: 30 * MS, 1: 30 * MS}
+
+
+def test_a_border_frame_of_no_remote_prefix_is_dropped_and_a_default_route_splits_by_payload() -> (
+    None
+):
+    from scidmz.switch.packet_source import split_border
+
+    stranger = (0, _u32(IPv4Address("192.0.2.1")), _u32(IPv4Address("192.0.2.2")), 1, 1, 52, 0,
+                1, 2, ROLE_BORDER, 0x10, 1)  # fmt: skip
+    data = frame(0, ROLE_BORDER, seq=1000)
+    ack = (*frame(1, ROLE_ACKS_IN, ack=2448)[:9], ROLE_BORDER, 0x10, 1)
+    split = split_border(records(stranger, data, ack), REMOTE)
+    assert split["role"].tolist() == [ROLE_BOTTLENECK_OUT, ROLE_ACKS_IN]
+    # a remote prefix as wide as a default route: payload (or FIN) says data, else an ACK
+    wide = split_border(records(data, ack), (IPv4Network("0.0.0.0/0"),))
+    assert wide["role"].tolist() == [ROLE_BOTTLENECK_OUT, ROLE_ACKS_IN]
+
+
+def test_one_border_interface_is_read_once_as_a_mirror_port_and_needs_the_prefixes() -> None:
+    from scidmz.cli.target import parse_prefixes, parse_taps
+
+    given = parse_taps("campus=bc,dtn=bd,border=bx")
+    assert given["bottleneck"] == given["acks"] == ["bx"]
+    wiring = TapWiring("bc", "bd", "bx", "bx", remote_prefixes=parse_prefixes("10.71.4.0/24"))
+    assert wiring.taps() == [f"bc={ROLE_CAMPUS_IN}", f"bd={ROLE_DTN_IN}", f"bx={ROLE_BORDER}"]
+    with pytest.raises(ValueError, match="remote prefixes are needed"):
+        TapWiring("bc", "bd", "bx", "bx")
+    with pytest.raises(ValueError, match="--remote-prefix"):
+        parse_prefixes("10.71.4.0/33")
+    with pytest.raises(ValueError, match="border replaces bottleneck and acks"):
+        parse_taps("campus=bc,dtn=bd,border=bx,acks=br")

@@ -144,12 +144,106 @@ class TlsSpec(ApiModel):
     )
 
 
-class SwitchSpec(ApiModel):
-    """The P4 switch (or `scidmz switch`) that computes the network state at line rate."""
+MAX_TAP_DTN_INTERFACES = 28
+"""A tap reads at most 32 interfaces (``tapreader.c``): campus, bottleneck, acks and these."""
 
-    address: HostPort = Field(
+_TAP_SIDES = (
+    "[self.interfaces.campus] + self.interfaces.dtn"
+    " + (has(self.interfaces.bottleneck) ? [self.interfaces.bottleneck] : [])"
+    " + (has(self.interfaces.acks) ? [self.interfaces.acks] : [])"
+    " + (has(self.interfaces.border) ? [self.interfaces.border] : [])"
+)
+_TAP = {"nodeName": "tap-1", "interfaces": {"campus": "m0", "dtn": ["m1"], "border": "m2"}}
+"""A software tap as the rules' examples give it."""
+
+
+class TapInterfaces(ApiModel):
+    """The tap node's mirror interfaces, each carrying copies of one side of the border
+    router (see docs/operating/network.md for the mirror sessions)."""
+
+    campus: Interface = Field(description="Frames entering the router from the campus.")
+    dtn: list[Interface] = Field(
+        min_length=1,
+        max_length=MAX_TAP_DTN_INTERFACES,
+        description="Frames entering the router from the DTN hosts, one interface per link "
+        "from them (the hosts are told apart by their receiver prefixes).",
+    )
+    bottleneck: Interface | None = Field(
+        default=None,
+        description="Frames leaving the router onto the border link (after its queue); "
+        "with acks, in place of border.",
+    )
+    acks: Interface | None = Field(
+        default=None,
+        description="Frames coming back over the border link (the ACKs); with bottleneck, "
+        "in place of border.",
+    )
+    border: Interface | None = Field(
+        default=None,
+        description="One mirror port carrying both directions of the border link, in place "
+        "of bottleneck and acks: a frame to the campus's or a DTN host's remote prefix is "
+        "data leaving, one from them an ACK.",
+    )
+
+
+class SoftwareTapSpec(ApiModel):
+    """`scidmz target --source packets`, run by the operator on a node that receives the
+    border router's mirror sessions: the telemetry a P4 switch would compute, from copies
+    of the frames."""
+
+    node_name: ObjectName = Field(description="Node whose interfaces receive the mirrors.")
+    interfaces: TapInterfaces = Field(description="The mirror interfaces on nodeName.")
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        max_length=MAX_TOLERATIONS,
+        description="Taints of nodeName the tap's pod tolerates, exactly as listed.",
+    )
+
+    RULES = (
+        Rule(
+            cel="has(self.interfaces.border) ? !has(self.interfaces.bottleneck) && "
+            "!has(self.interfaces.acks) : has(self.interfaces.bottleneck) && "
+            "has(self.interfaces.acks)",
+            check=lambda t: (
+                t.interfaces.bottleneck is None and t.interfaces.acks is None
+                if t.interfaces.border is not None
+                else t.interfaces.bottleneck is not None and t.interfaces.acks is not None
+            ),
+            message="switch.tap.interfaces: give border (one mirror port with both directions "
+            "of the border link) or both bottleneck and acks",
+            violation={**_TAP, "interfaces": {"campus": "m0", "dtn": ["m1"], "bottleneck": "m2"}},
+            field_path=".interfaces",
+        ),
+        Rule(
+            cel=f"({_TAP_SIDES}).all(i, ({_TAP_SIDES}).filter(j, j == i).size() == 1)",
+            check=lambda t: len(sides := _tap_sides(t.interfaces)) == len(set(sides)),
+            message="switch.tap.interfaces: each interface carries one side (names must differ)",
+            violation={**_TAP, "interfaces": {"campus": "m0", "dtn": ["m1", "m0"], "border": "m2"}},
+            field_path=".interfaces",
+        ),
+    )
+
+
+def _tap_sides(interfaces: TapInterfaces) -> list[str]:
+    optional = (interfaces.bottleneck, interfaces.acks, interfaces.border)
+    return [interfaces.campus, *interfaces.dtn, *(i for i in optional if i is not None)]
+
+
+class SwitchSpec(ApiModel):
+    """The P4 switch (or `scidmz target`) that computes the network state at line rate: an
+    external P4Runtime endpoint (address), or a software tap the operator runs (tap)."""
+
+    address: HostPort | None = Field(
+        default=None,
         description="P4Runtime gRPC endpoint as host:port (IPv6 in brackets, e.g. "
-        "[2001:db8::1]:9559)."
+        "[2001:db8::1]:9559). Exactly one of address and tap.",
+    )
+    tap: SoftwareTapSpec | None = Field(
+        default=None,
+        description="Run a software tap on a node instead of dialling a switch: the operator "
+        "deploys `scidmz target --source packets` there (host network, CAP_NET_RAW only), "
+        "issues its certificate and lets in only this link's collector. Exactly one of "
+        "address and tap.",
     )
     device_id: int = Field(default=1, ge=0, description="P4Runtime device id.")
     election_id: int = Field(
@@ -166,7 +260,8 @@ class SwitchSpec(ApiModel):
     )
     tls: TlsSpec | None = Field(
         default=None,
-        description="TLS to the switch; required unless plaintext is true.",
+        description="TLS to the switch; required unless plaintext is true or the switch is "
+        "a tap (whose certificates the operator issues).",
     )
     plaintext: bool = Field(
         default=False,
@@ -178,8 +273,15 @@ class SwitchSpec(ApiModel):
 
     RULES = (
         Rule(
-            cel="has(self.tls) || (has(self.plaintext) && self.plaintext)",
-            check=lambda s: s.tls is not None or s.plaintext,
+            cel="has(self.address) != has(self.tap)",
+            check=lambda s: (s.address is None) != (s.tap is None),
+            message="switch: give address (a P4Runtime switch) or tap (a software tap the "
+            "operator runs), exactly one",
+            violation={"tap": _TAP},
+        ),
+        Rule(
+            cel="has(self.tls) || (has(self.plaintext) && self.plaintext) || has(self.tap)",
+            check=lambda s: s.tls is not None or s.plaintext or s.tap is not None,
             message="switch.tls is required (P4Runtime over mutual TLS); set "
             "switch.plaintext: true to go without it on an isolated lab network",
             violation={"tls": None, "plaintext": False},
@@ -192,6 +294,17 @@ class SwitchSpec(ApiModel):
             message="switch.tls and switch.plaintext: true contradict each other",
             violation={"tls": {"secretName": "switch-tls"}, "plaintext": True},
             field_path=".plaintext",
+        ),
+        Rule(
+            cel="!has(self.tap) || (!has(self.tls) && !has(self.pipeline) && "
+            "!(has(self.plaintext) && self.plaintext))",
+            check=lambda s: (
+                s.tap is None or (s.tls is None and s.pipeline is None and not s.plaintext)
+            ),
+            message="switch.tap: the operator issues the tap's certificates and it runs the "
+            "scidmz pipeline: leave out tls, plaintext and pipeline",
+            violation={"tap": _TAP, "address": None},
+            field_path=".tap",
         ),
     )
 
@@ -266,6 +379,31 @@ class DesiredState(ApiModel):
     )
 
 
+class ModelRef(ApiModel):
+    """An inverse model retrained for this link, shipped in a ConfigMap of the operator's
+    namespace: the ONNX model (binaryData) and its card (data), as `scidmz train` writes
+    them (inverse.onnx, card.yaml)."""
+
+    config_map_name: ObjectName = Field(
+        description="ConfigMap in the operator's namespace holding the model and its card."
+    )
+    model_key: str = Field(
+        default="inverse.onnx",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key (in binaryData) of the ONNX inverse model.",
+    )
+    card_key: str = Field(
+        default="card.yaml",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key (in data) of its card: congestion control, capacities, sample time "
+        "and RTTs it was identified on; the link must lie within them.",
+    )
+
+
 class ControllerSpec(ApiModel):
     """How u(t), the campus token-bucket rate, is computed every sample time T."""
 
@@ -280,6 +418,14 @@ class ControllerSpec(ApiModel):
         "the campus loop uses. Default: the admitted DTNs' own when they all share one; "
         "with DTNs of mixed congestion control no model is identified, so mlc runs as pi "
         "(on the cubic gains) until this is set.",
+    )
+    model_ref: ModelRef | None = Field(
+        default=None,
+        description="Run this inverse model instead of the image's for spec.controller.model "
+        "(which it needs): one retrained for this link. The operator checks its card "
+        "against the link (congestion control, capacity, sample time, desired RTTs) and "
+        "refuses the link, saying what is outside, before anything restarts; a new model in "
+        "the ConfigMap restarts the controller on it.",
     )
     gains: Gains | None = Field(
         default=None,
@@ -297,6 +443,18 @@ class ControllerSpec(ApiModel):
         description="How long u(t) may stay at limits.min or limits.max held there by the "
         "filter's integral (without it the filter would be inside) before the controller "
         "reports not ready and ScidmzControllerPinned fires: 1s to 60m.",
+    )
+
+    RULES = (
+        Rule(
+            cel="!has(self.modelRef) || (has(self.model) && "
+            "(!has(self.strategy) || self.strategy == 'mlc'))",
+            check=lambda c: c.model_ref is None or (c.model is not None and c.strategy == "mlc"),
+            message="spec.controller.modelRef needs spec.controller.model (the congestion "
+            "control it was identified for) and strategy mlc",
+            violation={"modelRef": {"configMapName": "my-model"}, "model": None},
+            field_path=".modelRef",
+        ),
     )
 
 

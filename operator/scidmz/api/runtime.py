@@ -115,6 +115,12 @@ class SwitchConfig(_Frozen):
     device_config_key: str | None = None
     tls_secret: str | None = None
     tls_server_name: str | None = None
+    tap_server_name: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The switch is the software tap the operator runs: the collector dials "
+        "it with its own identity (security.identity_dir) and checks this name.",
+    )
 
 
 class ControllerConfig(_Frozen):
@@ -132,6 +138,19 @@ class ControllerConfig(_Frozen):
     desired_campus_rtt_s: float | None = Field(default=None, gt=0, le=60)
     desired_state_mode: Literal["reachable", "table3"] = "reachable"
     pinned_after_s: float = Field(default=60.0, ge=1, le=3600)
+    inverse_model_config_map: str | None = Field(
+        default=None,
+        max_length=253,
+        description="The administrators' ConfigMap holding a custom inverse model "
+        "(spec.controller.modelRef), mounted into the controller.",
+    )
+    inverse_model_key: str | None = Field(default=None, max_length=253)
+    inverse_model_digest: str | None = Field(
+        default=None,
+        max_length=64,
+        description="sha256 of the custom model as the operator read it: a new model "
+        "restarts the controller.",
+    )
     strategy_note: str | None = Field(
         default=None,
         max_length=512,
@@ -495,6 +514,8 @@ def resolve_runtime_config(
     security: ChannelSecurity | None = None,
     held: Sequence[HeldDtnHost] = (),
     link_uid: str = "",
+    tap: tuple[str, str] | None = None,
+    model_digest: str | None = None,
 ) -> RuntimeConfig:
     """Fill every default of ``link`` (tuned gains, limits, fail-safe rates) for the
     ``admitted`` policies (one per DTN host; none: the loop runs idle, leaving the campus
@@ -502,7 +523,12 @@ def resolve_runtime_config(
     runs, one address for every host (a loop run by hand) or, per host, its address and
     the name its certificate carries (the operator's); ``held``: hosts whose shaper is
     kept at its fail-safe after their policy went (``api.holds``), whose classes stay
-    measured so that nothing restarts."""
+    measured so that nothing restarts; ``tap``: the address of the software tap the
+    operator runs for ``link.switch.tap`` and the name its certificate carries;
+    ``model_digest``: the sha256 of ``spec.controller.modelRef``'s model as read."""
+    switch_address = link.switch.address or (tap[0] if tap else None)
+    if switch_address is None:
+        raise ValueError("switch.tap: the software tap's address comes from the operator")
     target = sum(parse_rate(p.spec.target_rate) for p in admitted)
     capacity = parse_rate(link.capacity)
     ctl = link.controller
@@ -561,7 +587,7 @@ def resolve_runtime_config(
         dtn_congestion_control=cca,
         campus_prefix=link.campus.remote_prefix,
         switch=SwitchConfig(
-            address=link.switch.address,
+            address=switch_address,
             device_id=link.switch.device_id,
             election_id=link.switch.election_id,
             campus_port=link.switch.ports.campus,
@@ -572,6 +598,7 @@ def resolve_runtime_config(
             device_config_key=pipeline.config_map_ref.device_config_key if pipeline else None,
             tls_secret=link.switch.tls.secret_name if link.switch.tls else None,
             tls_server_name=link.switch.tls.server_name if link.switch.tls else None,
+            tap_server_name=tap[1] if tap and link.switch.tap else None,
         ),
         controller=ControllerConfig(
             strategy=strategy,
@@ -596,13 +623,16 @@ def resolve_runtime_config(
             ),
             desired_state_mode=desired.mode,
             pinned_after_s=parse_duration(ctl.pinned_after),
+            inverse_model_config_map=ctl.model_ref.config_map_name if ctl.model_ref else None,
+            inverse_model_key=ctl.model_ref.model_key if ctl.model_ref else None,
+            inverse_model_digest=model_digest if ctl.model_ref else None,
         ),
         actuator=ActuatorConfig(
             type=act.type,
             tc_node_name=act.tc.node_name if act.tc else None,
             tc_interface=act.tc.interface if act.tc else None,
             sim_address=(
-                (act.sim.address if act.sim and act.sim.address else link.switch.address)
+                (act.sim.address if act.sim and act.sim.address else switch_address)
                 if act.type == "sim"
                 else None
             ),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,7 +31,9 @@ def target(
         typer.Option(
             help="--source packets: the interfaces carrying each side of BR1, "
             "campus=IF,dtn=IF,bottleneck=IF,acks=IF (bottleneck: frames leaving the queue; "
-            "acks: the returning ACKs; dtn may repeat, one per link from DTN hosts)."
+            "acks: the returning ACKs; dtn may repeat, one per link from DTN hosts), or "
+            "border=IF in place of bottleneck and acks: one mirror port carrying both "
+            "directions of the border link (needs --remote-prefix)."
         ),
     ] = "",
     netns: Annotated[
@@ -44,6 +47,14 @@ def target(
             "BR1's own egress, read as it transmits, as in the lab).",
         ),
     ] = False,
+    remote_prefix: Annotated[
+        str,
+        typer.Option(
+            help="--source packets with border=IF: the border link's remote side, "
+            "comma-separated (the link's campus.remotePrefix and its DTN hosts' "
+            "receiverPrefix): frames to them are data leaving BR1, frames from them ACKs.",
+        ),
+    ] = "",
     capture_stats: Annotated[
         Path | None,
         typer.Option(
@@ -85,11 +96,20 @@ def target(
         Path | None,
         typer.Option(help="Require client certificates signed by this PEM CA (mutual TLS)."),
     ] = None,
+    identity_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Serve mutual TLS from this certificate directory (ca.crt, tls.crt, "
+            "tls.key: the identity the operator mounts), following it as it is rotated; "
+            "instead of --tls-cert, --tls-key and --tls-client-ca."
+        ),
+    ] = None,
     p4runtime_client: Annotated[
         list[str] | None,
         typer.Option(
             help="With --tls-client-ca: P4Runtime answers only client certificates of this "
-            "common name (repeatable; default: every one the CA signed)."
+            "common name or workload identity (spiffe:// URI; repeatable; default: every "
+            "one the CA signed)."
         ),
     ] = None,
     actuator_client: Annotated[
@@ -117,13 +137,20 @@ def target(
     if source not in ("sim", "packets", "lab"):
         fail(f"--source must be sim, packets or lab, not {source!r}")
     credentials = _target_credentials(tls_cert, tls_key, tls_client_ca)
-    if (p4runtime_client or actuator_client) and tls_client_ca is None:
-        fail("--p4runtime-client and --actuator-client need --tls-client-ca")
+    if identity_dir is not None:
+        if credentials is not None:
+            fail("--identity-dir replaces --tls-cert, --tls-key and --tls-client-ca")
+        credentials = _identity_credentials(identity_dir)
+    if (p4runtime_client or actuator_client) and tls_client_ca is None and identity_dir is None:
+        fail("--p4runtime-client and --actuator-client need --tls-client-ca or --identity-dir")
     packet_source: PacketSource
     try:
         wired = _parse_ports(ports)
         if source != "sim":
-            packet_source = _packet_tap(source, taps, netns, wired, capture_stats, mirror_ports)
+            packet_source = _packet_tap(
+                source, taps, netns, wired, capture_stats, mirror_ports,
+                parse_prefixes(remote_prefix),
+            )  # fmt: skip
         else:
             packet_source = _netsim_source(scenario, wired, dtn_address, campus_address, speedup)
     except (ValueError, ScenarioError, LabError) as error:
@@ -205,6 +232,19 @@ def _target_credentials(
     return server_credentials(pems[0] or b"", pems[1] or b"", pems[2])
 
 
+def _identity_credentials(directory: Path) -> grpc.ServerCredentials:
+    """Mutual TLS from a mounted identity, followed as it rotates; exit 2 naming what is
+    missing."""
+    from scidmz.auth.mtls import TlsConfigError
+    from scidmz.auth.tls_source import TlsSource
+
+    try:
+        return TlsSource.from_directory(directory).grpc_server_credentials()
+    except TlsConfigError as error:
+        fail(f"--identity-dir: {error}")
+        raise
+
+
 def _netsim_source(
     scenario: Path | None, wired: dict[str, int], dtn_address: str, campus_address: str,
     speedup: float,
@@ -235,25 +275,33 @@ def _netsim_source(
     return NetsimSource(chosen, wiring, speedup=speedup)
 
 
-TAP_ROLES = ("campus", "dtn", "bottleneck", "acks")
+TAP_ROLES = ("campus", "dtn", "bottleneck", "acks", "border")
 MAX_TAPS = 32
 """Interfaces one tap reader reads (``tapreader.c``'s MAX_IFACES)."""
 
 
 def parse_taps(taps: str) -> dict[str, list[str]]:
-    """``--taps campus=IF,dtn=IF[,dtn=IF…],bottleneck=IF,acks=IF`` as interfaces per role;
-    ValueError naming what is wrong (a role missing or given twice, an interface read twice)."""
-    usage = "--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF (dtn may repeat)"
+    """``--taps campus=IF,dtn=IF[,dtn=IF…],bottleneck=IF,acks=IF`` (or ``border=IF`` for
+    both of the last two: one mirror port with both directions of the border link) as
+    interfaces per role; ValueError naming what is wrong (a role missing or given twice,
+    an interface read twice)."""
+    usage = (
+        "--taps wants campus=IF,dtn=IF,bottleneck=IF,acks=IF (dtn may repeat; border=IF "
+        "for one mirror port carrying both directions of the border link)"
+    )
     interfaces: dict[str, list[str]] = {}
     for part in taps.split(","):
         role, _, interface = (p.strip() for p in part.partition("="))
         if role not in TAP_ROLES or not interface:
             raise ValueError(f"{usage}, got {taps!r}")
         interfaces.setdefault(role, []).append(interface)
-    missing = [r for r in TAP_ROLES if r not in interfaces]
+    if "border" in interfaces and {"bottleneck", "acks"} & set(interfaces):
+        raise ValueError(f"{usage}: border replaces bottleneck and acks, got {taps!r}")
+    needed = ("campus", "dtn", *(("border",) if "border" in interfaces else ("bottleneck", "acks")))
+    missing = [r for r in needed if r not in interfaces]
     if missing:
         raise ValueError(f"{usage}: {', '.join(missing)} missing in {taps!r}")
-    repeated = [r for r in TAP_ROLES if r != "dtn" and len(interfaces[r]) > 1]
+    repeated = [r for r in interfaces if r != "dtn" and len(interfaces[r]) > 1]
     if repeated:
         raise ValueError(f"{usage}: {', '.join(repeated)} given twice in {taps!r}")
     every = [i for names in interfaces.values() for i in names]
@@ -262,7 +310,20 @@ def parse_taps(taps: str) -> dict[str, list[str]]:
         raise ValueError(f"{usage}: interface {', '.join(twice)} given twice in {taps!r}")
     if len(every) > MAX_TAPS:
         raise ValueError(f"{usage}: at most {MAX_TAPS} interfaces, got {len(every)}")
+    if "border" in interfaces:
+        interfaces["bottleneck"] = interfaces["acks"] = interfaces.pop("border")
     return interfaces
+
+
+def parse_prefixes(text: str) -> tuple[IPv4Network, ...]:
+    """``--remote-prefix`` as networks; ValueError naming a bad one."""
+    prefixes = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            prefixes.append(IPv4Network(part))
+        except ValueError as error:
+            raise ValueError(f"--remote-prefix: {error}") from None
+    return tuple(prefixes)
 
 
 def _packet_tap(
@@ -272,6 +333,7 @@ def _packet_tap(
     wired: dict[str, int],
     stats: Path | None,
     mirror_ports: bool = False,
+    remote_prefixes: tuple[IPv4Network, ...] = (),
 ) -> PacketTapSource:
     """The packet tap of --source packets (--taps, --netns) or --source lab (the lab's)."""
     import tempfile
@@ -294,6 +356,7 @@ def _packet_tap(
         bottleneck_port=wired["bottleneck"],
         more_dtn_in=tuple(interfaces["dtn"][1:]),
         mirrored=mirror_ports and source == "packets",
+        remote_prefixes=remote_prefixes,
     )
     reader = [str(native.binary("tapreader"))]
     if netns:

@@ -50,6 +50,8 @@ from scidmz.control.model import InverseModel, ModelError
 T = TypeVar("T")
 
 SWITCH_TLS_DIR = Path("/etc/scidmz-tls")
+MODEL_DIR = Path("/etc/scidmz-model")
+"""Where the operator mounts a link's custom inverse model (spec.controller.modelRef)."""
 """Where the operator mounts the switch's TLS Secret (the collector's, and a sim
 actuator's controller)."""
 
@@ -148,7 +150,12 @@ def _dtn_control(dtn: DtnActuatorConfig, max_step_bps: float, capacity_bps: floa
 def load_model(config: RuntimeConfig, path: Path | None) -> InverseModel | None:
     if config.controller.strategy != "mlc":
         return None
-    chosen = path or default_models_dir() / config.dtn_congestion_control / "inverse.onnx"
+    custom = config.controller.inverse_model_key
+    chosen = path or (
+        MODEL_DIR / custom
+        if custom
+        else default_models_dir() / config.dtn_congestion_control / "inverse.onnx"
+    )
     try:
         return InverseModel(chosen)
     except ModelError as error:

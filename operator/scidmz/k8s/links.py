@@ -16,6 +16,7 @@ pure builders in :mod:`scidmz.k8s.manifests`, the conditions from :mod:`scidmz.k
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import json
@@ -46,6 +47,7 @@ from scidmz.api.link import (
     parse_link_spec,
     tls_secret_problem,
 )
+from scidmz.api.model_card import CardError, card_problems, parse_card
 from scidmz.api.policy import KIND as POLICY_KIND
 from scidmz.api.policy import AdmissionStatus, parse_spec
 from scidmz.api.runtime import Admitted, ChannelSecurity, RuntimeConfig, resolve_runtime_config
@@ -94,11 +96,20 @@ from scidmz.k8s.manifests import (
 )
 from scidmz.k8s.status import (
     Outcome,
+    WorkloadState,
     compute_conditions,
     conditions_equal,
     deployment_state,
     policy_conditions,
     with_dtn_shaper,
+)
+from scidmz.k8s.tap import (
+    TAP,
+    build_tap_deployment,
+    build_tap_service,
+    tap_address,
+    tap_pod_problem,
+    with_tap,
 )
 
 log = logging.getLogger(__name__)
@@ -422,9 +433,50 @@ def link_event(
 # ---- 2. the loop's objects -------------------------------------------------------------
 
 
-def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -> None:
+def check_model(client: KubeClient, namespace: str, spec: BorderLinkSpec) -> str | None:
+    """A custom inverse model's ConfigMap must hold the model and a card that covers the
+    link; returns the model's sha256 (None: the image's model). Raises ``LinkRefused``."""
+    ref = spec.controller.model_ref
+    if ref is None:
+        return None
+    config_map = client.get("v1", "ConfigMap", namespace, ref.config_map_name)
+    where = f"ConfigMap {namespace}/{ref.config_map_name}"
+    if config_map is None:
+        raise LinkRefused(
+            "ModelConfigMapNotFound", f"spec.controller.modelRef: {where} does not exist"
+        )
+    model = (config_map.get("binaryData") or {}).get(ref.model_key)
+    card_text = (config_map.get("data") or {}).get(ref.card_key)
+    missing = [
+        *([f"{ref.model_key} (binaryData)"] if model is None else []),
+        *([f"{ref.card_key} (data)"] if card_text is None else []),
+    ]
+    if model is None or card_text is None:
+        raise LinkRefused("ModelConfigMapKeyMissing", f"{where} has no {' and no '.join(missing)}")
+    try:
+        problems = card_problems(parse_card(card_text), spec)
+    except CardError as error:
+        raise LinkRefused("ModelCardInvalid", f"{where} {ref.card_key}: {error}") from None
+    if problems:
+        raise LinkRefused(
+            "ModelCardMismatch",
+            f"{where}: the model's card does not cover this link: {'; '.join(problems)}",
+        )
+    return hashlib.sha256(base64.b64decode(model)).hexdigest()
+
+
+def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -> str | None:
     """The switch's TLS Secret and pipeline ConfigMap, in the operator's namespace, must
-    exist with the keys they need. Raises ``LinkRefused``."""
+    exist with the keys they need, a software tap's node, and a custom model with a card
+    that covers the link. Returns the custom model's digest. Raises ``LinkRefused``."""
+    digest = check_model(client, namespace, spec)
+    tap = spec.switch.tap
+    if tap is not None and client.get("v1", "Node", None, tap.node_name) is None:
+        raise LinkRefused(
+            "TapNodeNotFound",
+            f"spec.switch.tap.nodeName: node {tap.node_name} does not exist; nothing of the "
+            "loop is created until it does",
+        )
     pipeline = spec.switch.pipeline
     if pipeline is not None:
         ref = pipeline.config_map_ref
@@ -444,7 +496,7 @@ def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -
             )
     tls = spec.switch.tls
     if tls is None:
-        return
+        return digest
     secret = client.get("v1", "Secret", namespace, tls.secret_name)
     if secret is None:
         raise LinkRefused(
@@ -454,6 +506,7 @@ def check_references(client: KubeClient, namespace: str, spec: BorderLinkSpec) -
     problem = tls_secret_problem(set(secret.get("data") or {}))
     if problem:
         raise LinkRefused("TlsSecretKeyMissing", f"Secret {namespace}/{tls.secret_name}: {problem}")
+    return digest
 
 
 def admitted_of(
@@ -488,9 +541,11 @@ def shaper_hosts(
 def tc_workloads(
     spec: BorderLinkSpec, admitted: Sequence[Admitted], held: Sequence[HeldDtnHost] = ()
 ) -> list[tuple[str, str]]:
-    """The link's host-network workloads and their nodes: a tc controller, and the DTN
-    shaper of an admitted or held host with a tc shaper."""
+    """The link's host-network workloads and their nodes: a software tap, a tc
+    controller, and the DTN shaper of an admitted or held host with a tc shaper."""
     wanted = []
+    if spec.switch.tap is not None:
+        wanted.append((TAP, spec.switch.tap.node_name))
     if spec.actuator.type == "tc" and spec.actuator.tc is not None:
         wanted.append((CONTROLLER, spec.actuator.tc.node_name))
     for host in shaper_hosts(spec, admitted, held):
@@ -517,6 +572,12 @@ def wanted_certificates(
             tuple(server_names(link, CONTROLLER, settings)),
         ),
     }
+    if config.switch.tap_server_name:
+        wanted[TAP] = Wanted(
+            identity_secret_name(link, TAP),
+            identity.link_identity(link, TAP, uid=uid),
+            tuple(server_names(link, TAP, settings)),
+        )
     for dtn in tc_caps(config):
         component = dtn_shaper_workload(dtn.host)
         wanted[component] = Wanted(
@@ -543,8 +604,12 @@ def render(
     admitted: Sequence[Admitted],
     others_ports: Sequence[HostPortAllocation],
     held: Sequence[HeldDtnHost] = (),
+    tap_only: bool = False,
+    model_digest: str | None = None,
 ) -> Rendered:
-    """Every object of the link's loop, certificates included. Raises ``LinkRefused``."""
+    """Every object of the link's loop, certificates included; ``tap_only``: only what
+    its software tap needs (until the tap first runs, nothing else is created). Raises
+    ``LinkRefused``."""
     settings = ctx.settings
     with state.ports_lock:
         taken = [
@@ -584,6 +649,11 @@ def render(
         identity_dir=IDENTITY_MOUNT,
         collector_server_name=server_names(link.name, COLLECTOR, settings)[1],
     )
+    tap_port = host_port(work, TAP)
+    tap = None
+    if spec.switch.tap is not None and tap_port is not None:
+        tap_name = server_names(link.name, TAP, settings)[1]
+        tap = (tap_address(link.name, settings, tap_port), tap_name)
     config = resolve_runtime_config(
         link.name,
         link.generation,
@@ -594,9 +664,13 @@ def render(
         security,
         held,
         link.uid,
+        tap,
+        model_digest,
     )
     ref = LinkRef(link.name, link.uid)
     wanted = wanted_certificates(link.name, config, settings)
+    if tap_only:
+        wanted = {TAP: wanted[TAP]}
     authorities = ctx.authority.current()
     pairs, reissued = state.certificates.certificates(
         ctx.client, settings.namespace, authorities, list(wanted.values()), ctx.now()
@@ -612,7 +686,17 @@ def render(
         )
         for component, want in wanted.items()
     ]
-    objects = [*secrets, *build_children(ref, config, settings, work)]
+    taps = []
+    if tap_port is not None:
+        collector = identity.link_identity(link.name, identity.COLLECTOR, uid=link.uid)
+        taps = [
+            build_tap_service(ref, settings, tap_port),
+            build_tap_deployment(ref, spec, settings, work, collector),
+        ]
+    children = build_children(ref, config, settings, work)
+    if tap_only:  # the ServiceAccount and the ConfigMap (apply_loop reads it), then the tap
+        children = [o for o in children if o["kind"] in ("ServiceAccount", "ConfigMap")]
+    objects = [*secrets, *children[:2], *taps, *children[2:]]
     return Rendered(config, objects, ports, reissued)
 
 
@@ -663,7 +747,8 @@ def shaper_children(
 def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
           objects: Sequence[dict[str, Any]]) -> None:  # fmt: skip
     """Delete the DTN shaper objects this pass no longer renders: each shaper Deployment
-    found (one list call), with its Service and certificate Secret. A shaper removed for
+    found (one list call), with its Service and certificate Secret; and a software tap
+    the link no longer has. A shaper removed for
     good leaves its interface to be restored (``state.restores``, then the link's
     status): its Deployment says which node, interface and host."""
     wanted = {(o["kind"], o["metadata"]["name"]) for o in objects}
@@ -681,6 +766,11 @@ def prune(client: KubeClient, state: ReconcilerState, link: str, namespace: str,
             ("v1", "Service", name),
             ("v1", "Secret", identity_secret_name(link, component)),
         ):
+            if client.delete_if_present(api_version, kind, namespace, child) and kind == "Secret":
+                state.certificates.forget(namespace, child)
+    tap = child_name(link, TAP)
+    if ("Deployment", tap) not in wanted and client.get("apps/v1", "Deployment", namespace, tap):
+        for api_version, kind, child in tap_objects(link):  # the link left its tap
             if client.delete_if_present(api_version, kind, namespace, child) and kind == "Secret":
                 state.certificates.forget(namespace, child)
 
@@ -829,10 +919,15 @@ def apply_loop(ctx: Context, state: ReconcilerState, link: str, rendered: Render
 
 
 def workload_states(
-    client: KubeClient, link: str, namespace: str, paused: bool, shapers: Sequence[str] = ()
+    client: KubeClient,
+    link: str,
+    namespace: str,
+    paused: bool,
+    shapers: Sequence[str] = (),
+    tap: bool = False,
 ) -> tuple[Any, Any]:
-    """The collector's and the controller's (with its DTN shapers') readiness;
-    ``shapers``: the DTN hosts whose shaper agent the loop runs."""
+    """The collector's (with its software tap's, ``tap``) and the controller's (with its
+    DTN shapers') readiness; ``shapers``: the DTN hosts whose shaper agent the loop runs."""
     collector = client.get("apps/v1", "Deployment", namespace, child_name(link, COLLECTOR))
     controller = client.get("apps/v1", "Deployment", namespace, child_name(link, CONTROLLER))
     state = deployment_state(controller, paused)
@@ -840,7 +935,22 @@ def workload_states(
         name = child_name(link, dtn_shaper_workload(host))
         shaper = client.get("apps/v1", "Deployment", namespace, name)
         state = with_dtn_shaper(state, deployment_state(shaper, paused))
-    return deployment_state(collector, paused), state
+    collecting = deployment_state(collector, paused)
+    if tap:
+        collecting = with_tap(collecting, tap_state(client, link, namespace, paused))
+    return collecting, state
+
+
+def tap_state(client: KubeClient, link: str, namespace: str, paused: bool) -> WorkloadState:
+    """The software tap's readiness; when not ready, why its pod does not run (its
+    capture's refusal, a taint) in place of the Deployment's counts."""
+    deployment = client.get("apps/v1", "Deployment", namespace, child_name(link, TAP))
+    state = deployment_state(deployment, paused)
+    if state.ready or deployment is None or paused:
+        return state
+    pods = client.list_objects("v1", "Pod", namespace, selector_labels(link, TAP))
+    problem = tap_pod_problem(pods)
+    return WorkloadState(False, *problem) if problem else state
 
 
 def policies_status(
@@ -996,6 +1106,15 @@ class PassResult:
     link_written: bool
 
 
+def tap_has_run(client: KubeClient, link: str, namespace: str) -> bool:
+    """Whether the rest of a tap link's loop may be created: its tap has been available,
+    or the rest is there already (a tap that stops later never takes it down)."""
+    if client.get("apps/v1", "Deployment", namespace, child_name(link, COLLECTOR)) is not None:
+        return True
+    tap = client.get("apps/v1", "Deployment", namespace, child_name(link, TAP))
+    return deployment_state(tap, False).ready
+
+
 def renew_metrics_reader(ctx: Context, state: ReconcilerState) -> bool:
     """Prometheus's client certificate (``scidmz-metrics-reader``), issued or renewed as
     the workloads' are and applied when it or the CA bundle changed. True when applied."""
@@ -1063,8 +1182,13 @@ def reconcile_link(
         if failsafe is not None:
             warning = ("FailSafe", failsafe)
         try:
-            check_references(ctx.client, namespace, spec)
-            rendered = render(ctx, state, link, spec, admitted, others_ports, held)
+            model_digest = check_references(ctx.client, namespace, spec)
+            tap_only = spec.switch.tap is not None and not tap_has_run(
+                ctx.client, link.name, namespace
+            )
+            rendered = render(
+                ctx, state, link, spec, admitted, others_ports, held, tap_only, model_digest
+            )
             applied = apply_loop(ctx, state, link.name, rendered)
             state.plans[link.name] = (plan, list(held))
             restores_in_progress(ctx, state, link, shapers)
@@ -1088,7 +1212,8 @@ def reconcile_link(
             state.applied.pop(link.name, None)
             outcome = Outcome(False, "ApplyRejected", str(error), link.generation)
     paused = bool(spec.paused) if spec is not None else False
-    states = workload_states(ctx.client, link.name, namespace, paused, shapers)
+    tapped = spec is not None and spec.switch.tap is not None
+    states = workload_states(ctx.client, link.name, namespace, paused, shapers, tapped)
     link_written = write_link_status(
         ctx.client, ctx.events, namespace, link, outcome, states, paused,
         plan, host_ports, warning, now, held, list(state.restores.get(link.name, {}).values()),
@@ -1162,7 +1287,17 @@ def teardown_order(link: str) -> list[tuple[str, str, str]]:
         ("v1", "ConfigMap", child_name(link, "config")),
         ("v1", "Secret", identity_secret_name(link, COLLECTOR)),
         ("v1", "Secret", identity_secret_name(link, CONTROLLER)),
+        *tap_objects(link),
         ("v1", "ServiceAccount", child_name(link, "scidmz")),
+    ]
+
+
+def tap_objects(link: str) -> list[tuple[str, str, str]]:
+    """A software tap's objects (after the collector, its one client)."""
+    return [
+        ("apps/v1", "Deployment", child_name(link, TAP)),
+        ("v1", "Service", child_name(link, TAP)),
+        ("v1", "Secret", identity_secret_name(link, TAP)),
     ]
 
 

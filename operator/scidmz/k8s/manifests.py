@@ -38,6 +38,8 @@ PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
 TLS_MOUNT: Final = "/etc/scidmz-tls"
 """The switch's TLS Secret (the administrators')."""
 IDENTITY_MOUNT: Final = "/etc/scidmz-identity"
+MODEL_MOUNT: Final = "/etc/scidmz-model"
+"""A custom inverse model's ConfigMap (the administrators'; ``control.settings.MODEL_DIR``)."""
 """The workload's own certificate (the operator's CA)."""
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 """On the pod template: the hash of what the processes are built around
@@ -509,6 +511,12 @@ def build_controller_deployment(
         _on_host_network_of(config.actuator.tc_node_name, work.tolerations) if uses_tc else {}
     )
     deployment = _deployment(ref, CONTROLLER, config, settings, container, pod_extra, work)
+    if config.controller.inverse_model_config_map:
+        _mount(
+            deployment,
+            {"name": "model", "configMap": {"name": config.controller.inverse_model_config_map}},
+            MODEL_MOUNT,
+        )
     if (
         config.actuator.type == "sim"
         or any(cap.type == "sim" for cap in config.actuator.dtns)

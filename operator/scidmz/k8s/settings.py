@@ -10,15 +10,18 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from scidmz import __version__
 from scidmz.api.holds import DEFAULT_GRACE_S
 from scidmz.k8s.manifests import COLLECTOR, CONTROLLER, DTN_SHAPER, WorkloadSettings
+from scidmz.k8s.tap import TAP
 
 DAY_S = 86400.0
 DEFAULT_RESOURCES: dict[str, dict[str, dict[str, str]]] = {
     COLLECTOR: {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
     CONTROLLER: {"requests": {"cpu": "50m", "memory": "192Mi"}, "limits": {"memory": "768Mi"}},
     DTN_SHAPER: {"requests": {"cpu": "10m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+    TAP: {"requests": {"cpu": "500m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
 }
 """Measured: a collector at 100 flows ~90 MB RSS, a controller with the ONNX model ~150 MB,
-a shaper agent ~60 MB. No CPU limit: throttling a control loop costs more than it saves."""
+a shaper agent ~60 MB, a software tap one core per ~150 k frames/s (bench/tap_capture.py).
+No CPU limit: throttling a control loop costs more than it saves."""
 
 
 class OperatorSettings(BaseSettings):
@@ -167,7 +170,7 @@ class OperatorSettings(BaseSettings):
     )
     workload_resources: dict[str, dict[str, dict[str, str]]] = Field(
         default_factory=lambda: dict(DEFAULT_RESOURCES),
-        description="Requests and limits per workload (collector, controller, dtn-shaper), "
+        description="Requests and limits per workload (collector, controller, dtn-shaper, tap), "
         'as JSON: {"collector": {"requests": {"cpu": "50m"}, "limits": {...}}, ...}.',
     )
     workload_fd_limit: int | None = Field(

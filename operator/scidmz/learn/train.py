@@ -17,8 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import yaml
 
+from scidmz.api.model_card import DurationRange, ModelCard, RateRange
 from scidmz.api.runtime import TelemetryConfig
+from scidmz.api.units import format_duration, format_rate
 from scidmz.control.features import FEATURE_NAMES
 from scidmz.control.model import feature_units
 from scidmz.learn.identification import CampusLoad, identify, training_table
@@ -107,7 +110,25 @@ def train(settings: TrainSettings, progress: Progress | None = None) -> TrainRep
         seconds=time.perf_counter() - started,
     )
     (out / "card.md").write_text(model_card(settings, scenario, data.max_rate_bps, u, result))
+    (out / "card.yaml").write_text(card_yaml(settings, scenario))
     return result
+
+
+def card_yaml(settings: TrainSettings, scenario: Scenario) -> str:
+    """The machine-readable card (``api.model_card``): what the model was identified on,
+    each range the one value identification used (widen one only on evidence)."""
+    capacity = format_rate(scenario.bottleneck.capacity_bps)
+    dtn_rtt, campus_rtt = (format_duration(s) for s in (scenario.dtn.base_rtt_s,
+                                                         scenario.campus.base_rtt_s))  # fmt: skip
+    card = ModelCard(
+        congestion_control=settings.cca,
+        capacity=RateRange(min=capacity, max=capacity),
+        sample_time=format_duration(scenario.sample_time_s),
+        dtn_rtt=DurationRange(min=dtn_rtt, max=dtn_rtt),
+        campus_rtt=DurationRange(min=campus_rtt, max=campus_rtt),
+        command=command(settings),
+    )
+    return yaml.safe_dump(card.model_dump(by_alias=True, exclude_none=True), sort_keys=False)
 
 
 def training_scenario(scenario: Scenario, settings: TrainSettings) -> Scenario:

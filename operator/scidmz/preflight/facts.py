@@ -49,6 +49,8 @@ class NodeFacts:
     packet_socket_error: str | None = None
     """Why a packet socket could not be opened (None: it could)."""
     compiler: str | None = None
+    prebuilt_reader: str | None = None
+    """The tap's frame reader as the image carries it ($SCIDMZ_NATIVE_DIR), if here."""
 
 
 def _read(path: Path) -> str | None:
@@ -152,4 +154,12 @@ def read_facts(interfaces: Iterable[str]) -> NodeFacts:
         congestion_controls=tuple(available.split()),
         packet_socket_error=_packet_socket_error(),
         compiler=shutil.which("gcc"),
+        prebuilt_reader=_prebuilt_reader(),
     )
+
+
+def _prebuilt_reader() -> str | None:
+    """The image's prebuilt ``tapreader-<digest>`` (``scidmz.lab.native``), if any."""
+    directory = os.environ.get("SCIDMZ_NATIVE_DIR")
+    found = sorted(Path(directory).glob("tapreader-*")) if directory else []
+    return str(found[0]) if found else None

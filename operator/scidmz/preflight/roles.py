@@ -80,9 +80,9 @@ def link_nodes(spec: BorderLinkSpec) -> list[str]:
 
 def tap_roles(taps: Mapping[str, Sequence[str]]) -> list[Role]:
     """A software tap's interfaces (``scidmz target --taps``' roles: campus, dtn,
-    bottleneck, acks)."""
-    return [
-        Role("tap", interface, f"the tap's {role} side")
-        for role, interfaces in taps.items()
-        for interface in interfaces
-    ]
+    bottleneck, acks; one border interface stands for the last two, checked once)."""
+    roles: dict[str, Role] = {}
+    for role, interfaces in taps.items():
+        for interface in interfaces:
+            roles.setdefault(interface, Role("tap", interface, f"the tap's {role} side"))
+    return list(roles.values())

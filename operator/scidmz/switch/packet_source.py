@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from ipaddress import IPv4Address
+from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,9 @@ RECORD = np.dtype(
 """One frame as ``tapreader`` writes it (addresses in network byte order, as read)."""
 
 ROLE_CAMPUS_IN, ROLE_DTN_IN, ROLE_BOTTLENECK_OUT, ROLE_ACKS_IN = 0, 1, 2, 3
+ROLE_BORDER = 4
+"""One mirror port carrying both directions of the border link: split by the remote
+prefixes into ``ROLE_BOTTLENECK_OUT`` (data towards them) and ``ROLE_ACKS_IN`` (from them)."""
 TCP_FIN = 0x01
 _PRE_HISTORY_NS = 2_000_000_000  # a frame queued longer than this is not matched
 
@@ -79,16 +82,65 @@ class TapWiring:
     mirrored: bool = False
     """Every interface is a mirror port: the bottleneck side's frames arrive on it too.
     Otherwise the bottleneck interface is BR1's own egress, read as it transmits (the lab)."""
+    remote_prefixes: tuple[IPv4Network, ...] = ()
+    """The remote side of the border link (the campus's and every DTN host's receiver
+    prefix): with one border interface for both the bottleneck and the ACK roles, a frame
+    to one of them is data leaving BR1, a frame from one is an ACK coming back."""
+
+    def __post_init__(self) -> None:
+        if self.border and not self.remote_prefixes:
+            raise ValueError(
+                f"interface {self.bottleneck_out} carries both directions of the border "
+                "link: the remote prefixes are needed to tell them apart"
+            )
+
+    @property
+    def border(self) -> bool:
+        """One mirror port carries both directions of the border link."""
+        return self.bottleneck_out == self.acks_in
 
     def taps(self) -> list[str]:
         """``tapreader`` arguments."""
-        egress = "" if self.mirrored else ",out"
-        return [
+        sides = [
             f"{self.campus_in}={ROLE_CAMPUS_IN}",
             *(f"{i}={ROLE_DTN_IN}" for i in (self.dtn_in, *self.more_dtn_in)),
+        ]
+        if self.border:  # a mirror port: both directions arrive on it
+            return [*sides, f"{self.bottleneck_out}={ROLE_BORDER}"]
+        egress = "" if self.mirrored else ",out"
+        return [
+            *sides,
             f"{self.bottleneck_out}={ROLE_BOTTLENECK_OUT}{egress}",
             f"{self.acks_in}={ROLE_ACKS_IN}",
         ]
+
+
+def split_border(frames: np.ndarray, prefixes: Sequence[IPv4Network]) -> np.ndarray:
+    """``frames`` with each border frame (``ROLE_BORDER``) given its direction: to a
+    remote prefix and not from one, data leaving BR1; from one and not to one, an ACK
+    returning; to and from (a remote prefix as wide as a default route), data when it
+    carries payload or a FIN, else an ACK; neither, dropped (no class's traffic). Pure."""
+    border = frames["role"] == ROLE_BORDER
+    if not border.any():
+        return frames
+    # the reader stores network-order bytes read as little endian: swap to compare numbers
+    destination = frames["daddr"].byteswap()
+    source = frames["saddr"].byteswap()
+    to_remote = np.zeros(frames.shape[0], dtype=bool)
+    from_remote = np.zeros(frames.shape[0], dtype=bool)
+    for prefix in prefixes:
+        mask, network = np.uint32(int(prefix.netmask)), np.uint32(int(prefix.network_address))
+        to_remote |= (destination & mask) == network
+        from_remote |= (source & mask) == network
+    carries = (frames["payload_bytes"] > 0) | ((frames["tcp_flags"] & TCP_FIN) != 0)
+    both = to_remote & from_remote
+    outbound = border & ((to_remote & ~from_remote) | (both & carries))
+    inbound = border & ((from_remote & ~to_remote) | (both & ~carries))
+    out = frames.copy()
+    out["role"][outbound] = ROLE_BOTTLENECK_OUT
+    out["role"][inbound] = ROLE_ACKS_IN
+    kept: np.ndarray = out[~border | outbound | inbound]
+    return kept
 
 
 def address(network_order: int) -> IPv4Address:
@@ -231,6 +283,8 @@ class TapState:
         """One tick's records (any order) -> the tick's observation; ``now_ns`` on the
         records' clock drives the idle timeout."""
         records = np.sort(records, order="timestamp_ns", kind="stable")
+        if self.wiring.border:
+            records = split_border(records, self.wiring.remote_prefixes)
         role = records["role"]
         data = ((role == ROLE_CAMPUS_IN) | (role == ROLE_DTN_IN)) & (
             (records["payload_bytes"] > 0) | ((records["tcp_flags"] & TCP_FIN) != 0)

@@ -20,6 +20,7 @@ from finsy.proto import p4i, p4r, p4r_grpc, rpc_code, rpc_status
 from google.protobuf.message import DecodeError
 
 from scidmz.auth.channels import server_options
+from scidmz.auth.mtls import grpc_peer_identities
 from scidmz.contract.p4runtime import bitstring, entry_key, from_uint128, uint128
 from scidmz.contract.pipeline import PipelineError, check_p4info, qualified
 from scidmz.switch.arbitration import Arbitration, Verdict, arbitrate, disconnect
@@ -507,9 +508,12 @@ async def _request(kind: Any, raw: bytes, context: Any) -> Any:
 
 
 def client_names(context: Any) -> tuple[str, ...]:
-    """The common names of an RPC's client certificate (() without one)."""
-    return tuple(
-        n.decode("utf-8", "replace") for n in context.auth_context().get("x509_common_name") or []
+    """The names of an RPC's client certificate: its common names and its workload
+    identity (a ``spiffe://`` URI, as the operator issues them); () without one."""
+    common = context.auth_context().get("x509_common_name") or []
+    return (
+        *(n.decode("utf-8", "replace") for n in common),
+        *grpc_peer_identities(context),
     )
 
 

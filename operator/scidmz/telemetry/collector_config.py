@@ -95,6 +95,12 @@ def collector_settings(
     check_runtime_config(config)
     t = config.telemetry
     sw = config.switch
+    switch_tls_dir, server_name = (tls_dir, sw.tls_server_name) if sw.tls_secret else (None, None)
+    if sw.tap_server_name:
+        # the operator's software tap: dialled with this workload's own identity
+        if config.security is None:
+            raise ConfigError("a software tap is dialled over the loop's mutual TLS: no security")
+        switch_tls_dir, server_name = Path(config.security.identity_dir), sw.tap_server_name
     return CollectorSettings(
         link=config.link,
         link_uid=config.link_uid,
@@ -120,8 +126,8 @@ def collector_settings(
             capacity_bps=config.bottleneck_capacity_bps,
         ),
         pipeline=_pipeline(config, pipeline_dir),
-        tls=_switch_tls(tls_dir, sw.tls_server_name) if sw.tls_secret else None,
-        tls_dir=tls_dir if sw.tls_secret else None,
+        tls=_switch_tls(switch_tls_dir, server_name) if switch_tls_dir else None,
+        tls_dir=switch_tls_dir,
         channel_tls=workload_tls(config),
     )
 

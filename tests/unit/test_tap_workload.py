@@ -73,7 +73,8 @@ def test_the_tap_runs_on_its_node_network_with_net_raw_only_answering_its_collec
     # the border port's directions come from the link's remote side
     assert arg("--remote-prefix") == ",".join(remote_prefixes(parse_link_spec(tap_link())))
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert container["readinessProbe"]["tcpSocket"]["port"] == PORT + 1
+    assert arg("--http-port") == str(PORT)
+    assert container["readinessProbe"]["httpGet"]["host"] == "127.0.0.1"
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
 
 
@@ -167,3 +168,19 @@ def test_the_collector_is_not_ready_while_its_tap_is_not():
     down = WorkloadState(False, "TapFailed", "no interface m9")
     assert with_tap(collector, down) == WorkloadState(False, "TapFailed", "tap: no interface m9")
     assert with_tap(collector, WorkloadState(True, "DeploymentAvailable", "1/1")) == collector
+
+
+def test_the_taps_capture_counters_are_exported_per_interface():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from scidmz.switch.tap_metrics import CaptureCollector
+
+    stats = {"mir0": {"frames": 1200, "kernel_drops": 3}, "mir1": {"frames": 7}}
+    registry = CollectorRegistry()
+    registry.register(CaptureCollector(lambda: stats))
+    text = generate_latest(registry).decode()
+    assert 'scidmz_tap_frames_total{interface="mir0"} 1200.0' in text
+    assert 'scidmz_tap_kernel_drops_total{interface="mir0"} 3.0' in text
+    assert 'scidmz_tap_kernel_drops_total{interface="mir1"} 0.0' in text
+    stats.clear()  # the reader has not written yet: no series, no error
+    assert "interface=" not in generate_latest(registry).decode()

@@ -14,7 +14,9 @@ from scidmz.cli.common import fail
 if TYPE_CHECKING:
     import grpc
 
+    from scidmz.metrics.endpoint import Endpoint
     from scidmz.switch.netsim_source import NetsimSource
+    from scidmz.switch.observation import PacketSource
     from scidmz.switch.packet_source import PacketTapSource
 
 
@@ -104,6 +106,15 @@ def target(
             "instead of --tls-cert, --tls-key and --tls-client-ca."
         ),
     ] = None,
+    http_port: Annotated[
+        int | None,
+        typer.Option(
+            help="Serve /healthz, /readyz and /metrics (the tap's frames and kernel drops per "
+            "interface) on this port; with --identity-dir over mutual TLS for the operator "
+            "and metrics readers, and plain HTTP probes on 127.0.0.1.",
+            callback=within(0, 65535),
+        ),
+    ] = None,
     p4runtime_client: Annotated[
         list[str] | None,
         typer.Option(
@@ -130,7 +141,6 @@ def target(
     from scidmz.contract.pipeline import build_p4info
     from scidmz.lab.topology import LabError
     from scidmz.netsim.scenario import ScenarioError
-    from scidmz.switch.observation import PacketSource
     from scidmz.switch.packet_source import PacketTapSource
     from scidmz.switch.runner import Target
 
@@ -163,6 +173,7 @@ def target(
         device.actuator_clients = frozenset(actuator_client) if actuator_client else None
         try:
             await device.start(listen, credentials)
+            endpoint = _serve_health(http_port, packet_source, identity_dir)
         except OSError as error:
             fail(str(error))
         stop = asyncio.Event()
@@ -181,6 +192,8 @@ def target(
         failing.cancel()
         stopping.cancel()
         await device.stop()
+        if endpoint is not None:
+            endpoint.shutdown()
         if failure is not None:
             fail(f"the packet source failed: {failure}")
 
@@ -230,6 +243,29 @@ def _target_credentials(
         if pem is not None and not looks_like_pem(pem):
             fail(f"{path}: not PEM")
     return server_credentials(pems[0] or b"", pems[1] or b"", pems[2])
+
+
+def _serve_health(
+    port: int | None, source: PacketSource, identity_dir: Path | None
+) -> Endpoint | None:
+    """/healthz, /readyz and /metrics once the target serves (None: no --http-port)."""
+    if not port:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from scidmz.auth.tls_source import TlsSource
+    from scidmz.metrics.endpoint import serve_http
+    from scidmz.metrics.http import Health
+    from scidmz.switch.packet_source import PacketTapSource
+    from scidmz.switch.tap_metrics import CaptureCollector
+
+    registry = CollectorRegistry()
+    if isinstance(source, PacketTapSource):
+        registry.register(CaptureCollector(source.capture_stats))
+    health = Health()
+    health.set_ready(True, "serving P4Runtime")
+    tls = TlsSource.from_directory(identity_dir) if identity_dir is not None else None
+    return serve_http(port, health, registry=registry, tls=tls, probes_on_loopback=tls is not None)
 
 
 def _identity_credentials(directory: Path) -> grpc.ServerCredentials:

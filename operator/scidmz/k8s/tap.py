@@ -19,11 +19,14 @@ from scidmz.api.link import BorderLinkSpec, SoftwareTapSpec
 from scidmz.auth import identity
 from scidmz.k8s.manifests import (
     IDENTITY_MOUNT,
+    PROMETHEUS_PORT_NAME,
     LinkRef,
     LinkWorkloads,
     WorkloadSettings,
     _metadata,
+    _metrics_port,
     _on_host_network_of,
+    _probe,
     _pull_secrets,
     child_name,
     common_labels,
@@ -51,7 +54,7 @@ def remote_prefixes(spec: BorderLinkSpec) -> list[str]:
 
 
 def tap_args(
-    spec: BorderLinkSpec, tap: SoftwareTapSpec, grpc_port: int, collector: str
+    spec: BorderLinkSpec, tap: SoftwareTapSpec, http_port: int, collector: str
 ) -> list[str]:
     """``scidmz target`` as the tap runs it; ``collector``: the one identity it answers."""
     sides = tap.interfaces
@@ -65,7 +68,8 @@ def tap_args(
         "target", "--source", "packets", "--taps", ",".join(taps), "--mirror-ports",
         "--ports", f"campus={ports.campus},dtn={ports.dtn},bottleneck={ports.bottleneck}",
         "--device-id", str(spec.switch.device_id),
-        "--listen", f"0.0.0.0:{grpc_port}",
+        "--listen", f"0.0.0.0:{http_port + 1}",
+        "--http-port", str(http_port),
         "--identity-dir", IDENTITY_MOUNT,
         "--p4runtime-client", collector,
         "--capture-stats", CAPTURE_STATS,
@@ -103,18 +107,19 @@ def build_tap_deployment(
     if tap is None or http is None:
         raise ValueError("build_tap_deployment: a link with switch.tap and its host port")
     grpc_port = http + 1
-    probe = {"tcpSocket": {"port": grpc_port}, "timeoutSeconds": 2}
     container = {
         "name": TAP,
         "image": settings.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "args": tap_args(spec, tap, grpc_port, collector_identity),
-        "ports": [{"name": "p4runtime", "containerPort": grpc_port, "protocol": "TCP"}],
+        "args": tap_args(spec, tap, http, collector_identity),
+        "ports": [
+            {"name": "p4runtime", "containerPort": grpc_port, "protocol": "TCP"},
+            {"name": PROMETHEUS_PORT_NAME, "containerPort": http, "protocol": "TCP"},
+        ],
         "resources": settings.resources_of(TAP),
-        # first ready once the capture runs (the port opens after every interface did)
-        "startupProbe": {**probe, "periodSeconds": 2, "failureThreshold": 90},
-        "readinessProbe": {**probe, "periodSeconds": 5, "failureThreshold": 2},
-        "livenessProbe": {**probe, "periodSeconds": 10, "failureThreshold": 3},
+        # ready once the capture runs (it serves only after every interface opened)
+        "readinessProbe": _probe("/readyz", PROMETHEUS_PORT_NAME, 5, 2, loopback=True),
+        "livenessProbe": _probe("/healthz", PROMETHEUS_PORT_NAME, 10, 3, loopback=True),
         # the capture program's refusal (no such interface, no CAP_NET_RAW) becomes the
         # termination message the operator reports
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -165,7 +170,8 @@ def build_tap_service(ref: LinkRef, settings: WorkloadSettings, http_port: int) 
                     "targetPort": "p4runtime",
                     "protocol": "TCP",
                     "appProtocol": "grpc",
-                }
+                },
+                _metrics_port(http_port),
             ],
         },
     }

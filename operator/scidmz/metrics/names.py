@@ -57,6 +57,13 @@ LOOP_OVERRUNS = "scidmz_loop_overruns_total"
 STREAM_SUBSCRIBERS = "scidmz_stream_subscribers"
 STREAM_DROPPED = "scidmz_stream_dropped_samples_total"
 
+# ---- the software tap (scidmz target --source packets) ---------------------------------------
+TAP_FRAMES = "scidmz_tap_frames_total"
+"""Frames the tap read from a mirror interface (label ``interface``)."""
+TAP_DROPS = "scidmz_tap_kernel_drops_total"
+"""Frames the kernel dropped before the tap read them (its socket buffer was full): telemetry
+the tap missed, so its rates read low."""
+
 # ---- control (controller) -----------------------------------------------------------------
 TARGET_RATE = "scidmz_target_rate_bytes_per_second"
 POLICY_TARGET_RATE = "scidmz_policy_target_rate_bytes_per_second"

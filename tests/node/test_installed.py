@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import time
 import urllib.parse
@@ -328,6 +329,34 @@ def _deployments(plane: ControlPlane, link: str) -> list[str]:
     return sorted(out.split())
 
 
+def _preflight_from_the_image_on_the_node(cluster: Installed) -> None:
+    """`scidmz preflight` as an administrator runs it where scidmz is not installed: from
+    the image, in a debug pod on the node's network (``kubectl debug node/…``, as root)."""
+    plane = cluster.plane
+    custom = cluster.directory / "preflight-container.json"
+    custom.write_text(json.dumps({"securityContext": {"runAsUser": 0}}))
+    taps = f"campus={MIRRORS['campus']},dtn={MIRRORS['dtn']},border={MIRRORS['border']}"
+    started = plane.kubectl(
+        "debug", "node/node-0", f"--image={image.IMAGE_TAG}", "--image-pull-policy=Never",
+        "--profile=sysadmin", f"--custom={custom}", "--",
+        "scidmz", "preflight", "--json", "--taps", taps,
+    )  # fmt: skip
+    found = re.search(r"pod (\S+) with container", started.stdout + started.stderr)
+    assert found, started.stdout + started.stderr
+    pod = found.group(1)
+    try:
+        _wait(lambda: plane.kubectl("get", "pod", pod, "-o", "jsonpath={.status.phase}")
+              .stdout in ("Succeeded", "Failed"), 60, "the preflight pod done", plane)  # fmt: skip
+        findings = json.loads(plane.kubectl("logs", pod).stdout)
+    finally:
+        plane.kubectl("delete", "pod", pod, "--wait=false", check=False)
+    levels = {(f["subject"], f["check"]): f["level"] for f in findings}
+    assert not [f for f in findings if f["level"] == "fail"], findings
+    assert levels[("the tap", "packet socket")] == "ok"
+    assert levels[("the tap", "frame reader")] == "ok"  # the image's prebuilt reader
+    assert all(any(m in subject for subject, _ in levels) for m in MIRRORS.values()), levels
+
+
 def test_a_software_tap_link_runs_on_the_node_over_veth_mirror_interfaces(
     cluster: Installed,
 ) -> None:
@@ -355,6 +384,7 @@ def test_a_software_tap_link_runs_on_the_node_over_veth_mirror_interfaces(
         container = tap["spec"]["containers"][0]
         assert tap["spec"]["hostNetwork"] is True
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_RAW"]}
+        _preflight_from_the_image_on_the_node(cluster)
         # 20 k campus frames/s for 20 s on the campus mirror: the tap counts them
         framegen = native.binary("framegen")
         offered = subprocess.Popen(node.in_node(str(framegen), f"{MIRRORS['campus']}-p", "data",

@@ -190,3 +190,17 @@ def test_on_a_real_node_it_finds_what_is_there_and_changes_nothing(tmp_path):
     assert missing["level"] == "fail" and "campus0, campus0p, lo" in missing["detail"]
     assert by[("the tap", "packet socket")]["level"] == "ok"
     assert before == after  # nothing changed, promiscuity included
+
+
+def test_a_links_software_tap_is_checked_on_its_node_only():
+    from scidmz.api.link import parse_link_spec
+    from scidmz.preflight.roles import link_nodes, link_roles
+    from tests.loops import link_spec
+
+    spec = link_spec()
+    spec["switch"] = {"tap": {"nodeName": "tap-1", "interfaces": {
+        "campus": "m0", "dtn": ["m1", "m2"], "border": "m3"}}}  # fmt: skip
+    link = parse_link_spec(spec)
+    assert [(r.kind, r.interface) for r in link_roles(link, "tap-1")] == [
+        ("tap", "m0"), ("tap", "m1"), ("tap", "m2"), ("tap", "m3")]  # fmt: skip
+    assert link_roles(link, "edge-1") == [] and link_nodes(link) == ["tap-1"]

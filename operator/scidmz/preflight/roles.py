@@ -47,10 +47,20 @@ def one_link(documents: Sequence[Any]) -> Mapping[str, Any]:
     raise ValueError("it holds no BorderLink")
 
 
-def _tc_parts(spec: BorderLinkSpec) -> list[tuple[str, Role]]:
-    """Every part of the link that sets a qdisc on a node: the campus shaper (where the
-    controller runs), each DTN host's tc cap, and BR1's buffer actuator, with its node."""
+def _node_parts(spec: BorderLinkSpec) -> list[tuple[str, Role]]:
+    """Every part of the link that works on a node's interfaces: the campus shaper (where
+    the controller runs), each DTN host's tc cap, BR1's buffer actuator, and a software
+    tap's mirror interfaces, with its node."""
     parts: list[tuple[str, Role]] = []
+    tap = spec.switch.tap
+    if tap is not None:
+        sides = tap.interfaces
+        named: dict[str, list[str | None]] = {
+            "campus": [sides.campus], "dtn": list(sides.dtn), "bottleneck": [sides.bottleneck],
+            "acks": [sides.acks], "border": [sides.border],
+        }  # fmt: skip
+        given = {role: [i for i in found if i] for role, found in named.items()}
+        parts += [(tap.node_name, role) for role in tap_roles(given)]
     campus = spec.actuator.tc if spec.actuator.type == "tc" else None
     if campus is not None:
         parts.append(
@@ -69,13 +79,13 @@ def _tc_parts(spec: BorderLinkSpec) -> list[tuple[str, Role]]:
 
 
 def link_roles(spec: BorderLinkSpec, node: str) -> list[Role]:
-    """The link's parts that run on ``node`` (``_tc_parts``)."""
-    return [role for where, role in _tc_parts(spec) if where == node]
+    """The link's parts that run on ``node`` (``_node_parts``)."""
+    return [role for where, role in _node_parts(spec) if where == node]
 
 
 def link_nodes(spec: BorderLinkSpec) -> list[str]:
     """Every node a part of the link runs on, for a node that holds none of it."""
-    return sorted({where for where, _ in _tc_parts(spec)})
+    return sorted({where for where, _ in _node_parts(spec)})
 
 
 def tap_roles(taps: Mapping[str, Sequence[str]]) -> list[Role]:

@@ -522,7 +522,8 @@ def test_a_custom_model_is_checked_against_its_card_then_mounted(operator, kube,
     controller = links.plane.kubectl("get", "deployment", "-n", NS, f"{name}-controller",
                                      "-o", "json").stdout  # fmt: skip
     pod = json.loads(controller)["spec"]["template"]
-    assert {"name": "model", "configMap": {"name": f"{name}-m"}} in pod["spec"]["volumes"]
+    (model,) = [v for v in pod["spec"]["volumes"] if v["name"] == "model"]
+    assert model["configMap"]["name"] == f"{name}-m"
     before = pod["metadata"]["annotations"]
     links.plane.kubectl("patch", "configmap", "-n", NS, f"{name}-m", "--type=merge",
                         "-p", json.dumps({"binaryData": {"inverse.onnx": "bmV3"}}))  # fmt: skip

@@ -27,6 +27,7 @@ _PLURALS: Final[dict[str, str]] = {
     "Deployment": "deployments",
     "Job": "jobs",
     "Pod": "pods",
+    "Node": "nodes",
     "NetworkPolicy": "networkpolicies",
     policy.KIND: policy.PLURAL,
     link.KIND: link.PLURAL,

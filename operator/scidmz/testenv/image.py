@@ -18,6 +18,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,12 @@ BASE_PACKAGES = ("python3", "python3-pip", "ca-certificates")
 BUILDAH = ("buildah", "--storage-driver", "vfs")
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+BUILD_LOCK = threading.RLock()
+"""One build at a time in this process: a test session starts the build in the background
+(``tests/conftest.py``) and the image's users wait on this instead of starting another
+buildah on the same storage."""
 
 
 class ImageError(RuntimeError):
@@ -68,22 +75,23 @@ def base_rootfs(cache: Path, mirror: str = DEFAULT_MIRROR) -> Path:
     pip is made to behave as in the official image: Debian marks its Python as externally
     managed (PEP 668), which would refuse the Dockerfile's ``pip install``, and names the
     commands python3/pip3 only."""
-    rootfs = cache / "rootfs"
-    if (cache / ".complete").exists():
+    with BUILD_LOCK:
+        rootfs = cache / "rootfs"
+        if (cache / ".complete").exists():
+            return rootfs
+        staging = cache / "staging"
+        shutil.rmtree(staging, ignore_errors=True)
+        cache.mkdir(parents=True, exist_ok=True)
+        _run(
+            ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE,
+             str(staging), mirror],
+            900, "debootstrap",
+        )  # fmt: skip
+        finish_rootfs(staging)
+        shutil.rmtree(rootfs, ignore_errors=True)
+        staging.rename(rootfs)
+        (cache / ".complete").touch()
         return rootfs
-    staging = cache / "staging"
-    shutil.rmtree(staging, ignore_errors=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    _run(
-        ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", SUITE,
-         str(staging), mirror],
-        900, "debootstrap",
-    )  # fmt: skip
-    finish_rootfs(staging)
-    shutil.rmtree(rootfs, ignore_errors=True)
-    staging.rename(rootfs)
-    (cache / ".complete").touch()
-    return rootfs
 
 
 def finish_rootfs(root: Path) -> None:
@@ -110,22 +118,23 @@ def image_exists(tag: str) -> bool:
 
 def base_image(rootfs: Path, tag: str = BASE_TAG) -> str:
     """``rootfs`` committed as the image ``tag`` (kept when it exists)."""
-    if image_exists(tag):
+    with BUILD_LOCK:
+        if image_exists(tag):
+            return tag
+        container = _run([*BUILDAH, "from", "scratch"], 60, "buildah from scratch").strip()
+        try:
+            mount = _run([*BUILDAH, "mount", container], 60, "buildah mount").strip()
+            _run(["cp", "-a", f"{rootfs}/.", mount], 600, "copying the rootfs")
+            _run([*BUILDAH, "umount", container], 60, "buildah umount")
+            _run(
+                [*BUILDAH, "config", "--env", f"PATH={PATH}", "--env", "LANG=C.UTF-8",
+                 "--cmd", "python3", container],
+                60, "buildah config",
+            )  # fmt: skip
+            _run([*BUILDAH, "commit", "--quiet", container, tag], 600, "buildah commit")
+        finally:
+            subprocess.run([*BUILDAH, "rm", container], capture_output=True, check=False)
         return tag
-    container = _run([*BUILDAH, "from", "scratch"], 60, "buildah from scratch").strip()
-    try:
-        mount = _run([*BUILDAH, "mount", container], 60, "buildah mount").strip()
-        _run(["cp", "-a", f"{rootfs}/.", mount], 600, "copying the rootfs")
-        _run([*BUILDAH, "umount", container], 60, "buildah umount")
-        _run(
-            [*BUILDAH, "config", "--env", f"PATH={PATH}", "--env", "LANG=C.UTF-8",
-             "--cmd", "python3", container],
-            60, "buildah config",
-        )  # fmt: skip
-        _run([*BUILDAH, "commit", "--quiet", container, tag], 600, "buildah commit")
-    finally:
-        subprocess.run([*BUILDAH, "rm", container], capture_output=True, check=False)
-    return tag
 
 
 def binary_image(tag: str, binary: Path, path: str, user: str) -> str:
@@ -183,21 +192,24 @@ def build(context: Path, base: str, tag: str = IMAGE_TAG, timeout_s: float = 180
     built from the same sources (``SOURCE_LABEL``). vfs storage copies every layer whole
     (~800 MB each), so a build's intermediate layers are removed after it: a few builds
     would otherwise fill the disk."""
-    started = time.monotonic()
-    digest = source_digest(context)
-    if _label(tag, SOURCE_LABEL) == digest:
-        return Build(tag, 0.0)
-    # The host's trust store for the RUN steps (pip), never copied into the image: a site
-    # behind a TLS-intercepting proxy trusts its CA there, as this machine does.
-    trust = [f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"] if HOST_CA_BUNDLE.exists() else []
-    _run(
-        [*BUILDAH, "bud", "--layers", "--pull=never", "--isolation", "chroot", *trust,
-         "--build-arg", f"BASE_IMAGE={base}", "--label", f"{SOURCE_LABEL}={digest}",
-         "--tag", tag, "--file", str(context / "Dockerfile"), str(context)],
-        timeout_s, "buildah bud",
-    )  # fmt: skip
-    _run([*BUILDAH, "rmi", "--prune"], 900, "buildah rmi --prune")
-    return Build(tag, time.monotonic() - started)
+    with BUILD_LOCK:
+        started = time.monotonic()
+        digest = source_digest(context)
+        if _label(tag, SOURCE_LABEL) == digest:
+            return Build(tag, 0.0)
+        # The host's trust store for the RUN steps (pip), never copied into the image: a site
+        # behind a TLS-intercepting proxy trusts its CA there, as this machine does.
+        trust = (
+            [f"--volume={HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro"] if HOST_CA_BUNDLE.exists() else []
+        )
+        _run(
+            [*BUILDAH, "bud", "--layers", "--pull=never", "--isolation", "chroot", *trust,
+             "--build-arg", f"BASE_IMAGE={base}", "--label", f"{SOURCE_LABEL}={digest}",
+             "--tag", tag, "--file", str(context / "Dockerfile"), str(context)],
+            timeout_s, "buildah bud",
+        )  # fmt: skip
+        _run([*BUILDAH, "rmi", "--prune"], 900, "buildah rmi --prune")
+        return Build(tag, time.monotonic() - started)
 
 
 def image_id(tag: str) -> str:

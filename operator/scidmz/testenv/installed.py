@@ -34,23 +34,24 @@ ARCHIVES = Path.home() / ".cache" / "scidmz" / "image-archive"
 def image_archive(log: Callable[[str], None] = print) -> Path:
     """The project's image (``make image``'s), built or reused, as a docker-archive for
     the node's containerd (exported once per image). Raises ``image.ImageError``."""
-    cache = Path.home() / ".cache" / "scidmz" / f"image-base-{image.SUITE}"
-    if not (cache / ".complete").exists():
-        log(f"image: the base (debootstrap {image.SUITE}, once, ~1 min) ...")
-    base = image.base_image(image.base_rootfs(cache))
-    log("image: buildah bud (cached layers; a first build takes ~5 min) ...")
-    built = image.build(REPO_ROOT, base)
-    path = ARCHIVES / f"{image.image_id(built.tag)}.tar"
-    if path.exists():
-        log(f"image: {built.tag} ready in {built.seconds:.0f} s (exported before)")
+    with image.BUILD_LOCK:
+        cache = Path.home() / ".cache" / "scidmz" / f"image-base-{image.SUITE}"
+        if not (cache / ".complete").exists():
+            log(f"image: the base (debootstrap {image.SUITE}, once, ~1 min) ...")
+        base = image.base_image(image.base_rootfs(cache))
+        log("image: buildah bud (cached layers; a first build takes ~5 min) ...")
+        built = image.build(REPO_ROOT, base)
+        path = ARCHIVES / f"{image.image_id(built.tag)}.tar"
+        if path.exists():
+            log(f"image: {built.tag} ready in {built.seconds:.0f} s (exported before)")
+            return path
+        log(f"image: {built.tag} built in {built.seconds:.0f} s; exporting it for containerd ...")
+        ARCHIVES.mkdir(parents=True, exist_ok=True)
+        for old in ARCHIVES.glob("*.tar"):
+            old.unlink()  # one image of ~800 MB is enough
+        partial = image.archive(built.tag, path.with_suffix(".partial"))
+        partial.rename(path)  # only a whole archive is ever found
         return path
-    log(f"image: {built.tag} built in {built.seconds:.0f} s; exporting it for containerd ...")
-    ARCHIVES.mkdir(parents=True, exist_ok=True)
-    for old in ARCHIVES.glob("*.tar"):
-        old.unlink()  # one image of ~800 MB is enough
-    partial = image.archive(built.tag, path.with_suffix(".partial"))
-    partial.rename(path)  # only a whole archive is ever found
-    return path
 
 
 def helm(plane: ControlPlane, *args: str, timeout_s: float = 600) -> str:

@@ -307,6 +307,8 @@ def _tap_link(name: str, node: str, campus: str = MIRRORS["campus"]) -> dict[str
             "capacity": "1Gbps",
             "campus": {"remotePrefix": "10.71.4.0/24"},
             "dtnHosts": [{"name": "dtn-1", "receiverPrefix": "10.71.4.250/32"}],
+            "tenants": {"namespaces": {"from": "Selector",
+                                       "selector": {"matchLabels": {"scidmz.io/tenant": "true"}}}},
             "switch": {
                 "tap": {
                     "nodeName": node,
@@ -338,7 +340,7 @@ def _preflight_from_the_image_on_the_node(cluster: Installed) -> None:
     taps = f"campus={MIRRORS['campus']},dtn={MIRRORS['dtn']},border={MIRRORS['border']}"
     started = plane.kubectl(
         "debug", "node/node-0", f"--image={image.IMAGE_TAG}", "--image-pull-policy=Never",
-        "--profile=sysadmin", f"--custom={custom}", "--",
+        "--profile=netadmin", f"--custom={custom}", "--",
         "scidmz", "preflight", "--json", "--taps", taps,
     )  # fmt: skip
     found = re.search(r"pod (\S+) with container", started.stdout + started.stderr)
@@ -374,11 +376,25 @@ def test_a_software_tap_link_runs_on_the_node_over_veth_mirror_interfaces(
             subprocess.run(node.in_node("ip", "link", "set", end, "up"), check=True)
     links = [_tap_link("tap-border", "node-0"), _tap_link("tap-nowhere", "node-9"),
              _tap_link("tap-no-interface", "node-0", campus="mir-nosuch")]  # fmt: skip
+    # a research group's policy on it (examples/tenants.yaml's namespace): a loop with no
+    # DTN class measures no DTN rate and holds its fail-safe (the campus gets the link)
+    policy = {
+        "apiVersion": "scidmz.io/v1alpha1", "kind": "DTNTransferPolicy",
+        "metadata": {"name": "tap-transfer", "namespace": "physics"},
+        "spec": {"linkRef": {"name": "tap-border"}, "dtnHost": "dtn-1",
+                 "targetRate": "100Mbps", "congestionControl": "cubic"},
+    }  # fmt: skip
     try:
         plane.kubectl("apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1",
-                      "kind": "List", "items": links}))  # fmt: skip
-        _wait(lambda: condition_true(_link_named(plane, "tap-border"), "Ready"), 240,
-              "the tap link Ready (tap, collector and controller)", plane)  # fmt: skip
+                      "kind": "List", "items": [*links, policy]}))  # fmt: skip
+        try:
+            _wait(lambda: condition_true(_link_named(plane, "tap-border"), "Ready"), 240,
+                  "the tap link Ready (tap, collector and controller)", plane)  # fmt: skip
+        except AssertionError as error:
+            status = _link_named(plane, "tap-border").get("status")
+            logs = plane.kubectl("logs", "-n", NS, "-l", "app.kubernetes.io/instance=tap-border",
+                                 "--all-containers", "--tail=30", check=False).stdout  # fmt: skip
+            raise AssertionError(f"{error}\n{json.dumps(status, indent=1)}\n{logs}") from None
         (tap,) = [p for p in _pods(plane, "tap") if p["spec"]["nodeName"] == "node-0"
                   and "tap-border" in p["metadata"]["name"]]  # fmt: skip
         container = tap["spec"]["containers"][0]
@@ -416,6 +432,8 @@ def test_a_software_tap_link_runs_on_the_node_over_veth_mirror_interfaces(
         assert ready.get("reason") == "TelemetryTapFailed", ready
         assert _deployments(plane, "tap-no-interface") == ["tap-no-interface-tap"]
     finally:
+        plane.kubectl("delete", "dtp", "-n", "physics", "tap-transfer", "--wait=false",
+                      check=False)  # fmt: skip
         plane.kubectl("delete", "bl", *(link["metadata"]["name"] for link in links),
                       "--wait", "--timeout=120s", check=False)  # fmt: skip
         for interface in MIRRORS.values():

@@ -309,18 +309,23 @@ def _restricted_security_context(settings: WorkloadSettings) -> dict[str, Any]:
     }
 
 
-def _tc_security_context() -> dict[str, Any]:
-    # Changing a host qdisc needs CAP_NET_ADMIN in the host network namespace. Kubernetes
-    # grants added capabilities only to UID 0 (no ambient capabilities for other users), so
-    # this one container runs as root with every other capability dropped.
+def root_with_only(capability: str) -> dict[str, Any]:
+    """A host-network container's security context: root with one capability, every other
+    dropped. Changing a host qdisc needs CAP_NET_ADMIN, a packet socket CAP_NET_RAW, in the
+    host network namespace; Kubernetes grants an added capability only to UID 0 (no ambient
+    capabilities for other users)."""
     return {
         "runAsNonRoot": False,
         "runAsUser": 0,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+        "capabilities": {"drop": ["ALL"], "add": [capability]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def _tc_security_context() -> dict[str, Any]:
+    return root_with_only("NET_ADMIN")
 
 
 def _deployment(

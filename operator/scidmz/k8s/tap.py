@@ -32,6 +32,7 @@ from scidmz.k8s.manifests import (
     common_labels,
     host_port,
     identity_secret_name,
+    root_with_only,
     selector_labels,
     service_host,
 )
@@ -79,20 +80,6 @@ def tap_args(
     return args
 
 
-def _tap_security_context() -> dict[str, Any]:
-    # Packet sockets on the node's interfaces need CAP_NET_RAW in the host network
-    # namespace; Kubernetes grants an added capability only to UID 0 (no ambient
-    # capabilities), so this one container runs as root with every other one dropped.
-    return {
-        "runAsNonRoot": False,
-        "runAsUser": 0,
-        "allowPrivilegeEscalation": False,
-        "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"], "add": ["NET_RAW"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-
-
 def build_tap_deployment(
     ref: LinkRef,
     spec: BorderLinkSpec,
@@ -123,7 +110,7 @@ def build_tap_deployment(
         # the capture program's refusal (no such interface, no CAP_NET_RAW) becomes the
         # termination message the operator reports
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": _tap_security_context(),
+        "securityContext": root_with_only("NET_RAW"),  # packet sockets on the node's ports
         "volumeMounts": [
             {"name": "identity", "mountPath": IDENTITY_MOUNT, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir

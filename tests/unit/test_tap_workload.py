@@ -46,7 +46,7 @@ def tap_link(**interfaces: Any) -> dict[str, Any]:
 
 def _deployment(spec: dict[str, Any]) -> dict[str, Any]:
     work = LinkWorkloads(host_ports=(HostPortAllocation(workload="tap", node="tap-1", port=PORT),))
-    return build_tap_deployment(REF, parse_link_spec(spec), SETTINGS, work, COLLECTOR)
+    return build_tap_deployment(REF, parse_link_spec(spec), SETTINGS, work)
 
 
 def test_the_tap_runs_on_its_node_network_with_net_raw_only_answering_its_collector():

@@ -688,10 +688,9 @@ def render(
     ]
     taps = []
     if tap_port is not None:
-        collector = identity.link_identity(link.name, identity.COLLECTOR, uid=link.uid)
         taps = [
             build_tap_service(ref, settings, tap_port),
-            build_tap_deployment(ref, spec, settings, work, collector),
+            build_tap_deployment(ref, spec, settings, work),
         ]
     children = build_children(ref, config, settings, work)
     if tap_only:  # the ServiceAccount and the ConfigMap (apply_loop reads it), then the tap

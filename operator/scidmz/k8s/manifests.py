@@ -38,9 +38,9 @@ PIPELINE_MOUNT: Final = "/etc/scidmz-pipeline"
 TLS_MOUNT: Final = "/etc/scidmz-tls"
 """The switch's TLS Secret (the administrators')."""
 IDENTITY_MOUNT: Final = "/etc/scidmz-identity"
+"""The workload's own certificate (the operator's CA)."""
 MODEL_MOUNT: Final = "/etc/scidmz-model"
 """A custom inverse model's ConfigMap (the administrators'; ``control.settings.MODEL_DIR``)."""
-"""The workload's own certificate (the operator's CA)."""
 CONFIG_HASH_ANNOTATION: Final = f"{GROUP}/config-hash"
 """On the pod template: the hash of what the processes are built around
 (``restart_hash``); a change rolls the pods. Certificates are not in it: the processes
@@ -324,10 +324,6 @@ def root_with_only(capability: str) -> dict[str, Any]:
     }
 
 
-def _tc_security_context() -> dict[str, Any]:
-    return root_with_only("NET_ADMIN")
-
-
 def _deployment(
     ref: LinkRef,
     component: str,
@@ -507,7 +503,7 @@ def build_controller_deployment(
     ref: LinkRef, config: RuntimeConfig, settings: WorkloadSettings, work: LinkWorkloads
 ) -> dict[str, Any]:
     uses_tc = config.actuator.type == "tc"
-    security = _tc_security_context() if uses_tc else _restricted_security_context(settings)
+    security = root_with_only("NET_ADMIN") if uses_tc else _restricted_security_context(settings)
     # on the node's network the port is the link's own, so two links on one node never
     # collide; off it every pod has its own network
     port = (host_port(work, CONTROLLER) if uses_tc else None) or settings.controller_http_port
@@ -582,7 +578,7 @@ def build_dtn_shaper_deployment(
         raise ValueError(f"no host port allocated for the DTN shaper of {dtn.host}")
     grpc = {"name": "grpc-shaper", "containerPort": http + 1, "protocol": "TCP"}
     container = _container(
-        DTN_SHAPER, settings, http, [grpc], _tc_security_context(), host_network=True
+        DTN_SHAPER, settings, http, [grpc], root_with_only("NET_ADMIN"), host_network=True
     )
     container["args"] = [
         *shaper_agent_args(
@@ -636,7 +632,7 @@ def build_shaper_restore_job(
         "imagePullPolicy": settings.image_pull_policy,
         "args": ["shaper", "--interface", restore.interface, "--state-dir",
                  SHAPER_STATE_MOUNT, "--restore"],
-        "securityContext": _tc_security_context(),
+        "securityContext": root_with_only("NET_ADMIN"),
         "volumeMounts": [],
         "resources": settings.resources_of(DTN_SHAPER),
     }  # fmt: skip

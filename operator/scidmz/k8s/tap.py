@@ -85,10 +85,9 @@ def build_tap_deployment(
     spec: BorderLinkSpec,
     settings: WorkloadSettings,
     work: LinkWorkloads,
-    collector_identity: str,
 ) -> dict[str, Any]:
-    """The tap's Deployment, pinned to ``spec.switch.tap.nodeName``. Raises ValueError
-    without a host port for it."""
+    """The tap's Deployment, pinned to ``spec.switch.tap.nodeName``, answering only the
+    link's collector. Raises ValueError without a host port for it."""
     tap = spec.switch.tap
     http = host_port(work, TAP)
     if tap is None or http is None:
@@ -98,7 +97,7 @@ def build_tap_deployment(
         "name": TAP,
         "image": settings.image,
         "imagePullPolicy": settings.image_pull_policy,
-        "args": tap_args(spec, tap, http, collector_identity),
+        "args": tap_args(spec, tap, http, collector_identity(ref)),
         "ports": [
             {"name": "p4runtime", "containerPort": grpc_port, "protocol": "TCP"},
             {"name": PROMETHEUS_PORT_NAME, "containerPort": http, "protocol": "TCP"},
@@ -164,8 +163,9 @@ def build_tap_service(ref: LinkRef, settings: WorkloadSettings, http_port: int) 
     }
 
 
-def collector_identity(link: str, uid: str) -> str:
-    return identity.link_identity(link, identity.COLLECTOR, uid=uid)
+def collector_identity(ref: LinkRef) -> str:
+    """The one client a link's tap answers: this incarnation of the link's collector."""
+    return identity.link_identity(ref.name, identity.COLLECTOR, uid=ref.uid)
 
 
 _STUCK: Final = ("ErrImagePull", "ImagePullBackOff", "CreateContainerError")

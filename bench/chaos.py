@@ -220,9 +220,10 @@ def slow_clients_table(r: SlowClientsResult) -> tuple[str, list[str]]:
         "| open files, peak | "
         + ", ".join(f"{k} {v}" for k, v in r.open_files_peak.items())
         + " | | | |",
+        f"| processes that ended | | | {', '.join(r.exited) or 'none'} | |",
     ]
     expected = r.duration_s  # one decision per T = 1 s
-    kept = not r.failsafe_during and r.decisions[1] >= 0.9 * expected
+    kept = not r.failsafe_during and r.decisions[1] >= 0.9 * expected and not r.exited
     return "\n".join(lines), [
         f"- {r.clients} slow-TLS or idle clients on each of {len(r.targets)} ports: every "
         f"probe answered within its 2 s timeout: {_verdict(all_answered)}",

@@ -107,9 +107,10 @@ def test_slow_and_idle_clients_leave_the_probes_answered_and_the_loop_controllin
             "shaper": {"type": "tc", "tc": {"nodeName": "dtn-1", "interface": "dtn0"}}}  # fmt: skip
     config = render(plaintext_link_spec(dtnHosts=[host]), collector="unused:1")
     result = run_slow_clients(config, tmp_path, clients=30, duration_s=8.0, baseline_s=3.0)
-    for name, (_, during) in result.probes.items():
+    assert not result.exited, result.exited
+    for name, (before, during) in result.probes.items():
         answered, asked, _ = during
-        assert asked >= 6 and answered == asked, (name, during)
+        assert asked >= 6 and answered == asked, (name, before, during, result)
     assert not result.failsafe_during and result.decisions[1] >= 6, result
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from scidmz.api.errors import load_yaml_model
 from scidmz.api.link import BorderLinkSpec, DtnHost, DtnShaperSpec, HeldDtnHost
@@ -144,7 +144,13 @@ class ControllerConfig(_Frozen):
         description="The administrators' ConfigMap holding a custom inverse model "
         "(spec.controller.modelRef), mounted into the controller.",
     )
-    inverse_model_key: str | None = Field(default=None, max_length=253)
+    inverse_model_key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[-._a-zA-Z0-9]+$",
+        description="Key of the model in that ConfigMap: the file name under the mount.",
+    )
     inverse_model_digest: str | None = Field(
         default=None,
         max_length=64,
@@ -157,6 +163,14 @@ class ControllerConfig(_Frozen):
         description="Why the strategy differs from spec.controller.strategy (mlc on DTNs "
         "of mixed congestion control runs as pi).",
     )
+
+    @field_validator("inverse_model_key")
+    @classmethod
+    def _a_file_in_the_mount(cls, key: str | None) -> str | None:
+        # the key is joined to the mount's path: "." or ".." would leave it
+        if key in (".", ".."):
+            raise ValueError("inverse_model_key must name a file, not . or ..")
+        return key
 
 
 MAX_ADMITTED = 64

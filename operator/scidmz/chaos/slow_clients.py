@@ -160,6 +160,9 @@ class SlowClientsResult:
     failsafe_during: bool
     open_files_peak: dict[str, int]
     shaper: bool
+    exited: dict[str, str] = field(default_factory=dict)
+    """The loop's processes that ended before the attack did: their exit code and the last
+    lines they logged (none is the only good answer)."""
 
 
 class SecureLoop:
@@ -184,7 +187,7 @@ class SecureLoop:
         self.switch = f"127.0.0.1:{free_port()}"
         self.collector_grpc = free_port()
         self.collector_http, self.controller_http = free_port(), free_port()
-        self.shaper_http = free_port()
+        self.shaper_http, self.shaper_grpc = free_port(), free_port()
         self.with_shaper = with_shaper
         security = ChannelSecurity(
             identity_dir="unused",
@@ -253,7 +256,7 @@ class SecureLoop:
                 "dtn-shaper",
                 ["shaper", "--interface", SHAPER_INTERFACE, "--netns", SHAPER_NETNS,
                  "--config", str(self.paths["dtn-shaper"]), "--http-port",
-                 str(self.shaper_http), "--listen", f"0.0.0.0:{self.shaper_http + 1}"],
+                 str(self.shaper_http), "--listen", f"0.0.0.0:{self.shaper_grpc}"],
                 {"SCIDMZ_PROBES_ON_LOOPBACK": "true"},
             )  # fmt: skip
 
@@ -271,6 +274,30 @@ class SecureLoop:
             tls=self.operator_tls,
             server_name=SERVER_NAME,
         )
+
+    def exited(self) -> dict[str, str]:
+        """Each process that has ended: its code and the tail of its log."""
+        out = {}
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                log = self.workdir / f"{name}.log"
+                tail = log.read_text(errors="replace").splitlines()[-5:] if log.exists() else []
+                out[name] = f"exit {process.returncode}: " + " | ".join(tail)
+        return out
+
+    def wait_ready(self, deadline_s: float = 90.0) -> None:
+        """Until the controller controls and (with one) the shaper answers its probe."""
+        deadline = time.monotonic() + deadline_s
+        shaper_probe = _kubelet_probe(f"http://127.0.0.1:{self.shaper_http}/healthz")
+        while True:
+            state = self.state() or {}
+            controlling = bool((state.get("state") or {}).get("sequence"))
+            if controlling and (not self.with_shaper or shaper_probe()):
+                return
+            if (gone := self.exited()) or time.monotonic() > deadline:
+                what = f"ended: {gone}" if gone else "never became ready"
+                raise TimeoutError(f"the loop {what} (see the logs in {self.workdir})")
+            time.sleep(0.5)
 
     def open_files(self) -> dict[str, int]:
         out = {}
@@ -307,7 +334,7 @@ class _ShaperDriver:
     def __init__(self, loop: SecureLoop) -> None:
         tls = ClientTls(_material(loop.dirs["controller"]), SERVER_NAME)
         self._loop = asyncio.new_event_loop()
-        self._address = f"127.0.0.1:{loop.shaper_http + 1}"
+        self._address = f"127.0.0.1:{loop.shaper_grpc}"
         self._channel = self._loop.run_until_complete(self._open(tls))
         threading.Thread(target=self._loop.run_forever, daemon=True).start()
 
@@ -344,11 +371,7 @@ def run_slow_clients(
     loop = SecureLoop(rendered, workdir, shaper).start()
     stop = threading.Event()
     try:
-        deadline = time.monotonic() + 90
-        while not ((s := loop.state()) and (s.get("state") or {}).get("sequence")):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the loop never controlled (see the logs in {workdir})")
-            time.sleep(0.5)
+        loop.wait_ready()
         probes = [
             Probe(
                 "collector /healthz (kubelet)",
@@ -408,7 +431,7 @@ def run_slow_clients(
         ]
         if shaper:
             targets += [
-                ("idle", "127.0.0.1", loop.shaper_http + 1),
+                ("idle", "127.0.0.1", loop.shaper_grpc),
                 ("idle", "127.0.0.2", loop.shaper_http),
             ]
         attacker = subprocess.Popen(
@@ -450,6 +473,7 @@ def run_slow_clients(
             failsafe_during=any(f for t, _, f in sequences if attack_start <= t < attack_end),
             open_files_peak=peak,
             shaper=shaper,
+            exited=loop.exited(),
         )
     finally:
         stop.set()

@@ -702,3 +702,31 @@ def test_a_task_of_the_loop_that_ends_stops_the_process_with_the_fail_safe_in_fo
         assert actuator.applied[-1] == SETTINGS.failsafe_rate_bps
 
     asyncio.run(main())
+
+
+def test_with_nothing_admitted_the_campus_gets_the_link_though_no_dtn_rate_is_measured():
+    # no policy: the switch holds no DTN class, so the collector marks the DTN's rate (and
+    # RTT, queuing delay) not measured; that is no reason to skip the sample and fall to
+    # the fail-safe: u is the whole link, and the controller decides every sample
+    def unmeasured(sequence: int) -> telemetry_pb2.StateSample:
+        sample = _sample(sequence, 0.0)
+        del sample.valid[:]
+        sample.valid.extend([False, True, False, True, False, True, True])
+        return sample
+
+    async def main(target_mbps: float):
+        clock, actuator = Clock(), DryRunActuator()
+        idle = dataclasses.replace(SETTINGS, setpoint=Setpoint(target_mbps * MBPS, 1000 * MBPS))
+        controller = Controller(idle, actuator, clock=clock)
+        decisions = []
+        for k in range(1, 6):
+            clock.now += 1.0
+            decisions.append(await controller.on_sample(unmeasured(k)))
+        return decisions, actuator.applied
+
+    decisions, applied = _run(main(0.0))
+    assert all(d is not None for d in decisions)
+    assert applied == [1000 * MBPS] * 5
+    # with a policy admitted the same samples are unusable: the DTN's rate is the error
+    decisions, applied = _run(main(600.0))
+    assert decisions == [None] * 5 and applied == []

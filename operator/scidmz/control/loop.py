@@ -284,7 +284,10 @@ class Controller:
         received = self._clock()
         m = self.metrics
         measured = from_message(sample)
-        if sample.stale or not math.isfinite(measured.dtn_rate_bps):
+        # with nothing admitted the switch holds no DTN class, so no DTN rate is measured;
+        # the campus gets the whole link all the same (the idle branch below)
+        admitted = self.settings.setpoint.target_rate_bps > 0
+        if sample.stale or (admitted and not math.isfinite(measured.dtn_rate_bps)):
             m.samples.labels(*m.labels, "skipped").inc()
             if self.buffer is not None:
                 self.buffer.on_stale()

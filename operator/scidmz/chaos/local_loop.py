@@ -80,8 +80,13 @@ class Probes:
 class LocalLoop:
     """Start with ``start()`` (or as a context manager), then ``signal``/``restart``."""
 
-    def __init__(self, rendered: RuntimeConfig, workdir: Path) -> None:
+    def __init__(
+        self, rendered: RuntimeConfig, workdir: Path, workloads: tuple[str, str] | None = None
+    ) -> None:
+        """``workloads``: the simulator's DTN and campus addresses (default: inside the
+        admitted DTN's prefix and the campus's; a link with nothing admitted names them)."""
         self.workdir = workdir
+        self.workloads = workloads
         workdir.mkdir(parents=True, exist_ok=True)
         self.switch = f"127.0.0.1:{free_port()}"
         self.collector_grpc = f"127.0.0.1:{free_port()}"
@@ -107,7 +112,7 @@ class LocalLoop:
     # ---- processes ------------------------------------------------------------------------
     def _args(self, name: str) -> list[str]:
         if name == "target":
-            dtn, campus = workload_addresses(self.config)
+            dtn, campus = self.workloads or workload_addresses(self.config)
             return ["target", "--listen", self.switch, "--dtn-address", dtn,
                     "--campus-address", campus]  # fmt: skip
         port = self.collector_http if name == "collector" else self.controller_http

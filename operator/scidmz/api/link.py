@@ -30,6 +30,7 @@ from scidmz.api.types import (
     ApiModel,
     CidrPrefix,
     Condition,
+    ConfigMapKey,
     CongestionControl,
     DesiredRtt,
     DigestHold,
@@ -387,18 +388,12 @@ class ModelRef(ApiModel):
     config_map_name: ObjectName = Field(
         description="ConfigMap in the operator's namespace holding the model and its card."
     )
-    model_key: str = Field(
+    model_key: ConfigMapKey = Field(
         default="inverse.onnx",
-        min_length=1,
-        max_length=253,
-        pattern=r"^[-._a-zA-Z0-9]+$",
         description="Key (in binaryData) of the ONNX inverse model.",
     )
-    card_key: str = Field(
+    card_key: ConfigMapKey = Field(
         default="card.yaml",
-        min_length=1,
-        max_length=253,
-        pattern=r"^[-._a-zA-Z0-9]+$",
         description="Key (in data) of its card: congestion control, capacities, sample time "
         "and RTTs it was identified on; the link must lie within them.",
     )

@@ -27,6 +27,7 @@ from scidmz.api.types import (
     MAX_GAIN,
     MAX_RATE_BPS,
     ActuatorType,
+    ConfigMapKey,
     CongestionControl,
     HostPort,
     Strategy,
@@ -144,11 +145,8 @@ class ControllerConfig(_Frozen):
         description="The administrators' ConfigMap holding a custom inverse model "
         "(spec.controller.modelRef), mounted into the controller.",
     )
-    inverse_model_key: str | None = Field(
+    inverse_model_key: ConfigMapKey | None = Field(
         default=None,
-        min_length=1,
-        max_length=253,
-        pattern=r"^[-._a-zA-Z0-9]+$",
         description="Key of the model in that ConfigMap: the file name under the mount.",
     )
     inverse_model_digest: str | None = Field(

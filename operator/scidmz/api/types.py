@@ -214,6 +214,8 @@ DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
 DnsLabel = Annotated[str, Field(min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN)]
 """A DNS-1123 label: a namespace's name, a DTN host's name on its link."""
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN)]
+"""A DNS-1123 subdomain: the name of most Kubernetes objects."""
 Interface = Annotated[str, Field(min_length=1, max_length=15, pattern=r"^[A-Za-z0-9_.:-]+$")]
 """A Linux interface name (IFNAMSIZ: 15 characters)."""
-"""A DNS-1123 subdomain: the name of most Kubernetes objects."""
+ConfigMapKey = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+"""A key of a ConfigMap's data or binaryData: also the file's name where it is mounted."""

@@ -286,8 +286,8 @@ class Controller:
         measured = from_message(sample)
         # with nothing admitted the switch holds no DTN class, so no DTN rate is measured;
         # the campus gets the whole link all the same (the idle branch below)
-        admitted = self.settings.setpoint.target_rate_bps > 0
-        if sample.stale or (admitted and not math.isfinite(measured.dtn_rate_bps)):
+        unmeasured = not math.isfinite(measured.dtn_rate_bps)
+        if sample.stale or (unmeasured and not self.nothing_admitted):
             m.samples.labels(*m.labels, "skipped").inc()
             if self.buffer is not None:
                 self.buffer.on_stale()
@@ -316,7 +316,7 @@ class Controller:
         self._last_step_s = received
         output: FilterOutput | None = None
         first = len(self.history) < 2 or self.applied_bps is None
-        idle = s.strategy == "trivial" or target <= 0
+        idle = s.strategy == "trivial" or self.nothing_admitted
         caps = self._decide_caps(y, dtns_from_message(sample), target, dt, idle, first)
         if idle:
             # no admitted policy (R* = 0): nothing to hold, the campus gets the whole link
@@ -455,6 +455,12 @@ class Controller:
         """How long u(t) has been held at a limit by the integral (0: it is not)."""
         since = self._pinned_since_s
         return 0.0 if since is None else max(0.0, self._clock() - since)
+
+    @property
+    def nothing_admitted(self) -> bool:
+        """No policy admitted (R* = 0): no DTN class to measure, nothing to hold; the
+        campus gets the whole link."""
+        return self.settings.setpoint.target_rate_bps <= 0
 
     @property
     def pinned(self) -> bool:

@@ -79,7 +79,7 @@ class ControllerProcess:
             elif c.latest is None:
                 c_reason = f"waiting for samples from {c.settings.collector_address}"
                 ready = False
-            elif c.settings.setpoint.target_rate_bps <= 0:
+            elif c.nothing_admitted:
                 c_reason = f"idle: no policy admitted, u = {c.applied_bps or 0:.0f} bit/s"
                 ready = True
             elif c.pinned:

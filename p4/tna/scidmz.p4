@@ -116,6 +116,7 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     Register<bit<32>, bit<32>>(FLOW_SLOTS) flow_next_seq;
     Register<bit<32>, bit<32>>(CLASS_SLOTS) queuing_delay_sum_1024ns;
     Register<bit<32>, bit<32>>(CLASS_SLOTS) queuing_delay_count;
+    Register<bit<32>, bit<32>>(1) tap_clock_ns;
 
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v4;
     Hash<bit<32>>(HashAlgorithm_t.CRC32) flow_hash_v6;
@@ -174,6 +175,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     }
 
     // ---- algorithm 5: BR1 sojourn per class ------------------------------------------
+    RegisterAction<bit<32>, bit<32>, bit<32>>(tap_clock_ns) stamp_tap_clock = {
+        void apply(inout bit<32> value) { value = meta.now_ns; }
+    };
     RegisterAction<bit<32>, bit<32>, bit<32>>(packet_ts) stamp_entry = {
         void apply(inout bit<32> value) { value = meta.now_ns; }
     };
@@ -268,6 +272,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         meta.now_ns = ig_prsr_md.global_tstamp[31:0];
         tap_ports.apply();
         settings.apply();
+        // The tap's clock: the counters cover everything up to the last tapped packet's
+        // time, so the collector divides their growth by this clock's, not its own.
+        if (meta.role != 0) { stamp_tap_clock.execute(0); }
         bit<32> ip_payload;
         if (hdr.ipv4.isValid()) {
             ip_payload = (bit<32>)hdr.ipv4.total_len - ((bit<32>)hdr.ipv4.ihl << 2);

@@ -90,6 +90,7 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
     register<bit<32>>(FLOW_SLOTS) flow_next_seq;
     register<bit<48>>(CLASS_SLOTS) queuing_delay_sum_1024ns;
     register<bit<32>>(CLASS_SLOTS) queuing_delay_count;
+    register<bit<48>>(1) tap_clock_ns;
 
     action set_class(bit<8> class_id) { meta.class_id = class_id; }
     action set_tap_role(bit<8> role) { meta.role = role; }
@@ -149,6 +150,9 @@ control ScidmzIngress(inout headers_t hdr, inout metadata_t meta,
         bit<48> now_ns = std.ingress_global_timestamp * 1000;
         tap_ports.apply();
         settings.apply();
+        // The tap's clock: the counters cover everything up to the last tapped packet's
+        // time, so the collector divides their growth by this clock's, not its own.
+        if (meta.role != 0) { tap_clock_ns.write(0, now_ns); }
         bit<32> ip_payload;
         if (hdr.ipv4.isValid()) {
             ip_payload = (bit<32>)hdr.ipv4.total_len - ((bit<32>)hdr.ipv4.ihl << 2);

@@ -20,7 +20,7 @@ from scidmz.telemetry.program import (
     parse_poll,
     poll_request,
 )
-from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, estimate
+from scidmz.telemetry.sampling import EstimatorSettings, EstimatorState, Poll, covered_s, estimate
 
 IDS = Ids.from_p4info(build_p4info())
 DTN = contract.FIRST_DTN_CLASS
@@ -115,11 +115,11 @@ def _cells(entities: list[p4r.Entity], plan: Plan = TWO) -> Poll:
 
 
 def test_a_poll_reads_every_class_in_one_request_and_keeps_the_plans_classes():
-    # 2 direct counter tables + 3 per-class registers + 3 per-class counters, wildcard reads:
-    # the same 8 entities for one DTN host or 64
+    # 2 direct counter tables + 3 per-class registers + the tap clock + 3 per-class
+    # counters, wildcard reads: the same 9 entities for one DTN host or 64
     request = poll_request(IDS)
-    assert len(request) == 8
-    assert all(not e.register_entry.HasField("index") for e in request[2:5])
+    assert len(request) == 9
+    assert all(not e.register_entry.HasField("index") for e in request[2:6])
     other = DTN + 5  # a class this link's plan does not hold
     poll = _cells(
         [
@@ -133,6 +133,7 @@ def test_a_poll_reads_every_class_in_one_request_and_keeps_the_plans_classes():
             _register(other, 5),
             _register(DTN, 7_000, "queuing_delay_sum_1024ns"),
             _register(CAMPUS, 9, "queuing_delay_count"),
+            _register(0, 7_123_456_789, "tap_clock_ns"),  # index 0: no class's cell
             _indirect("class_traffic", DTN, 80, 100),
             _indirect("class_retrans", CAMPUS, 3, 4_500),
             _indirect("class_egress", DTN + 2, 70, 90),
@@ -147,8 +148,11 @@ def test_a_poll_reads_every_class_in_one_request_and_keeps_the_plans_classes():
     }  # fmt: skip
     assert poll.dtn_hosts == {DTN: "dtn-1", DTN + 2: "dtn-3"}
     assert (poll.sum_bits, poll.count_bits) == (48, 32)
+    assert (poll.tap_clock_ns, poll.clock_bits) == (7_123_456_789, 48)
+    assert _cells([]).tap_clock_ns == 0  # a switch that has tapped nothing yet
     tna = Ids.from_p4info(build_p4info("tna"))
     assert tna.register_bits[contract.qualified("queuing_delay_sum_1024ns")] == 32
+    assert tna.register_bits[contract.qualified("tap_clock_ns")] == 32
 
 
 def test_digests_become_rtt_samples_and_slot_keyed_flow_events_with_their_class():
@@ -330,3 +334,33 @@ def test_a_late_answer_moves_a_samples_boundary_by_half_the_call_at_most():
 
     measured = asyncio.run(rates())
     assert [round(r / 8e8, 3) for r in measured[1:]] == [1.0, 1.0, 1.0]
+
+
+def _clocked(at_s: float, dtn_bytes: int, clock_ns: int, bits: int = 48) -> Poll:
+    return Poll(at_s, ClassCells(), {DTN: ClassCells(bytes=dtn_bytes)}, tap_clock_ns=clock_ns,
+                clock_bits=bits)  # fmt: skip
+
+
+def test_rates_cover_the_switchs_tap_clock_not_the_collectors_reads():
+    """A busy tap counts in batches and a reply comes late: the reads 1.3 s apart saw the
+    bytes of the tap's 1.0 s (10 Mb/s), not 7.7 Mb/s."""
+    settings = EstimatorSettings(rtt_smoothing=0.5, flow_timeout_s=2.0)
+    state, _ = estimate(EstimatorState(), _clocked(10.0, 0, 5_000_000_000), [], [], settings)
+    state, y = estimate(state, _clocked(11.3, 1_250_000, 6_000_000_000), [], [], settings)
+    assert y.dtn_rate_bps == pytest.approx(10e6)
+    assert (y.interval_s, y.tap_clock_ns) == (pytest.approx(1.0), 6_000_000_000)
+    # nothing tapped since: the clock stands, nothing was counted, the reads' Δt is the rate's
+    state, y = estimate(state, _clocked(12.3, 1_250_000, 6_000_000_000), [], [], settings)
+    assert (y.dtn_rate_bps, y.interval_s) == (0.0, pytest.approx(1.0))
+
+
+def test_the_tap_clock_is_taken_modulo_its_width_with_whole_wraps_from_the_reads():
+    wrap = 2**32  # a Tofino cell: 4.29 s
+    before = _clocked(0.0, 0, wrap - 500_000_000, bits=32)
+    assert covered_s(before, _clocked(1.0, 0, 480_000_000, bits=32)) == pytest.approx(0.98)
+    # reads 5.3 s apart: one whole wrap beyond what the low 32 bits show
+    late = _clocked(5.3, 0, (wrap - 500_000_000 + 5_250_000_000) % wrap, bits=32)
+    assert covered_s(before, late) == pytest.approx(5.25)
+    # no clock on either read (a program without the register's writes yet): the reads' Δt
+    assert covered_s(_clocked(0.0, 0, 0), _clocked(1.2, 0, 9)) == pytest.approx(1.2)
+    assert covered_s(_clocked(0.0, 0, 9), _clocked(1.2, 0, 0)) == pytest.approx(1.2)

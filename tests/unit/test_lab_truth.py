@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import math
 import re
 from dataclasses import replace
@@ -400,3 +401,47 @@ def test_a_dtn_host_is_judged_on_its_own_admitted_time_byte_for_byte() -> None:
     )
     # a host never admitted is judged on nothing
     assert math.isnan(host_summary(samples, truth, "dtn-3", target, 2.0)["rate_error"])
+
+
+def test_with_a_tap_clock_each_sample_is_judged_on_the_interval_it_covers() -> None:
+    from scidmz.lab.loop import covered_intervals, host_summary, tap_epoch_s
+
+    # the kernel's link counters read 0.12 s late each second (links_t_s), 20 Mb/s then 30
+    truth = [
+        {"t_s": float(t), "links_t_s": t + 0.12, "host_dtn-2_rate_bps": 0.0,
+         "host_dtn-2_offered_rate_bps": 20e6 if t <= 8 else 30e6}
+        for t in range(1, 14)
+    ]  # fmt: skip
+    # the tap counted up to 0.25 s before each read, over intervals of 0.9-1.1 s; the /state
+    # reads missed sample 5, which does not matter: each sample says what it covers
+    ends = [2.37, 3.27, 4.37, 5.37, 6.47, 7.37, 8.27, 9.37, 10.37]
+    samples = []
+    for sequence, (start, end) in enumerate(itertools.pairwise([1.37, *ends]), start=1):
+        bits = sum(  # what crossed the link in (start, end], by the kernel's seconds
+            (20e6 if s <= 8 else 30e6) * max(0.0, min(end, s + 0.12) - max(start, s - 0.88))
+            for s in range(1, 14)
+        )
+        samples.append({"sequence": sequence, "measured_t_s": end + 0.25, "interval_s":
+                        end - start, "covered_until_t_s": end, "host_dtn-2_rate_bps":
+                        bits / (end - start)})  # fmt: skip
+    del samples[4]
+    assert [round(a, 2) for a, _, _ in covered_intervals(samples, "host_dtn-2_rate_bps")] == [
+        1.37,
+        2.37,
+        3.27,
+        4.37,
+        6.47,
+        7.37,
+        8.27,
+        9.37,
+    ]
+    target = lambda host, t: 25e6 if host == "dtn-2" else None  # noqa: E731
+    judged = host_summary(samples, truth, "dtn-2", target, warmup_s=2.0)
+    # from 3.27 s (the first interval 2 s after its admission at 1 s), less the missed one
+    assert judged["seconds"] == pytest.approx(10.37 - 3.27 - 1.1)
+    assert judged["rate_error"] == pytest.approx(0.0, abs=1e-9)
+    # the low bits of the kernel's realtime stamp, back as the epoch nearest the read
+    epoch_s = 1_795_000_000.123456789
+    low = round(epoch_s * 1e9) % 2**48
+    assert tap_epoch_s(low, epoch_s + 0.4) == pytest.approx(epoch_s, abs=1e-6)
+    assert tap_epoch_s(low, epoch_s - 0.01) == pytest.approx(epoch_s, abs=1e-6)

@@ -147,7 +147,7 @@ def test_activity_rule_starts_at_c_th_packets_and_stops_on_fin_and_idle(tap: Tap
 
 def test_an_ack_of_an_unknown_flow_is_ignored(tap: TapState) -> None:
     obs = tap.reduce(records(frame(5, ROLE_ACKS_IN, ack=10, sport=1234)), now_ns=10 * MS)
-    assert obs == type(obs)(bottleneck_port=3)
+    assert obs == type(obs)(bottleneck_port=3, clock_ns=5 * MS)  # the tap saw it: its clock
 
 
 def test_a_flow_takes_its_side_and_destination_from_data_not_from_its_syn_ack(
@@ -317,3 +317,16 @@ def test_one_border_interface_is_read_once_as_a_mirror_port_and_needs_the_prefix
         parse_prefixes("10.71.4.0/33")
     with pytest.raises(ValueError, match="border replaces bottleneck and acks"):
         parse_taps("campus=bc,dtn=bd,border=bx,acks=br")
+
+
+def test_the_tap_clock_is_the_latest_frames_time_and_never_goes_back(tap: TapState) -> None:
+    assert tap.reduce(records(), now_ns=1 * MS).clock_ns == 0  # nothing tapped yet
+    # any order inside a tick: the latest frame's time, whatever its side
+    obs = tap.reduce(records(frame(9, ROLE_DTN_IN), frame(12, ROLE_ACKS_IN, ack=1),
+                             frame(4, ROLE_CAMPUS_IN, dtn=False)), now_ns=20 * MS)  # fmt: skip
+    assert obs.clock_ns == 12 * MS
+    assert tap.reduce(records(), now_ns=30 * MS).clock_ns == 12 * MS  # an empty tick keeps it
+    # a late frame from another interface's socket counts, but the clock stays at the latest
+    assert tap.reduce(records(frame(11, ROLE_DTN_IN, seq=9_000)), now_ns=40 * MS).clock_ns == (
+        12 * MS
+    )

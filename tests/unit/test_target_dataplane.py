@@ -236,3 +236,21 @@ def test_loss_counters_and_sojourn_sums_as_the_program_keeps_them():
     )  # fmt: skip
     egress = untapped.counters[untapped.counter_ids["ScidmzIngress.class_egress"]]
     assert egress[DTN_CLASS].tolist() == [0, 0]
+
+
+def test_the_tap_clock_register_holds_the_sources_clock_once_a_port_is_tapped():
+    def clock(dataplane: Dataplane) -> int:
+        return int(dataplane.registers[dataplane.register_ids["ScidmzIngress.tap_clock_ns"]][0])
+
+    untapped, _ = _installed(skip=("tap_ports",))
+    untapped.observe(Observation(bottleneck_port=3, clock_ns=7_000_000_000), 1)
+    assert clock(untapped) == 0  # no port has a tap role: the program saw no packet
+    dataplane, _ = _installed()
+    dataplane.observe(Observation(bottleneck_port=3, clock_ns=2**48 + 5), 1)
+    assert clock(dataplane) == 5  # modulo its 48 bits
+    dataplane.observe(Observation(bottleneck_port=3), 2)
+    assert clock(dataplane) == 5  # a source that has counted nothing leaves it
+    tna = Dataplane(build_p4info("tna"))
+    tna.roles = {1: contract.ROLE_CAMPUS_SIDE}
+    tna.observe(Observation(bottleneck_port=3, clock_ns=2**32 + 9), 1)
+    assert int(tna.registers[tna.register_ids["ScidmzIngress.tap_clock_ns"]][0]) == 9

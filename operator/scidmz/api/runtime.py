@@ -436,6 +436,15 @@ class SampleReport(BaseModel):
     )
     sampled_at: str = Field(description="When the collector measured it (RFC 3339).")
     sequence: int = Field(ge=0)
+    interval_s: float | None = Field(
+        default=None, description="The time the rates cover, by the switch's tap clock."
+    )
+    tap_clock_ns: int | None = Field(
+        default=None,
+        ge=0,
+        description="The switch's tap clock at the interval's end (its own clock, ns, modulo "
+        "its register's width).",
+    )
 
 
 class TrackingReport(BaseModel):

@@ -39,6 +39,7 @@ def to_message(
         sequence=sequence,
         measured_at=measured,
         interval_s=interval_s if math.isfinite(interval_s) else 0.0,
+        tap_clock_ns=sample.tap_clock_ns,
         dtn_rate_bps=sample.dtn_rate_bps,
         campus_rate_bps=sample.campus_rate_bps,
         dtn_rtt_s=sample.dtn_rtt_s,

@@ -161,6 +161,10 @@ REGISTERS: tuple[Register, ...] = (
     # packets seen leaving (in units of 1.024 us, ns >> 10) and how many there were
     Register(qualified("queuing_delay_sum_1024ns"), 48, CLASS_SLOTS, 32),
     Register(qualified("queuing_delay_count"), 32, CLASS_SLOTS),
+    # the ingress time of the last packet seen on a tapped port: the end of the interval
+    # the counters cover, so rates are counted bytes over the switch's own time between
+    # two reads, not over the collector's (a busy tap or a late reply moves that)
+    Register(qualified("tap_clock_ns"), 48, 1, 32),
 )
 COUNTERS: tuple[Counter, ...] = (
     # index: class id; data packets and bytes at BR1 ingress

@@ -99,6 +99,12 @@ class NetworkState:
     measured_at_s: float
     signals: PathSignals = field(default_factory=PathSignals)
     dtns: tuple[DtnFigures, ...] = ()
+    interval_s: float = math.nan
+    """Δt the rates cover: the switch's tap clock between two reads (or the reads' own
+    Δt without one); NaN for a first read."""
+    tap_clock_ns: int = 0
+    """The switch's tap clock at the interval's end (its own clock, modulo its register's
+    width); 0: none."""
 
     def vector(self) -> StateVector:
         """The seven values by name, in model order (NaN where not measured)."""

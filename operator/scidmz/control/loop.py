@@ -812,6 +812,8 @@ class Controller:
                 ],
                 sampled_at=latest.measured_at.ToJsonString(),
                 sequence=latest.sequence,
+                interval_s=latest.interval_s or None,
+                tap_clock_ns=latest.tap_clock_ns or None,
             )
         return ControllerState(
             link=self.settings.link,

@@ -56,7 +56,7 @@ SAMPLE_COLUMNS = (
     "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
     "dtn_retransmission_ratio", "campus_retransmission_ratio", "bottleneck_loss_ratio",
     "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows", "buffer_s",
-    "measured_t_s", "sequence",
+    "measured_t_s", "sequence", "interval_s", "covered_until_t_s",
 )  # fmt: skip
 
 
@@ -309,12 +309,27 @@ def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None
     row["failsafe"] = state.failsafe_active
     row["buffer_s"] = state.buffer.buffer_s if state.buffer is not None else None
     row["sequence"] = state.state.sequence
+    row["interval_s"] = state.state.interval_s
     with contextlib.suppress(ValueError):
         row["sampled_epoch_s"] = dt.datetime.fromisoformat(state.state.sampled_at).timestamp()
+        if state.state.tap_clock_ns:
+            row["covered_until_epoch_s"] = tap_epoch_s(
+                state.state.tap_clock_ns, row["sampled_epoch_s"]
+            )
     for host in state.state.dtn_hosts:
         for key in HOST_COLUMNS:
             row[f"host_{host.host}_{key}"] = getattr(host, key)
     return row
+
+
+def tap_epoch_s(tap_clock_ns: int, near_epoch_s: float, bits: int = 48) -> float:
+    """The lab's tap clock (the kernel's CLOCK_REALTIME stamp of the last frame counted,
+    modulo the register's width) as epoch seconds: the value nearest ``near_epoch_s``
+    (the read that returned it) with those low bits."""
+    wrap = 1 << bits
+    near_ns = round(near_epoch_s * 1e9)
+    offset_ns = (tap_clock_ns - near_ns + wrap // 2) % wrap - wrap // 2
+    return (near_ns + offset_ns) / 1e9
 
 
 def run_loop(
@@ -440,6 +455,8 @@ def run_loop(
         # was read lags by up to a second more
         if truth_started and "sampled_epoch_s" in row:
             row["measured_t_s"] = round(row["sampled_epoch_s"] - truth_started[0], 3)
+        if truth_started and "covered_until_epoch_s" in row:  # the last frame its rates count
+            row["covered_until_t_s"] = round(row["covered_until_epoch_s"] - truth_started[0], 4)
     host_columns = [f"host_{s.name}_{key}" for s in sites for key in HOST_COLUMNS]
     with (out / "samples.csv").open("w", newline="") as handle:
         writer = csv.DictWriter(
@@ -450,6 +467,11 @@ def run_loop(
         writer.writeheader()
         writer.writerows(rows)
     truth_rows = list(csv.DictReader((out / "truth.csv").open()))
+    if truth_started:
+        for truth_row in truth_rows:  # when BR1's link counters were read, as measured_t_s
+            if truth_row.get("links_epoch_s"):
+                epoch_s = float(truth_row["links_epoch_s"])
+                truth_row["links_t_s"] = round(epoch_s - truth_started[0], 3)
     summary = summarise(during, truth_rows, target_at, warmup_s, lab.scenario.dtn.transfer_bytes)
     if len(sites) > 1:
 
@@ -622,15 +644,49 @@ def summarise(
 
 
 def _cumulative_bits(truth: list[dict[str, Any]], key: str) -> Callable[[float], float]:
-    """The bits a per-interval truth rate column adds up to by time t (linear inside an
-    interval; rows are the rates over the interval ending at their ``t_s``)."""
-    times, totals = [0.0], [0.0]
-    for row in truth:
-        t_s, value = float(row["t_s"]), row.get(key)
+    """The bits a per-interval truth rate column adds up to by time t, from the first row
+    on (linear inside an interval; rows are the rates over the interval ending at their
+    ``links_t_s``, when BR1's link counters were read, else at their ``t_s``)."""
+    clock = "links_t_s" if truth and truth[0].get("links_t_s") not in (None, "") else "t_s"
+    times, totals = ([0.0], [0.0]) if clock == "t_s" else ([float(truth[0][clock])], [0.0])
+    for row in truth[0 if clock == "t_s" else 1 :]:
+        t_s, value = float(row[clock]), row.get(key)
         rate = float(value) if value not in (None, "") else 0.0
         totals.append(totals[-1] + (rate if math.isfinite(rate) else 0.0) * (t_s - times[-1]))
         times.append(t_s)
     return lambda t: float(np.interp(t, times, totals))
+
+
+def covered_intervals(
+    samples: list[dict[str, Any]], column: str
+) -> list[tuple[float, float, float]]:
+    """(start, end, rate) of each sample's ``column``, on the truth's clock: the interval
+    the tap clock says its rates cover (``covered_until_t_s`` less ``interval_s``), else,
+    without a tap clock, from the previous sample's measurement to its own when the
+    controller's /state showed both (a sample the reads missed leaves its interval
+    unknown)."""
+
+    def value(row: dict[str, Any], key: str) -> float:
+        raw = row.get(key)
+        return float(raw) if raw not in (None, "") else math.nan
+
+    intervals: list[tuple[float, float, float]] = []
+    by_sequence = {  # /state read twice between two samples shows one sample twice
+        int(r["sequence"]): r
+        for r in samples
+        if r.get("sequence") not in (None, "") and math.isfinite(value(r, column))
+    }
+    rows = [by_sequence[sequence] for sequence in sorted(by_sequence)]
+    for before, row in itertools.pairwise([{}, *rows]):
+        end, interval = value(row, "covered_until_t_s"), value(row, "interval_s")
+        if math.isfinite(end) and interval > 0:
+            intervals.append((end - interval, end, value(row, column)))
+            continue
+        t0, t1 = value(before, "measured_t_s"), value(row, "measured_t_s")
+        consecutive = bool(before) and int(row["sequence"]) == int(before["sequence"]) + 1
+        if consecutive and math.isfinite(t0) and math.isfinite(t1):
+            intervals.append((t0, t1, value(row, column)))
+    return intervals
 
 
 def host_summary(
@@ -643,8 +699,7 @@ def host_summary(
     """One DTN host of several, over the time its policy was admitted, from ``warmup_s``
     after its admission (and after the run's own warm-up) on: the bytes the collector
     measured for it against the bytes the kernel counted on its link into BR1 over the
-    same intervals (each sample's own, from the previous sample's measurement to its
-    own, when the controller's /state showed both), as rates; its delivered rate
+    same intervals (each sample's own, ``covered_intervals``), as rates; its delivered rate
     (TCP_INFO) and MRAE (eq. 3) against its own target, per second."""
     column = f"host_{host}_rate_bps"
     admitted = [t for t, _ in _timed(truth, column, 0.0) if target_at(host, t) is not None]
@@ -662,17 +717,9 @@ def host_summary(
         }
 
     kernel_bits = _cumulative_bits(truth, f"host_{host}_offered_rate_bps")
-    seen = sorted(
-        (float(r["measured_t_s"]), int(r["sequence"]), float(r[column]))
-        for r in samples
-        if r.get("measured_t_s") not in (None, "") and r.get("sequence") not in (None, "")
-        and r.get(column) not in (None, "") and math.isfinite(float(r[column]))
-    )  # fmt: skip
     span_s = measured_bits = counted_bits = 0.0
-    for (t0, sequence0, _), (t1, sequence1, rate_bps) in itertools.pairwise(seen):
-        if sequence1 != sequence0 + 1 or t0 < since:
-            continue  # a sample the /state reads missed: its interval is unknown
-        if target_at(host, t0) is None or target_at(host, t1) is None:
+    for t0, t1, rate_bps in covered_intervals(samples, column):
+        if t0 < since or target_at(host, t0) is None or target_at(host, t1) is None:
             continue
         span_s += t1 - t0
         measured_bits += rate_bps * (t1 - t0)

@@ -16,7 +16,8 @@ import logging
 import math
 import re
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -326,6 +327,7 @@ class TruthSampler:
         bottleneck_bps: float,
         packets_threshold: int = 10,
         sites: Sequence[topology.DtnSite] = (),
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         """``sites``: the lab's DTN hosts (none: the first, as the testbed has it). With
         several, the ``dtn_*`` columns are their union (the aggregate class) and each host
@@ -337,6 +339,8 @@ class TruthSampler:
         self._hosts: dict[str, dict[str, TcpFlow]] = {s.name: {} for s in self.sites}
         self._qdiscs: dict[str, dict[str, float]] = {}
         self._links: dict[str, tuple[float, float]] = {}
+        self._links_read_s = math.nan
+        self._wall = wall_clock
 
     def flow_rows(self) -> list[dict[str, float | str]]:
         """Every flow of the last sample (``FLOW_COLUMNS`` but ``t_s``): class, local
@@ -367,6 +371,13 @@ class TruthSampler:
         """One row; ``backlog_mean`` is (mean bytes, readings) of the bottleneck over the
         interval (:class:`BacklogMeter`), recorded as ``queuing_delay_mean_s``."""
         row: dict[str, float] = {}
+        # BR1's link counters first, stamped: what the tap counts is judged against them
+        # over a sample's own interval, and the ss and tc reads below take ~100 ms
+        links = read_link_bytes(topology.BORDER)
+        read_s = self._wall()
+        row["links_epoch_s"] = read_s
+        link_interval_s = read_s - self._links_read_s if self._links else interval_s
+        self._links_read_s = read_s
         hosts = {s.name: read_flows(s.namespace, s.receiver, s.port) for s in self.sites}
         classes = {
             "dtn": {k: f for flows in hosts.values() for k, f in flows.items()},
@@ -410,19 +421,19 @@ class TruthSampler:
         u = row["campus_rate_limit_bps"]
         row["campus_shaper_delay_s"] = row["shaper_backlog_bytes"] * 8 / u if u > 0 else 0.0
         row["campus_rtt_at_tap_s"] = row["campus_rtt_s"] - row["campus_shaper_delay_s"]
-        # What enters BR1 per class, as the tap counts it (frames, with retransmissions)
-        links = read_link_bytes(topology.BORDER)
+        # What enters BR1 per class, as the tap counts it (frames, with retransmissions),
+        # over the time between the two reads of the counters
 
         def received(interface: str) -> float:
             now_rx = links.get(interface, (0.0, 0.0))[0]
             return now_rx - self._links.get(interface, (now_rx, 0.0))[0]
 
         dtn_interfaces = [s.border_interface for s in self.sites]
-        row["dtn_offered_rate_bps"] = sum(map(received, dtn_interfaces)) * 8 / interval_s
-        row["campus_offered_rate_bps"] = received("bc") * 8 / interval_s
+        row["dtn_offered_rate_bps"] = sum(map(received, dtn_interfaces)) * 8 / link_interval_s
+        row["campus_offered_rate_bps"] = received("bc") * 8 / link_interval_s
         if len(self.sites) > 1:
             for site in self.sites:
-                rate = received(site.border_interface) * 8 / interval_s
+                rate = received(site.border_interface) * 8 / link_interval_s
                 row[f"host_{site.name}_offered_rate_bps"] = rate
         # BR1's own loss in bytes: what entered it, less what left it and what it still
         # holds (tc's drop count is of skbs, and its sent count of GSO segments)

@@ -54,10 +54,11 @@ class StateSample(_message.Message):
     LONG_FLOWS_FIELD_NUMBER: _builtins.int
     HAS_SIGNALS_FIELD_NUMBER: _builtins.int
     DTNS_FIELD_NUMBER: _builtins.int
+    TAP_CLOCK_NS_FIELD_NUMBER: _builtins.int
     sequence: _builtins.int
     """1, 2, ... per collector process"""
     interval_s: _builtins.float
-    """Δt the rates were computed over"""
+    """Δt the rates cover (the switch's tap clock)"""
     dtn_rate_bps: _builtins.float
     """y1 R_DTN (algorithm 3)"""
     campus_rate_bps: _builtins.float
@@ -92,6 +93,10 @@ class StateSample(_message.Message):
     long_flows: _builtins.float
     """N: flows active for >= 2 s"""
     has_signals: _builtins.bool
+    tap_clock_ns: _builtins.int
+    """The switch's tap clock at the interval's end: the time of the last tapped packet, ns
+    on the switch's own clock, modulo its register's width (0: none)
+    """
     @_builtins.property
     def measured_at(self) -> _timestamp_pb2.Timestamp:
         """wall clock at the counter read"""
@@ -133,10 +138,11 @@ class StateSample(_message.Message):
         long_flows: _builtins.float = ...,
         has_signals: _builtins.bool = ...,
         dtns: _abc.Iterable[Global___DtnSample] | None = ...,
+        tap_clock_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["measured_at", b"measured_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_loss_ratio", b"bottleneck_loss_ratio", "campus_mean_queuing_delay_s", b"campus_mean_queuing_delay_s", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_retransmission_ratio", b"campus_retransmission_ratio", "campus_rtt_s", b"campus_rtt_s", "dtn_mean_queuing_delay_s", b"dtn_mean_queuing_delay_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_retransmission_ratio", b"dtn_retransmission_ratio", "dtn_rtt_s", b"dtn_rtt_s", "dtns", b"dtns", "has_signals", b"has_signals", "interval_s", b"interval_s", "link", b"link", "long_flows", b"long_flows", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "valid", b"valid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_loss_ratio", b"bottleneck_loss_ratio", "campus_mean_queuing_delay_s", b"campus_mean_queuing_delay_s", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_bps", b"campus_rate_bps", "campus_retransmission_ratio", b"campus_retransmission_ratio", "campus_rtt_s", b"campus_rtt_s", "dtn_mean_queuing_delay_s", b"dtn_mean_queuing_delay_s", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_bps", b"dtn_rate_bps", "dtn_retransmission_ratio", b"dtn_retransmission_ratio", "dtn_rtt_s", b"dtn_rtt_s", "dtns", b"dtns", "has_signals", b"has_signals", "interval_s", b"interval_s", "link", b"link", "long_flows", b"long_flows", "measured_at", b"measured_at", "sequence", b"sequence", "stale", b"stale", "tap_clock_ns", b"tap_clock_ns", "valid", b"valid"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

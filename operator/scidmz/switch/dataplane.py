@@ -16,7 +16,9 @@ digest queues — and updates them from a source's ``Observation`` the way the p
 * returning ACKs are classified by source (``reverse_v4/v6``) on the bottleneck side; their
   RTT becomes an ``rtt_sample_t`` digest unless it is beyond the settings' RTT horizon;
 * activity-rule transitions become ``flow_start_t`` / ``flow_stop_t`` digests and update
-  the ``flow_*`` registers of the flow's slot.
+  the ``flow_*`` registers of the flow's slot;
+* ``tap_clock_ns`` holds the source's clock (the time of its last frame), modulo the
+  register's width, once a tap port has a role.
 
 No I/O and no clocks: the runner passes ``now_ns``.
 """
@@ -257,6 +259,10 @@ class Dataplane:
                 and route.class_id < qd.shape[0]
             ):
                 qd[route.class_id] = traffic.queuing_delay_ns
+        clock = self.registers.get(self.register_ids.get(qualified("tap_clock_ns"), -1))
+        if clock is not None and observation.clock_ns > 0 and self.roles:
+            width = self.register_bits[self.register_ids[qualified("tap_clock_ns")]]
+            clock[0] = np.uint64(observation.clock_ns % (1 << width))
         if bottleneck_tapped:
             self._rtt_digests(observation, now_ns)
         self._flow_digests(observation, now_ns)

@@ -289,6 +289,7 @@ class NetsimSource:
             traffic=tuple(traffic),
             rtt_matches=matches,
             flow_changes=changes,
+            clock_ns=self.sim.step_index * round(self.sim.dt * 1e9),
         )
 
     def _dtn_host_traffic(self) -> list[Traffic]:

@@ -68,6 +68,10 @@ class Observation:
     traffic: tuple[Traffic, ...] = ()
     rtt_matches: tuple[RttMatch, ...] = ()
     flow_changes: tuple[FlowChange, ...] = ()
+    clock_ns: int = 0
+    """The tap's clock: the time (ns, the source's own clock) of the last frame counted
+    so far, in this tick or before; 0 while it has counted none. The program's
+    ``tap_clock_ns`` register."""
 
 
 @dataclass(frozen=True)

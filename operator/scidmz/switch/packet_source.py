@@ -232,6 +232,8 @@ class TapState:
         self._destination: list[IPv4Address] = []
         self._state = self._grow({}, 1024)
         self._pre = np.zeros(0, dtype=RECORD)
+        self.clock_ns = 0
+        """The latest frame's kernel time (CLOCK_REALTIME ns): the tap's clock."""
 
     @property
     def ports(self) -> frozenset[int]:
@@ -283,6 +285,8 @@ class TapState:
         """One tick's records (any order) -> the tick's observation; ``now_ns`` on the
         records' clock drives the idle timeout."""
         records = np.sort(records, order="timestamp_ns", kind="stable")
+        if records.shape[0]:
+            self.clock_ns = max(self.clock_ns, int(records["timestamp_ns"][-1]))
         if self.wiring.border:
             records = split_border(records, self.wiring.remote_prefixes)
         role = records["role"]
@@ -354,6 +358,7 @@ class TapState:
             traffic=traffic,
             rtt_matches=matches,
             flow_changes=tuple(changes),
+            clock_ns=self.clock_ns,
         )
 
     def _change(self, f: int, started: bool, reason: int) -> FlowChange:

@@ -450,12 +450,13 @@ class Collector:
         samples = RttBatch.concat(self._rtt_batches)
         self._rtt_batches = []
         events, self._flow_events = self._flow_events, []
-        previous = self._state.previous
         self._state, state = estimate(self._state, poll, samples, events, self.settings.estimator)
-        interval = poll.at_s - previous.at_s if previous is not None else math.nan
+        interval = state.interval_s
         self._last_good = state
         counters = (sum(c.bytes for c in poll.dtns.values()), poll.campus.bytes)
-        self._publish(state, interval, stale=False, counters=counters)
+        # stamped on the wall clock where the counters were read, not where published
+        read_wall_s = self._wall() - (self._clock() - poll.at_s)
+        self._publish(state, interval, stale=False, counters=counters, wall_s=read_wall_s)
         self.metrics.poll_seconds.labels(*self._labels).observe(self._clock() - started)
 
     def _publish_stale(self) -> None:
@@ -466,13 +467,17 @@ class Collector:
         self._publish(self._last_good, math.nan, stale=True, counters=counters)
 
     def _publish(
-        self, state: NetworkState, interval_s: float, stale: bool, counters: tuple[int, int]
+        self,
+        state: NetworkState,
+        interval_s: float,
+        stale: bool,
+        counters: tuple[int, int],
+        wall_s: float | None = None,
     ) -> None:
         self.sequence += 1
         self.snapshot = Snapshot(state, stale, counters[0], counters[1], self.sequence, interval_s)
-        message = to_message(
-            state, self.sequence, self._wall(), interval_s, stale, _policy(self.settings)
-        )
+        wall = self._wall() if wall_s is None else wall_s
+        message = to_message(state, self.sequence, wall, interval_s, stale, _policy(self.settings))
         self.stream.publish(message)
         self.metrics.samples.labels(*self._labels, "true" if stale else "false").inc()
 

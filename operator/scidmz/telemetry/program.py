@@ -179,15 +179,15 @@ LOSS_COUNTERS = ("class_traffic", "class_retrans", "class_egress")
 
 
 def poll_request(ids: Ids) -> list[p4r.Entity]:
-    """One Read per sample time: the classification entries' direct counters, and every
-    cell of the per-class registers (last and summed sojourns) and counters (traffic,
-    resent, egress), wildcard reads whatever the number of classes."""
+    """One Read per sample time: the classification entries' direct counters, every cell
+    of the per-class registers (last and summed sojourns) and counters (traffic, resent,
+    egress), wildcard reads whatever the number of classes, and the tap's clock."""
     entities = []
     for table in ("classify_v4", "classify_v6"):
         entity = p4r.Entity()
         entity.direct_counter_entry.table_entry.table_id = ids.tables[qualified(table)]
         entities.append(entity)
-    for name in contract.PER_CLASS_REGISTERS:
+    for name in (*contract.PER_CLASS_REGISTERS, "tap_clock_ns"):
         entity = p4r.Entity()
         entity.register_entry.register_id = ids.registers[qualified(name)]
         entities.append(entity)
@@ -220,9 +220,14 @@ def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids, plan: Plan) ->
     }
     wanted = {contract.CLASS_CAMPUS, *(d.class_id for d in plan.dtn_classes)}
     cells: dict[int, dict[str, int]] = {c: {"bytes": 0} for c in wanted}
+    clock_id = ids.registers[qualified("tap_clock_ns")]
+    tap_clock_ns = 0
     for entity in entities:
         kind = entity.WhichOneof("entity")
-        if kind == "direct_counter_entry":
+        if kind == "register_entry" and entity.register_entry.register_id == clock_id:
+            if entity.register_entry.index.index == 0:
+                tap_clock_ns = int.from_bytes(entity.register_entry.data.bitstring, "big")
+        elif kind == "direct_counter_entry":
             counter = entity.direct_counter_entry
             params = counter.table_entry.action.action.params
             if params:
@@ -253,6 +258,8 @@ def parse_poll(entities: list[p4r.Entity], at_s: float, ids: Ids, plan: Plan) ->
         dtn_hosts={d.class_id: d.host for d in plan.dtn_classes},
         sum_bits=ids.register_bits[qualified("queuing_delay_sum_1024ns")],
         count_bits=ids.register_bits[qualified("queuing_delay_count")],
+        tap_clock_ns=tap_clock_ns,
+        clock_bits=ids.register_bits[qualified("tap_clock_ns")],
     )
 
 

@@ -51,6 +51,10 @@ class Poll:
     sum_bits: int = 48
     count_bits: int = 32
     """Widths of the sojourn sum and count registers in the P4Info read."""
+    tap_clock_ns: int = 0
+    """The switch's ``tap_clock_ns`` register: the time of the last tapped packet, on the
+    switch's clock, modulo ``clock_bits``; 0 while it has tapped none."""
+    clock_bits: int = 48
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,26 @@ class EstimatorState:
     """Each active flow's class, from its start digest (per-DTN active flows)."""
     queue_delay_s: float = math.nan
     """BR1's queue, as delay, at the previous read (method 2's ΔQ)."""
+
+
+def covered_s(previous: Poll, poll: Poll) -> float:
+    """Δt of algorithm 3: the time the counters' growth between two reads covers, by the
+    switch's tap clock (ours: the paper divides by the sample time). A software tap
+    counts in batches and the collector's reads land late on a busy host, so the time
+    between two reads is not the time the counts cover (the lab's tap at 1 Gb/s: per-T
+    rates ±40 %); the tap clock's advance is. It is taken modulo the register's width,
+    with the whole wraps (a 32-bit Tofino cell wraps every 4.29 s) from the reads' own
+    Δt. Without a clock on either read, or one that did not advance (nothing tapped,
+    every count zero), the reads' Δt."""
+    read_s = poll.at_s - previous.at_s
+    if not (previous.tap_clock_ns and poll.tap_clock_ns) or previous.clock_bits != poll.clock_bits:
+        return read_s
+    wrap = 1 << poll.clock_bits
+    advanced_ns = (poll.tap_clock_ns - previous.tap_clock_ns) % wrap
+    if advanced_ns == 0:
+        return read_s
+    wraps = max(0, round((read_s * 1e9 - advanced_ns) / wrap))
+    return (advanced_ns + wraps * wrap) / 1e9
 
 
 def _queuing_delay_s(register_ns: int, rate: float) -> float:
@@ -99,7 +123,7 @@ def estimate(
     """
     now = poll.at_s
     previous = state.previous
-    elapsed = now - previous.at_s if previous is not None else math.nan
+    elapsed = covered_s(previous, poll) if previous is not None else math.nan
 
     def delta(before: ClassCells | None, cells: ClassCells) -> ClassDelta | None:
         if before is None:
@@ -172,6 +196,8 @@ def estimate(
         measured_at_s=now,
         signals=signals,
         dtns=dtns,
+        interval_s=elapsed,
+        tap_clock_ns=poll.tap_clock_ns,
     )
     kept_rtt = RttState(
         flow_ids=rtt.flow_ids,

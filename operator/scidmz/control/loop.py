@@ -64,6 +64,7 @@ from scidmz.control.dtn_caps import (
     all_capped,
     campus_limits,
     measured_rate,
+    under_its_cap,
 )
 from scidmz.control.exporter import ControllerExporter, ControllerSnapshot
 from scidmz.control.features import (
@@ -398,7 +399,9 @@ class Controller:
             elif first or cap.filter.applied_bps is None:
                 value = c.limits.saturate(target, before)
                 cap.filter = FilterState(applied_bps=value)
-            elif not math.isfinite(rate):
+            elif not math.isfinite(rate) or (
+                rate < target and target == cap.last_target_bps and under_its_cap(rate, before)
+            ):
                 value = cap.filter.applied_bps
             else:
                 moved = 0.0 if cap.last_target_bps is None else target - cap.last_target_bps

@@ -643,15 +643,22 @@ def summarise(
     }
 
 
+def _number(row: dict[str, Any], key: str) -> float:
+    """A CSV cell as a number, NaN where empty or absent."""
+    raw = row.get(key)
+    return float(raw) if raw not in (None, "") else math.nan
+
+
 def _cumulative_bits(truth: list[dict[str, Any]], key: str) -> Callable[[float], float]:
     """The bits a per-interval truth rate column adds up to by time t, from the first row
     on (linear inside an interval; rows are the rates over the interval ending at their
     ``links_t_s``, when BR1's link counters were read, else at their ``t_s``)."""
-    clock = "links_t_s" if truth and truth[0].get("links_t_s") not in (None, "") else "t_s"
-    times, totals = ([0.0], [0.0]) if clock == "t_s" else ([float(truth[0][clock])], [0.0])
-    for row in truth[0 if clock == "t_s" else 1 :]:
-        t_s, value = float(row[clock]), row.get(key)
-        rate = float(value) if value not in (None, "") else 0.0
+    times, totals, rows, clock = [0.0], [0.0], truth, "t_s"
+    if truth and math.isfinite(_number(truth[0], "links_t_s")):
+        # the read before the first row is not recorded: count from the first row's
+        times, rows, clock = [_number(truth[0], "links_t_s")], truth[1:], "links_t_s"
+    for row in rows:
+        t_s, rate = float(row[clock]), _number(row, key)
         totals.append(totals[-1] + (rate if math.isfinite(rate) else 0.0) * (t_s - times[-1]))
         times.append(t_s)
     return lambda t: float(np.interp(t, times, totals))
@@ -665,27 +672,22 @@ def covered_intervals(
     without a tap clock, from the previous sample's measurement to its own when the
     controller's /state showed both (a sample the reads missed leaves its interval
     unknown)."""
-
-    def value(row: dict[str, Any], key: str) -> float:
-        raw = row.get(key)
-        return float(raw) if raw not in (None, "") else math.nan
-
     intervals: list[tuple[float, float, float]] = []
     by_sequence = {  # /state read twice between two samples shows one sample twice
         int(r["sequence"]): r
         for r in samples
-        if r.get("sequence") not in (None, "") and math.isfinite(value(r, column))
+        if r.get("sequence") not in (None, "") and math.isfinite(_number(r, column))
     }
     rows = [by_sequence[sequence] for sequence in sorted(by_sequence)]
     for before, row in itertools.pairwise([{}, *rows]):
-        end, interval = value(row, "covered_until_t_s"), value(row, "interval_s")
+        end, interval = _number(row, "covered_until_t_s"), _number(row, "interval_s")
         if math.isfinite(end) and interval > 0:
-            intervals.append((end - interval, end, value(row, column)))
+            intervals.append((end - interval, end, _number(row, column)))
             continue
-        t0, t1 = value(before, "measured_t_s"), value(row, "measured_t_s")
+        t0, t1 = _number(before, "measured_t_s"), _number(row, "measured_t_s")
         consecutive = bool(before) and int(row["sequence"]) == int(before["sequence"]) + 1
         if consecutive and math.isfinite(t0) and math.isfinite(t1):
-            intervals.append((t0, t1, value(row, column)))
+            intervals.append((t0, t1, _number(row, column)))
     return intervals
 
 

@@ -259,21 +259,24 @@ class Dataplane:
                 and route.class_id < qd.shape[0]
             ):
                 qd[route.class_id] = traffic.queuing_delay_ns
-        clock = self.registers.get(self.register_ids.get(qualified("tap_clock_ns"), -1))
-        if clock is not None and observation.clock_ns > 0 and self.roles:
-            width = self.register_bits[self.register_ids[qualified("tap_clock_ns")]]
-            clock[0] = np.uint64(observation.clock_ns % (1 << width))
+        if observation.clock_ns > 0 and self.roles:
+            self._set(self.register_ids.get(qualified("tap_clock_ns"), -1), 0, observation.clock_ns)
         if bottleneck_tapped:
             self._rtt_digests(observation, now_ns)
         self._flow_digests(observation, now_ns)
 
     def _add(self, register_id: int, index: int, amount: int) -> None:
-        """A register cell += amount, wrapping at its width (from the P4Info) as the
-        program's would."""
+        """A register cell += amount, wrapping at its width as the program's would."""
         register = self.registers.get(register_id)
         if register is not None and index < register.shape[0]:
-            wrap = 1 << self.register_bits[register_id]
-            register[index] = np.uint64((int(register[index]) + amount) % wrap)
+            self._set(register_id, index, int(register[index]) + amount)
+
+    def _set(self, register_id: int, index: int, value: int) -> None:
+        """A register cell = value, modulo its width (from the P4Info) as the program's
+        would keep it; a register or cell the P4Info lacks is not written."""
+        register = self.registers.get(register_id)
+        if register is not None and index < register.shape[0]:
+            register[index] = np.uint64(value % (1 << self.register_bits[register_id]))
 
     def _counter(self, name: str) -> U64Array | None:
         return self.counters.get(self.counter_ids.get(qualified(name), -1))

@@ -10,6 +10,7 @@ import pytest
 from finsy.proto import p4r, p4r_grpc
 
 from scidmz.contract import pipeline as contract
+from scidmz.control.buffer_actuators import drop_ratio
 from scidmz.switch.digests import DEFAULT_MAX_OUTSTANDING
 from scidmz.telemetry.program import Ids, desired_entries
 from scidmz.telemetry.session import P4RuntimeError, SwitchSession
@@ -372,7 +373,19 @@ def test_the_sim_buffer_actuator_sets_and_reads_back_the_buffer():
                 with pytest.raises(ActuatorError, match="at least 1514 bytes"):
                     await actuator.apply(100)
                 assert target.source.sim.bottleneck_buffer_bytes == pytest.approx(3.75e6)
+                # the queue's own counters (lossSignal actuator): BR1's drops and departures
+                # as the simulator counts them, growing as it runs
+                first = await actuator.queue_counters()
+                await wait_for(lambda: target.source.truth[-1].sim_s > 3.0, 20, "3 s of traffic")
+                later = await actuator.queue_counters()
+                point = target.source.truth[-1]
             finally:
                 await actuator.close()
+            return first, later, point
 
-    asyncio.run(main())
+    first, later, point = asyncio.run(main())
+    assert first is not None and later is not None
+    assert later.passed > first.passed > 0
+    assert later.dropped >= first.dropped >= 0
+    assert later.passed <= point.dtn_departed_bytes + point.campus_departed_bytes
+    assert 0.0 <= drop_ratio(first, later) < 0.2

@@ -7,7 +7,7 @@ from types import ModuleType
 
 import pytest
 
-from scidmz.learn.buffer_bench import BufferEpisode
+from scidmz.learn.buffer_bench import BufferEpisode, judge_feasible
 from tests.bench_scripts import load_bench
 
 
@@ -37,7 +37,12 @@ def test_p4bs_against_each_arm_is_judged_by_the_sign_on_both(bench: ModuleType) 
     assert bench.direction(lab, twin, "bdp") == (
         "f̄: lab higher, twin lower — DIFFERENT; campus QD: lab higher, twin higher — same"
     )
-    assert "P4BS best on f̄ (of every arm run) in 2/2 lab runs" in bench.render(lab, twin, "x")
+    targets = bench.verdicts(judge_feasible(lab))
+    assert targets[0] == "- P4BS's f̄ above the same run's 100 ms buffer: 2/2 runs — met."
+    # bdp is feasible here and the best fixed arm: P4BS is 17 % above it
+    assert targets[1].startswith("- The best feasible fixed arm: bdp, f̄ -0.120; P4BS -0.100")
+    assert targets[1].endswith("met.")
+    assert "20.0 ms (target ≤ 30) — met" in targets[2]
 
 
 def test_the_report_shows_both_and_counts_unfinished_transfers(bench: ModuleType) -> None:
@@ -50,5 +55,14 @@ def test_the_report_shows_both_and_counts_unfinished_transfers(bench: ModuleType
     assert "-0.110 ± 0.014" in row and "22.0 ± 2.8" in row
     tiny = next(line for line in report.splitlines() if line.startswith("| tiny |"))
     assert "unfinished" in tiny and "237.5" in tiny
-    assert "P4BS best on f̄ (of every arm run) in 1/1 lab runs" in report
-    assert "DTN MRAE over the 100 ms buffer: +0.00 points" in report
+    assert "P4BS's f̄ above the same run's 100 ms buffer: 1/2 runs — MISSED" in report
+    assert "DTN MRAE, P4BS over the 100 ms buffer: +0.00 points" in report
+
+
+def test_a_p4bs_far_below_the_best_feasible_fixed_arm_misses(bench: ModuleType) -> None:
+    lab = [_episode("p4bs", 1, -0.20, 40.0), _episode("100ms", 1, -0.25, 80.0)]
+    lab += [_episode("bdp", 1, -0.15, 9.0), _episode("stanford", 1, -0.05, 1.0, 170.0)]
+    targets = bench.verdicts(judge_feasible(lab))
+    # stanford's f̄ is best, but it broke the DTN's FCT: bdp is the arm to be near
+    assert "bdp, f̄ -0.150; P4BS -0.200 (-33%; target: no lower than −10%) — MISSED" in targets[1]
+    assert "40.0 ms (target ≤ 30) — MISSED" in targets[2]

@@ -4,6 +4,7 @@ pyroute2), the queue found under a root tbf or at the root, refusals, the dry ru
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import subprocess
 
@@ -13,7 +14,9 @@ from scidmz.control.actuators import TC_H_ROOT, ActuatorError
 from scidmz.control.buffer_actuators import (
     DryRunBufferActuator,
     FifoQdisc,
+    QueueCounters,
     TcBufferActuator,
+    drop_ratio,
     find_buffer_fifo,
 )
 from tests.netns import shaped_port as netns_port
@@ -53,6 +56,7 @@ def test_the_dry_run_keeps_what_it_was_asked_and_refuses_less_than_a_frame():
         with pytest.raises(ActuatorError, match="at least 1514 bytes"):
             await actuator.apply(float("nan"))
         assert await actuator.current() == 1.25e6
+        assert await actuator.queue_counters() is None  # no queue to count
 
     asyncio.run(main())
 
@@ -91,6 +95,41 @@ def test_a_lower_limit_keeps_the_backlog_and_drops_arrivals_until_below_it(shape
     assert after >= before - 5_000, (before, after)  # kept: 1 Mbit/s drains ~125 B/ms
     assert limit == 20_000
     assert refilled <= after, (after, refilled)
+
+
+@root_only
+def test_the_queues_own_counters_count_its_tail_drops_as_tc_does(shaped_port):
+    async def main():
+        actuator = await TcBufferActuator.open("bn0", shaped_port)
+        try:
+            assert await actuator.apply(20_000) == 20_000  # ~14 datagrams of 1,442 bytes
+            before = await actuator.queue_counters()
+            udp_burst(shaped_port, 150)
+            after = await actuator.queue_counters()
+        finally:
+            await actuator.close()
+        return before, after
+
+    before, after = asyncio.run(main())
+    assert before is not None and after is not None
+    dropped = after.dropped - before.dropped
+    # 150 sent at once into 20 KB at 1 Mbit/s: most are dropped at the tail ...
+    assert 100 <= dropped <= 150, (before, after)
+    shown = subprocess.run(
+        ["tc", "-n", shaped_port, "-s", "qdisc", "show", "dev", "bn0"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    # ... and the count is the bfifo's own, as tc shows it
+    assert f"dropped {int(after.dropped)}," in shown.split("bfifo")[1], shown
+    assert 0.6 < drop_ratio(before, after) < 1.0
+
+
+def test_a_drop_ratio_needs_two_reads_and_counters_that_only_grow():
+    assert drop_ratio(QueueCounters(10, 990), QueueCounters(20, 1980)) == pytest.approx(0.01)
+    assert math.isnan(drop_ratio(None, QueueCounters(20, 1980)))
+    assert math.isnan(drop_ratio(QueueCounters(10, 990), None))
+    assert math.isnan(drop_ratio(QueueCounters(10, 990), QueueCounters(0, 5)))  # a new qdisc
+    assert math.isnan(drop_ratio(QueueCounters(10, 990), QueueCounters(10, 990)))  # idle
 
 
 @root_only

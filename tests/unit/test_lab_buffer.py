@@ -58,20 +58,34 @@ def _row(t_s: float, **cells: object) -> dict[str, object]:
 SUMMARY = {"fct_s": 130.0, "target_rate_bps": 600e6, "mrae_delivered": 0.02}
 
 
-def test_a_lab_run_is_scored_as_the_tuner_reads_its_samples() -> None:
-    rows = [_row(t) for t in range(1, 141)]
+def _truth(t_s: float, loss: float = 0.001, delay_s: float = 0.020) -> dict[str, object]:
+    return {"t_s": f"{t_s}", "bottleneck_loss_ratio": f"{loss}",
+            "queuing_delay_mean_s": f"{delay_s}", "dtn_rate_bps": "600e6"}  # fmt: skip
+
+
+def test_a_lab_run_is_judged_on_the_kernels_truth_beside_the_taps_view() -> None:
+    rows = [_row(t, buffer_phase="search" if t < 60 else "hold") for t in range(1, 141)]
+    truth = [_truth(t) for t in range(1, 141)]
     episode = lab_episode(
-        "p4bs", 2, rows, SUMMARY, warmup_s=20, duration_s=170, fixed_buffer_s=None
+        "p4bs", 2, rows, SUMMARY, warmup_s=20, duration_s=170, fixed_buffer_s=None, truth=truth
     )
-    loss = (600 * 0.002 + 380 * 0.01) / 980  # method 1, weighed by the classes' rates
-    assert episode.loss == pytest.approx(loss)
-    assert episode.objective == pytest.approx(-(0.5 * loss / 0.05 + 0.5 * 0.010 / 0.200))
-    assert episode.objective == pytest.approx(
+    # judged: BR1's own loss and its time-mean backlog, from the kernel
+    assert episode.loss == pytest.approx(0.001)
+    assert episode.objective == pytest.approx(-(0.5 * 0.001 / 0.05 + 0.5 * 0.020 / 0.200))
+    assert episode.mean_qd_ms == pytest.approx(20.0)
+    # the tap's view: method 1, weighed by the classes' rates, and the collector's delay
+    loss = (600 * 0.002 + 380 * 0.01) / 980
+    assert episode.path_loss == pytest.approx(loss)
+    assert episode.search_objective == pytest.approx(
         TunerSettings(capacity_bps=1e9).objective(loss, 0.010)
     )
     assert episode.campus_qd_ms == pytest.approx(10.0)
     assert episode.buffer_ms == pytest.approx(30.0)
+    assert episode.trial_share == pytest.approx(40 / 111)  # t = 20..59 of 20..130
+    assert episode.min_window_ratio == pytest.approx(1.0)
     assert (episode.arm, episode.seed, episode.dtn_mrae, episode.fct_s) == ("p4bs", 2, 0.02, 130)
+    unjudged = lab_episode("p4bs", 2, rows, SUMMARY, 20, 170, None)
+    assert math.isnan(unjudged.objective)  # no truth, no verdict
 
 
 def test_only_the_samples_between_the_warm_up_and_the_transfers_end_count() -> None:

@@ -4,7 +4,7 @@ where the paper leaves a value open, and ours where the spec says so (the trial'
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -24,6 +24,8 @@ from scidmz.api.units import parse_duration
 BufferSize = Annotated[Duration, Checked(duration_rule("1ms", "1s"))]
 """A buffer as the time it takes to drain at line rate."""
 TrialDuration = Annotated[Duration, Checked(duration_rule("1s", "10m"))]
+SettlingWindow = Annotated[Duration, Checked(duration_rule("1s", "60s"))]
+LossSignal = Literal["path", "bottleneck", "actuator"]
 
 
 class BufferTc(ApiModel):
@@ -87,6 +89,45 @@ class ChangeDetectorSpec(ApiModel):
     )
 
 
+class SettlingSpec(ApiModel):
+    """When a trial's queue counts as settled after its buffer change (ours): the mean
+    queuing delay over the last ``window`` within ``tolerance`` of the mean over the window
+    before (or within 1 ms, for a near-empty queue), no sooner than ``settle`` and no later
+    than ``maxWait``. Two whole windows average out a Cubic sawtooth shorter than one."""
+
+    window: SettlingWindow = Field(
+        default="2s", description="The window whose mean queuing delay is compared."
+    )
+    tolerance: float = Field(
+        default=0.1, gt=0, le=1, description="The relative change still counted as settled."
+    )
+    max_wait: TrialDuration = Field(
+        default="30s", description="Measure after this long whatever the queue does."
+    )
+
+
+def _loss_signal_readable(spec: BufferSpec) -> bool:
+    return spec.loss_signal != "actuator" or spec.actuator.type != "dryRun"
+
+
+def _wait_bounds(spec: BufferSpec) -> bool:
+    least, window = parse_duration(spec.settle), parse_duration(spec.settling.window)
+    return parse_duration(spec.settling.max_wait) >= max(least, 2 * window)
+
+
+def loss_signal_of(spec: BufferSpec) -> LossSignal:
+    """The loss the search reads: ``lossSignal``, or by default the queue's own drop counter
+    where the buffer actuator reads it (tc, sim) and the path's retransmissions with a dry
+    run (ours, measured: on the twin the queue's counter and method 2 kept f̄ within 0.003
+    of each other and the path's loss cost 0.024 of it at N = 250; on real TCP at 1 Gb/s the
+    kernel counted 0.12–0.23 % of BR1's own loss, method 2 from the tap 0.6–3.6 % and the
+    path 0.55–2.0 %: only the queue's counter reads BR1's loss there; see
+    ``docs/components/buffer.md``)."""
+    if spec.loss_signal is not None:
+        return spec.loss_signal
+    return "path" if spec.actuator.type == "dryRun" else "actuator"
+
+
 def _min_max(spec: BufferSpec) -> bool:
     return parse_duration(spec.min) <= parse_duration(spec.max)
 
@@ -115,6 +156,27 @@ class BufferSpec(ApiModel):
             violation={"default": "5ms"},
             field_path=".default",
         ),
+        Rule(
+            cel="!has(self.lossSignal) || self.lossSignal != 'actuator' || "
+            "(has(self.actuator) && has(self.actuator.type) && self.actuator.type != 'dryRun')",
+            check=_loss_signal_readable,
+            message="buffer.lossSignal actuator needs a buffer actuator that reads the queue's "
+            "drops (buffer.actuator.type tc or sim, not dryRun)",
+            violation={"lossSignal": "actuator", "actuator": {"type": "dryRun"}},
+            field_path=".lossSignal",
+        ),
+        Rule(
+            cel="!has(self.settling) || !has(self.settling.maxWait) || "
+            "(duration(self.settling.maxWait) >= duration(has(self.settle) ? self.settle : '4s')"
+            " && duration(self.settling.maxWait) >= duration(has(self.settling.window) ? "
+            "self.settling.window : '2s') + duration(has(self.settling.window) ? "
+            "self.settling.window : '2s'))",
+            check=_wait_bounds,
+            message="buffer.settling.maxWait must be at least buffer.settle and two "
+            "buffer.settling.windows",
+            violation={"settle": "20s", "settling": {"maxWait": "10s"}},
+            field_path=".settling.maxWait",
+        ),
     )
 
     actuator: BufferActuatorSpec = Field(
@@ -137,15 +199,40 @@ class BufferSpec(ApiModel):
     weights: BufferWeights = Field(
         default_factory=BufferWeights, description="w1 (loss) and w2 (delay) of eq. (2)."
     )
-    settle: TrialDuration = Field(
-        default="5s", description="Per trial: time left to TCP before measuring."
+    loss_signal: LossSignal | None = Field(
+        default=None,
+        description="The loss p of the objective: path (the classes' retransmissions at the "
+        "tap, P4BS method 1: the campus shaper's drops count too), bottleneck (the border "
+        "router's own drops from the tap's counters before and after it, method 2: needs the "
+        "egress counters), or actuator (the drop counter of the queue the buffer actuator "
+        "sizes: exact; tc or sim). Default: actuator where the buffer actuator reads it, "
+        "path with dryRun.",
     )
-    measure: TrialDuration = Field(default="5s", description="Per trial: time measured.")
+    settle: TrialDuration = Field(
+        default="4s",
+        description="Per trial: the least wait after a buffer change before its queue may "
+        "count as settled (see settling).",
+    )
+    settling: SettlingSpec = Field(
+        default_factory=SettlingSpec,
+        description="When a trial's queue counts as settled, so its measurement starts.",
+    )
+    measure: TrialDuration = Field(
+        default="5s", description="Per trial: time measured once the queue has settled."
+    )
     max_iterations: int = Field(
         default=4, ge=1, le=50, description="Gaussian-process trials per search."
     )
     stop_ei: float = Field(
         default=1e-3, ge=0, le=1, description="Stop the search below this expected improvement."
+    )
+    stop_noise: float = Field(
+        default=1.0,
+        ge=0,
+        le=10,
+        description="Stop the search once the largest expected improvement is below this "
+        "many standard errors of a trial's f (its measured noise): an improvement the trials "
+        "cannot tell from noise is not worth a trial. 0: stopEI alone.",
     )
     utilisation_gate: float = Field(
         default=0.98,

@@ -1089,6 +1089,19 @@ class BufferStatus(ApiModel):
         default=None, description="Its objective f = -[w1 p/lossScale + w2 d/maxQueueDelay]."
     )
     searches: int | None = Field(default=None, description="Searches since the start.")
+    loss_signal: str | None = Field(
+        default=None, description="The loss the search reads (spec.buffer.lossSignal)."
+    )
+    message: str | None = Field(
+        default=None,
+        description="Why the search holds spec.buffer.default: no buffer tried kept every "
+        "DTN at its target, or its loss signal is not measured.",
+    )
+    degraded: bool | None = Field(
+        default=None,
+        description="True while the search is stopped for want of its loss signal (the "
+        "link is then Degraded, reason BufferLossSignal).",
+    )
 
 
 class AdmittedPolicy(ApiModel):

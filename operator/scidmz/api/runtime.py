@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from scidmz.api.buffer import BufferSpec, LossSignal, loss_signal_of
 from scidmz.api.errors import load_yaml_model
 from scidmz.api.link import BorderLinkSpec, DtnHost, DtnShaperSpec, HeldDtnHost
 from scidmz.api.policy import DTNTransferPolicySpec
@@ -246,10 +247,15 @@ class BufferConfig(_Frozen):
     loss_scale: float = Field(gt=0, le=1)
     loss_weight: float = Field(ge=0, le=1)
     delay_weight: float = Field(ge=0, le=1)
+    loss_signal: LossSignal = "path"
     settle_s: float = Field(ge=1, le=600)
+    settling_window_s: float = Field(default=2.0, ge=1, le=60)
+    settling_tolerance: float = Field(default=0.1, gt=0, le=1)
+    max_wait_s: float = Field(default=30.0, ge=1, le=600)
     measure_s: float = Field(ge=1, le=600)
     max_iterations: int = Field(ge=1, le=50)
     stop_ei: float = Field(ge=0, le=1)
+    stop_noise: float = Field(default=1.0, ge=0, le=10)
     utilisation_gate: float = Field(gt=0, le=1)
     change_lag: int = Field(ge=5, le=1000)
     change_threshold: float = Field(gt=0, le=100)
@@ -465,6 +471,15 @@ class BufferReport(BaseModel):
     best_objective: float | None = Field(default=None, description="P4BS eq. 2's f, best.")
     trials: int = Field(default=0, ge=0, description="Trials in the current search.")
     searches: int = Field(default=0, ge=0)
+    loss_signal: LossSignal | None = Field(default=None, description="The loss it reads.")
+    message: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="What the search cannot do (no feasible buffer, no loss to read).",
+    )
+    degraded: bool = Field(
+        default=False, description="The search is stopped: its loss signal is not measured."
+    )
 
 
 class PolicyTargetReport(BaseModel):
@@ -711,14 +726,17 @@ def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:
     if b is None:
         return None
     a = b.actuator
+    sim = a.sim.address if a.sim and a.sim.address else link.switch.address
+    return buffer_config(b, sim if a.type == "sim" else None)
+
+
+def buffer_config(b: BufferSpec, sim_address: str | None = None) -> BufferConfig:
+    """``spec.buffer`` in SI units (``sim_address``: the simulator's, for type sim)."""
+    a = b.actuator
     return BufferConfig(
         actuator_type=a.type,
         tc_interface=a.tc.interface if a.tc else None,
-        sim_address=(
-            (a.sim.address if a.sim and a.sim.address else link.switch.address)
-            if a.type == "sim"
-            else None
-        ),
+        sim_address=sim_address,
         min_s=parse_duration(b.min),
         max_s=parse_duration(b.max),
         default_s=parse_duration(b.default),
@@ -726,10 +744,15 @@ def _buffer_config(link: BorderLinkSpec) -> BufferConfig | None:
         loss_scale=b.loss_scale,
         loss_weight=b.weights.loss,
         delay_weight=b.weights.delay,
+        loss_signal=loss_signal_of(b),
         settle_s=parse_duration(b.settle),
+        settling_window_s=parse_duration(b.settling.window),
+        settling_tolerance=b.settling.tolerance,
+        max_wait_s=parse_duration(b.settling.max_wait),
         measure_s=parse_duration(b.measure),
         max_iterations=b.max_iterations,
         stop_ei=b.stop_ei,
+        stop_noise=b.stop_noise,
         utilisation_gate=b.utilisation_gate,
         change_lag=b.change_detector.lag,
         change_threshold=b.change_detector.threshold,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Literal, TypeVar
 
 import typer
 
@@ -134,12 +134,27 @@ def bench_buffer(
         Path | None,
         typer.Option("--from-csv", help="Render the report from a saved episodes.csv."),
     ] = None,
+    episode: Annotated[
+        str,
+        typer.Option(
+            help="transfer: a 10 GB transfer; steady: 600 s of DTN traffic with campus load "
+            "changes at 200 s and 400 s."
+        ),
+    ] = "transfer",
+    arms: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated arms (default: the fixed ones and p4bs; p4bs-path and "
+            "p4bs-bottleneck read the other loss signals)."
+        ),
+    ] = "",
 ) -> None:
     """P4BS buffer sizing against fixed buffers (BDP, Stanford, Tiny, Bloated, 100 ms) on
-    the twin with the rate loop on: f̄ (P4BS eq. 2), loss, campus queuing delay, DTN MRAE,
-    the 10 GB FCT; report.md and episodes.csv in --out."""
+    the twin with the rate loop on: f̄ (P4BS eq. 2 on the twin's ground truth), which arms
+    keep the DTN's target, the search's cost, campus queuing delay, DTN MRAE, FCT;
+    report.md and episodes.csv in --out."""
     from scidmz.api.units import parse_rate
-    from scidmz.learn.buffer_bench import episodes_csv, parse_episodes, run_all
+    from scidmz.learn.buffer_bench import ARMS, DEFAULT_ARMS, episodes_csv, parse_episodes, run_all
     from scidmz.learn.buffer_report import markdown
 
     count = seeds if seeds is not None else (3 if quick else 10)
@@ -155,6 +170,12 @@ def bench_buffer(
         fail(f"--cca must be cubic or bbr, not {cca!r}")
     if not 100e6 <= capacity_bps <= 100e9:
         fail("--capacity must be within 100Mbps..100Gbps")
+    if episode not in ("transfer", "steady"):
+        fail(f"--episode must be transfer or steady, not {episode!r}")
+    arm_list = [a for a in arms.split(",") if a] or list(DEFAULT_ARMS)
+    unknown = [a for a in arm_list if a not in ARMS]
+    if unknown:
+        fail(f"--arms: unknown {', '.join(unknown)} (known: {', '.join(ARMS)})")
     ccas = (cca,) if cca else (("cubic",) if quick else ("cubic", "bbr"))
     command = (
         "scidmz bench buffer"
@@ -164,13 +185,16 @@ def bench_buffer(
         + (f" --loads {loads}" if loads != "25,50,100,250" and not quick else "")
         + (f" --cca {cca}" if cca else "")
         + (f" --capacity {capacity}" if capacity != "1Gbps" else "")
+        + (f" --episode {episode}" if episode != "transfer" else "")
+        + (f" --arms {arms}" if arms else "")
     )
+    kind: Literal["transfer", "steady"] = "steady" if episode == "steady" else "transfer"
     episodes_and_report(
         out, from_csv, "buffer", command,
         lambda: run_all(
-            range(first_seed, first_seed + count), load_list, ccas,
+            range(first_seed, first_seed + count), load_list, ccas, arm_list,
             capacity_bps=capacity_bps, workers=workers,
-            progress=lambda what: typer.echo(f"  {what}", err=True),
+            progress=lambda what: typer.echo(f"  {what}", err=True), kind=kind,
         ),
         episodes_csv, parse_episodes, markdown,
     )  # fmt: skip

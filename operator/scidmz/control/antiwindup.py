@@ -162,6 +162,14 @@ class FilterOutput:
     def saturated(self) -> bool:
         return self.windup_bps != 0.0
 
+    @property
+    def held_up(self) -> bool:
+        """The saturator kept u above what the filter asked (w > 0): the campus rate could
+        not fall further, so the campus loop could give the DTN no more. Held *down* (at
+        the ceiling, e.g. B − Σ caps while capped DTNs hold their own rates) the DTN lacks
+        nothing."""
+        return self.windup_bps > 0.0
+
 
 def _towards_zero(integral_bps: float, change_bps: float) -> float:
     """Outside the band the integral only unwinds: it moves toward zero, never away from it

@@ -4,7 +4,9 @@ qdisc's limit (tc), the software target's simulator, or nowhere.
 The contract is the rate actuators' (``control.actuators``), in bytes: ``apply`` returns the
 buffer now in force and raises ``ActuatorError`` on a failure the caller retries on its next
 trial; ``current`` reads the buffer in force (None if it cannot tell). Sizes are frame bytes,
-what a bfifo's ``limit`` counts.
+what a bfifo's ``limit`` counts. ``queue_counters`` reads the queue's own drop and pass
+counters where the actuator can (``spec.buffer.lossSignal: actuator``): a bfifo's statistics
+count every tail drop exactly, which no tap outside the router can.
 
 The plug-in point for a router that is not Linux (P4BS sets ``buffer-size`` under a Junos
 class-of-service scheduler): any object with these three methods, see
@@ -33,6 +35,26 @@ MIN_BUFFER_BYTES = 1514
 """One full Ethernet frame: a smaller drop-tail buffer refuses every full-size packet."""
 
 
+@dataclass(frozen=True)
+class QueueCounters:
+    """The queue's cumulative counters, in one unit (packets for a bfifo, bytes for the
+    simulator): what it dropped at its tail and what it passed on."""
+
+    dropped: float
+    passed: float
+
+
+def drop_ratio(before: QueueCounters | None, after: QueueCounters | None) -> float:
+    """The share of arrivals the queue dropped between two reads (NaN when either read is
+    missing, nothing arrived or a counter went back: a qdisc replaced, a simulator reset)."""
+    if before is None or after is None:
+        return math.nan
+    dropped, passed = after.dropped - before.dropped, after.passed - before.passed
+    if dropped < 0 or passed < 0 or dropped + passed <= 0:
+        return math.nan
+    return dropped / (dropped + passed)
+
+
 class BufferActuator(Protocol):
     name: str
 
@@ -42,6 +64,10 @@ class BufferActuator(Protocol):
 
     async def current(self) -> float | None:
         """The buffer in force now; None if the actuator cannot tell."""
+        ...
+
+    async def queue_counters(self) -> QueueCounters | None:
+        """The queue's drop and pass counters now; None if the actuator cannot read them."""
         ...
 
     async def close(self) -> None: ...
@@ -72,6 +98,9 @@ class DryRunBufferActuator:
     async def current(self) -> float | None:
         return float(self.applied[-1]) if self.applied else None
 
+    async def queue_counters(self) -> QueueCounters | None:
+        return None  # no queue: the API refuses lossSignal actuator with a dry run
+
     async def close(self) -> None:
         return
 
@@ -93,6 +122,12 @@ class SimBufferActuator(GrpcClient):
         held = None if truth is None else float(truth.bottleneck_buffer_bytes)
         return held if held else None
 
+    async def queue_counters(self) -> QueueCounters | None:
+        truth = await read_ground_truth(self._stub, self._timeout)
+        if truth is None:
+            return None
+        return QueueCounters(truth.bottleneck_dropped_bytes, truth.bottleneck_departed_bytes)
+
 
 @dataclass(frozen=True)
 class FifoQdisc:
@@ -102,6 +137,8 @@ class FifoQdisc:
     parent: int
     limit_bytes: int
     backlog_bytes: int
+    dropped_packets: int = 0
+    sent_packets: int = 0
 
 
 def find_buffer_fifo(qdiscs: list[dict[str, Any]]) -> FifoQdisc | str:
@@ -124,19 +161,25 @@ def find_buffer_fifo(qdiscs: list[dict[str, Any]]) -> FifoQdisc | str:
         fifo = child
     else:
         return f"its root qdisc is {root['kind']}, not bfifo or tbf"
-    return FifoQdisc(fifo["handle"], fifo["parent"], int(fifo["limit"]), int(fifo["backlog"]))
+    return FifoQdisc(
+        fifo["handle"], fifo["parent"], int(fifo["limit"]), int(fifo["backlog"]),
+        int(fifo.get("drops", 0)), int(fifo.get("packets", 0)),
+    )  # fmt: skip
 
 
 def _plain(qdisc: Any) -> dict[str, Any]:
     options = qdisc.get_attr("TCA_OPTIONS") or {}
     stats = qdisc.get_attr("TCA_STATS2")
     queue = (stats.get_attr("TCA_STATS_QUEUE") if stats else None) or {}
+    basic = (stats.get_attr("TCA_STATS_BASIC") if stats else None) or {}
     return {
         "kind": qdisc.get_attr("TCA_KIND"),
         "handle": qdisc["handle"],
         "parent": qdisc["parent"],
         "limit": options.get("limit", 0) if isinstance(options, dict) else 0,
         "backlog": queue.get("backlog", 0),
+        "drops": queue.get("drops", 0),
+        "packets": basic.get("packets", 0),
     }
 
 
@@ -195,6 +238,14 @@ class TcBufferActuator:
             log.info("tc buffer on %s: cannot read the buffer in force (%s)", self.interface, fifo)
             return None
         return float(fifo.limit_bytes)
+
+    async def queue_counters(self) -> QueueCounters | None:
+        """The bfifo's tail drops and the packets it passed (its qdisc statistics)."""
+        fifo = await self._fifo()
+        if isinstance(fifo, str):
+            log.info("tc buffer on %s: cannot read the queue's counters (%s)", self.interface, fifo)
+            return None
+        return QueueCounters(fifo.dropped_packets, fifo.sent_packets)
 
     async def backlog_bytes(self) -> int | None:
         """The bytes queued in the fifo now (what a limit change must keep)."""

@@ -16,11 +16,39 @@ line rate (bytes = s · B / 8).
 * HOLD watches f with a smoothed z-score (the code: an EWMA of 0.8, lag 50, threshold 10σ,
   influence 0.1) and restarts the search on a signal.
 
-Ours (P4BS has no throughput target, seed 003 spec §3.3): a trial lasts ``settle`` samples
-(not measured: TCP's transient after a buffer change) and then ``measure`` samples; it is
-*infeasible* if the DTN's mean rate over it falls below ``dtn_floor`` · R* or the rate
-filter saturated in it, and then scores ``INFEASIBLE_F``. Below the utilisation gate
-(the code: 98 %) nothing is searched (IDLE) and the buffer stays where it is.
+Ours (P4BS has no throughput target, seed 003 spec §3.3):
+
+* A trial is measured once the queue has settled after its buffer change (TCP's transient
+  is not scored): at least ``settle_samples`` after it, and then when the mean queuing
+  delay over the last ``settle_window`` samples lies within ``settle_tolerance`` (or
+  ``settle_floor_s``) of the mean over the window before, or after ``max_wait_samples``
+  whatever the queue does. A Cubic DTN at 100 ms fills a larger buffer over tens of
+  seconds; a fixed wait scored such buffers before they had filled. Then ``measure``
+  samples are scored.
+* A trial is *infeasible* if the DTN's median sample over it runs below ``dtn_floor`` · R*
+  (with several DTNs, any DTN below that share of its own target; the median, not the mean:
+  a BBR DTN's ProbeRTT dips one sample in ten to ~0.7 R* at any buffer), or if the campus
+  loop could do no more for the DTN in it (its filter held u up, and no DTN cap holds the
+  DTNs' rates instead: with caps, u sits at B − Σ caps by design). It then scores
+  ``INFEASIBLE_F``. A trial is cut short, infeasible, as soon as every one of the last
+  ``settle_samples`` samples (the least wait) has the DTN under that floor: a buffer that
+  starves the DTN costs its transfer for as long as it is tried (a BBR DTN's ProbeRTT and
+  its cap's recovery from it take two samples, which a two-sample rule cut short). Algorithm 1
+  also doubles a buffer the DTN could not keep its target at (its loss aside). If no trial
+  of a search is feasible, the search holds the administrator's default buffer
+  (``no_feasible``).
+* The search tries no buffer below ``safe_step`` (a half) of the smallest buffer the DTN
+  kept its target at so far: algorithm 1 doubles up, the search halves down at most. EI
+  with few trials is flat far from them, and its first pick went to the bottom of the
+  space, where a 100 ms Cubic DTN starves and takes tens of seconds to recover, well into
+  the next trial.
+* The search stops when the largest EI is below ``stop_ei`` *or* below ``stop_noise`` times
+  the measured noise of f (the median standard error of the trials' f): an improvement
+  the trials cannot tell from noise is not worth a trial.
+* Below the utilisation gate (the code: 98 %) nothing is searched (IDLE) and the buffer
+  stays where it is; nor until the DTN has held ``dtn_floor`` of its target over the last
+  ``settle_window`` samples: on real TCP a search begun as the link filled, while the DTN
+  was still in slow start, judged its first trials by the DTN's ramp, not by the buffer.
 The code's GP hyper-parameters are used as they are: a fixed RBF length scale of 0.03525
 and noise 1.25e-4, on the buffer scaled by 200 ms (no likelihood refit).
 """
@@ -29,102 +57,26 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
-import numpy.typing as npt
 
-from scidmz.contract.state import PathSignals, StateVector
+from scidmz.contract.state import DtnFigures, PathSignals, StateVector
+from scidmz.control.buffer_gp import next_buffer, objective
 from scidmz.control.quality import finite_mean
 
-FloatArray = npt.NDArray[np.float64]
-
 Phase = Literal["idle", "expand", "search", "hold"]
+LossSignal = Literal["path", "bottleneck", "actuator"]
+"""Where the loss of eq. (2) comes from (``spec.buffer.lossSignal``): the path's
+retransmissions (method 1), the border router's drops from the tap's counters (method 2),
+or the queue's own drop counter, read through the buffer actuator."""
+SEARCHING: tuple[Phase, ...] = ("expand", "search")
 
-GRID_STEP_S = 0.0015
-"""The authors' code: candidate buffers 1.5 ms apart."""
-X_SCALE_S = 0.2
-"""The code scales buffers by 200 ms before the GP sees them."""
-RBF_LENGTH = 0.03525
-GP_NOISE = 1.25e-4
-EI_XI = 1e-5
 INFEASIBLE_F = -2.0
 """A trial that broke the rate loop: worse than any feasible f (f1 ≤ ~1 at a loss of 5 %,
 f2 ≤ 1), so the search leaves its neighbourhood."""
-
-
-def objective(
-    loss: float,
-    delay_s: float,
-    loss_scale: float = 0.05,
-    max_queue_delay_s: float = 0.2,
-    w_loss: float = 0.5,
-    w_delay: float = 0.5,
-) -> float:
-    """Eq. (2), f = −[w1·p/lossScale + w2·d/maxQueueDelay] (the code's normalisation)."""
-    return -(w_loss * loss / loss_scale + w_delay * delay_s / max_queue_delay_s)
-
-
-def rbf(a: FloatArray, b: FloatArray, length: float = RBF_LENGTH) -> FloatArray:
-    """Eq. (5)'s kernel as scikit-learn computes it: exp(−|a − b|² / 2ℓ²)."""
-    d = a[:, None] - b[None, :]
-    kernel: FloatArray = np.exp(-0.5 * (d / length) ** 2)
-    return kernel
-
-
-def gp_posterior(
-    x: FloatArray, y: FloatArray, grid: FloatArray, noise: float = GP_NOISE
-) -> tuple[FloatArray, FloatArray]:
-    """Eqs. (6)–(10): the posterior mean and standard deviation on ``grid`` of a zero-mean
-    GP with the RBF kernel and ``noise`` on the diagonal, given observations ``(x, y)``
-    (all in the scaled units)."""
-    k = rbf(x, x) + noise * np.eye(x.shape[0])
-    chol = np.linalg.cholesky(k)
-    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
-    k_star = rbf(grid, x)
-    mean: FloatArray = k_star @ alpha
-    v = np.linalg.solve(chol, k_star.T)
-    variance = np.maximum(1.0 - np.sum(v * v, axis=0), 0.0)
-    return mean, np.sqrt(variance)
-
-
-def _phi(z: FloatArray) -> FloatArray:
-    density: FloatArray = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    return density
-
-
-def _cdf(z: FloatArray) -> FloatArray:
-    erf = np.vectorize(math.erf)
-    cumulative: FloatArray = 0.5 * (1.0 + erf(z / math.sqrt(2.0)))
-    return cumulative
-
-
-def expected_improvement(
-    mean: FloatArray, std: FloatArray, best: float, xi: float = EI_XI
-) -> FloatArray:
-    """Eqs. (12)–(13) for a maximisation: E[max(f − f⁺ − ξ, 0)]; 0 where σ = 0."""
-    improvement = mean - best - xi
-    safe = np.where(std > 0, std, 1.0)
-    z = improvement / safe
-    ei = improvement * _cdf(z) + safe * _phi(z)
-    result: FloatArray = np.where(std > 0, np.maximum(ei, 0.0), 0.0)
-    return result
-
-
-def next_buffer(
-    tried_s: list[float], scores: list[float], low_s: float, high_s: float
-) -> tuple[float, float]:
-    """Algorithm 2's step: the grid buffer in [low, high] with the largest EI given the
-    trials so far, and that EI."""
-    grid_s = np.arange(low_s, high_s + GRID_STEP_S / 2, GRID_STEP_S)
-    if grid_s.size == 0:
-        grid_s = np.array([low_s])
-    x = np.asarray(tried_s) / X_SCALE_S
-    mean, std = gp_posterior(x, np.asarray(scores, dtype=float), grid_s / X_SCALE_S)
-    ei = expected_improvement(mean, std, max(scores))
-    best = int(np.argmax(ei))
-    return float(grid_s[best]), float(ei[best])
 
 
 @dataclass
@@ -173,10 +125,19 @@ class TunerSettings:
     loss_scale: float = 0.05
     w_loss: float = 0.5
     w_delay: float = 0.5
-    settle_samples: int = 5
+    settle_samples: int = 4
+    """The least wait after a buffer change (samples)."""
+    settle_window: int = 2
+    settle_tolerance: float = 0.1
+    settle_floor_s: float = 0.001
+    """Two windows' mean queuing delays this close count as settled at any relative
+    tolerance (a near-empty queue's relative noise is large)."""
+    max_wait_samples: int = 30
     measure_samples: int = 5
     max_iterations: int = 4
     stop_ei: float = 1e-3
+    stop_noise: float = 1.0
+    safe_step: float = 0.5
     utilisation_gate: float = 0.98
     dtn_floor: float = 0.95
     expand_loss: float = 0.0025
@@ -215,10 +176,16 @@ class TunerSample:
     dtn_rate_bps: float
     target_bps: float
     saturated: bool
-    """The rate filter hit a limit at this sample."""
+    """The campus loop could do no more for the DTN at this sample
+    (``Decision.campus_starved_for_dtn``)."""
     srtt_s: float
     rtt_min_s: float
     long_flows: float
+    border_loss: float = math.nan
+    """The border router's own loss, when measured (the queue's drop counter or method 2);
+    what algorithm 1 expands on, whatever ``loss`` is."""
+    dtn_ratios: tuple[float, ...] = ()
+    """Several DTNs: each admitted DTN host's rate over its own target (NaN unmeasured)."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +195,11 @@ class Trial:
     loss: float
     mean_delay_s: float
     feasible: bool
+    f_error: float = math.nan
+    """The standard error of f over the trial's samples (the search's noise)."""
+    waited: int = 0
+    """Samples from the buffer change until the queue had settled."""
+    border_loss: float = math.nan
 
 
 @dataclass
@@ -243,7 +215,12 @@ class BufferTuner:
     searches: int = 0
     iterations: int = 0
     """Algorithm 2's trials in the current search."""
+    no_feasible: bool = False
+    """The last search found no buffer the DTN kept its target at, and holds the default."""
     _window: list[TunerSample] = field(default_factory=list)
+    _settling: list[float] = field(default_factory=list)
+    _recent: list[TunerSample] = field(default_factory=list)
+    _settled: bool = False
     _age: int = 0
     _detector: ZScore = field(default_factory=ZScore)
     _smoothed_f: float = math.nan
@@ -260,6 +237,7 @@ class BufferTuner:
         self.trials = []
         self.bounds_s = (math.nan, math.nan)
         self.iterations = 0
+        self.no_feasible = False
         self.observe(None)
 
     @property
@@ -270,24 +248,54 @@ class BufferTuner:
         """One sample time. ``None`` (stale telemetry): nothing moves and the trial running
         starts over when samples come back."""
         if sample is None:
-            self._window.clear()
-            self._age = 0
+            self._restart_trial()
             return None
         s = self.settings
         if self.phase == "idle":
-            return self._start(sample) if s.busy(sample) else None
+            self._recent = [*self._recent, sample][-s.settle_window :]
+            ready = len(self._recent) == s.settle_window and not self._dtn_short(self._recent)
+            return self._start(sample) if s.busy(sample) and ready else None
         if self.phase == "hold":
             return self._watch(sample)
         self._age += 1
-        if self._age > s.settle_samples:
-            self._window.append(sample)
-        if len(self._window) < s.measure_samples:
+        self._recent.append(sample)
+        recent = self._recent[-s.settle_samples :]
+        if self._age >= s.settle_samples and self._dtn_starved(recent):
+            trial = self._score(recent, waited=self._age - len(recent))  # cut short
+        elif not self._settled:
+            self._settling.append(sample.mean_delay_s)
+            self._settled = self._queue_settled()
             return None
-        trial = self._score(self._window)
-        self._window = []
-        self._age = 0
+        else:
+            self._window.append(sample)
+            if len(self._window) < s.measure_samples:
+                return None
+            trial = self._score(self._window, waited=self._age - len(self._window))
+        self._restart_trial()
         self.trials.append(trial)
         return self._expand(trial, sample) if self.phase == "expand" else self._search()
+
+    def _restart_trial(self) -> None:
+        self._window = []
+        self._recent = []
+        self._settling = []
+        self._settled = False
+        self._age = 0
+
+    def _queue_settled(self) -> bool:
+        """The settling rule (module docstring): past the least wait, the last window's mean
+        queuing delay within the tolerance of the window's before, or the longest wait."""
+        s = self.settings
+        if self._age >= s.max_wait_samples:
+            return True
+        w = s.settle_window
+        if self._age < s.settle_samples or len(self._settling) < 2 * w:
+            return False
+        before = finite_mean(self._settling[-2 * w : -w])
+        last = finite_mean(self._settling[-w:])
+        if not (math.isfinite(before) and math.isfinite(last)):
+            return False
+        return abs(last - before) <= max(s.settle_tolerance * before, s.settle_floor_s)
 
     # ---- phases ------------------------------------------------------------------------
     def _start(self, sample: TunerSample) -> float:
@@ -296,6 +304,8 @@ class BufferTuner:
         self.phase = "expand"
         self.trials = []
         self.searches += 1
+        self.no_feasible = False
+        self._restart_trial()
         srtt = sample.srtt_s if math.isfinite(sample.srtt_s) else s.default_s
         return self._set(s.clamp(srtt))
 
@@ -303,9 +313,12 @@ class BufferTuner:
         s = self.settings
         bdp = s.clamp(sample.srtt_s if math.isfinite(sample.srtt_s) else trial.buffer_s)
         top = min(s.max_s, s.max_queue_delay_s)
-        if trial.loss >= s.jump_loss:
+        border_clear = math.isfinite(trial.border_loss) and trial.border_loss <= s.expand_loss
+        if trial.loss >= s.jump_loss and not border_clear:
             self.bounds_s = (bdp, s.clamp(0.100))  # the code's jump
-        elif trial.loss > s.expand_loss and trial.buffer_s < top:
+        elif trial.buffer_s < top and (
+            not trial.feasible or (trial.loss > s.expand_loss and not border_clear)
+        ):
             return self._set(min(2 * trial.buffer_s, top))
         else:
             n = sample.long_flows if math.isfinite(sample.long_flows) and sample.long_flows else 1
@@ -319,18 +332,32 @@ class BufferTuner:
     def _search(self) -> float:
         s = self.settings
         low, high = self.bounds_s
+        feasible = [t.buffer_s for t in self.trials if t.feasible]
+        if feasible:  # a safe step: at most halfway down from a buffer the DTN kept its target at
+            low = max(low, min(min(feasible) * s.safe_step, high))
         if self.iterations < s.max_iterations and high > low:
             candidate, ei = next_buffer(
-                [t.buffer_s for t in self.trials], [t.f for t in self.trials], low, high
-            )
-            if ei >= s.stop_ei:
+                [t.buffer_s for t in self.trials], [t.f for t in self.trials], low, high,
+                self.noise,
+            )  # fmt: skip
+            if ei >= max(s.stop_ei, s.stop_noise * self.noise):
                 self.iterations += 1
                 return self._set(candidate)
         best = self.best
         self.phase = "hold"
         self._detector = s.detector()
         self._smoothed_f = math.nan
-        return self._set(best.buffer_s if best is not None else self.buffer_s)
+        if best is None or not best.feasible:
+            self.no_feasible = True
+            return self._set(s.default_s)
+        return self._set(best.buffer_s)
+
+    @property
+    def noise(self) -> float:
+        """The measured noise of a trial's f: the median standard error over this search's
+        trials (0 before any was measured)."""
+        errors = [t.f_error for t in self.trials if math.isfinite(t.f_error)]
+        return float(np.median(errors)) if errors else 0.0
 
     def _watch(self, sample: TunerSample) -> float | None:
         s = self.settings
@@ -349,17 +376,61 @@ class BufferTuner:
         self.buffer_s = self.settings.clamp(buffer_s)
         return self.buffer_s
 
-    def _score(self, window: list[TunerSample]) -> Trial:
+    def _dtn_short(self, window: list[TunerSample]) -> bool:
+        """The DTN (or, with several, any DTN) ran under ``dtn_floor`` of its target over
+        ``window``, judged on the median sample: a BBR DTN's ProbeRTT empties its pipe for
+        ~0.3 s every 10 s whatever the buffer, one sample at ~0.7 R*, which pulled a 5 s
+        mean under 0.95 at every buffer tried."""
+        floor = self.settings.dtn_floor
+        return any(float(np.median(c)) < floor for c in _ratio_columns(window) if c)
+
+    def _dtn_starved(self, window: list[TunerSample]) -> bool:
+        """Every sample of ``window`` has the DTN (or any DTN) under ``dtn_floor``."""
+        floor = self.settings.dtn_floor
+        return any(c and max(c) < floor for c in _ratio_columns(window))
+
+    def _score(self, window: list[TunerSample], waited: int) -> Trial:
         s = self.settings
         loss = finite_mean([x.loss for x in window])
         delay = finite_mean([x.mean_delay_s for x in window])
-        dtn = finite_mean([x.dtn_rate_bps for x in window])
-        target = finite_mean([x.target_bps for x in window])
-        feasible = not any(x.saturated for x in window) and not (
-            math.isfinite(target) and target > 0 and not dtn >= s.dtn_floor * target
-        )
+        each = [s.objective(x.loss, x.mean_delay_s) for x in window]
+        f_error = float(np.std(each, ddof=1) / math.sqrt(len(each))) if len(each) > 1 else math.nan
+        feasible = not any(x.saturated for x in window) and not self._dtn_short(window)
         f = s.objective(loss, delay)
-        return Trial(self.buffer_s, f if feasible else INFEASIBLE_F, loss, delay, feasible)
+        return Trial(
+            self.buffer_s, f if feasible else INFEASIBLE_F, loss, delay, feasible,
+            f_error=f_error, waited=waited,
+            border_loss=finite_mean([x.border_loss for x in window]),
+        )  # fmt: skip
+
+
+def _ratio_columns(window: list[TunerSample]) -> list[list[float]]:
+    """Per DTN over ``window``, the measured rate-to-target ratios: the DTNs' aggregate,
+    then each host's (several DTNs; only when every sample names the same hosts). NaN
+    samples left out."""
+    aggregate = [
+        x.dtn_rate_bps / x.target_bps
+        for x in window
+        if math.isfinite(x.target_bps) and x.target_bps > 0 and math.isfinite(x.dtn_rate_bps)
+    ]
+    rows = [x.dtn_ratios for x in window]
+    hosts: list[list[float]] = []
+    if rows and rows[0] and all(len(r) == len(rows[0]) for r in rows):
+        hosts = [[v for v in column if math.isfinite(v)] for column in zip(*rows, strict=True)]
+    return [aggregate, *hosts]
+
+
+def dtn_ratios(targets: Mapping[str, float], figures: Sequence[DtnFigures]) -> tuple[float, ...]:
+    """Each DTN host with a target: its measured rate over that target, in ``targets``'
+    order (NaN where the sample has no rate for it). Empty for one DTN host: the aggregate
+    is its own."""
+    if len(targets) < 2:
+        return ()
+    rates = {f.host: f.rate_bps for f in figures}
+    return tuple(
+        rates.get(host, math.nan) / target if target > 0 else math.nan
+        for host, target in targets.items()
+    )
 
 
 def _zero(value: float) -> float:
@@ -372,6 +443,9 @@ def tuner_sample(
     target_bps: float,
     capacity_bps: float,
     saturated: bool,
+    loss_signal: LossSignal = "path",
+    queue_loss: float = math.nan,
+    ratios: tuple[float, ...] = (),
 ) -> TunerSample:
     """What the tuner reads from one sample. Ours, where P4BS measures one population of
     flows and here two classes share the link: the loss and the mean queuing delay of both
@@ -379,7 +453,10 @@ def tuner_sample(
     less each class's mean queuing delay (the path's own RTT: with the RTT as measured, a
     full 100 ms buffer made the first trial 154 ms on the twin); RTT_min as the smaller of
     those two path RTTs; the utilisation as their rates over ``capacity_bps`` (B, in frames)
-    times ``PAYLOAD_SHARE``."""
+    times ``PAYLOAD_SHARE``. The loss is ``loss_signal``'s: the classes' retransmissions
+    (``path``), method 2 (``bottleneck``) or ``queue_loss``, the queue's own drop ratio over
+    the sample as its actuator counts it (``actuator``); the border router's own loss is
+    ``queue_loss`` where it was read, else method 2's."""
     rates = (_zero(state.dtn_rate_bps), _zero(state.campus_rate_bps))
     total = sum(rates)
 
@@ -393,9 +470,17 @@ def tuner_sample(
         max(state.campus_rtt_s - _zero(signals.campus_mean_queuing_delay_s), 0.0),
     )
     finite_paths = [p for p in paths if math.isfinite(p)]
+    border = queue_loss if math.isfinite(queue_loss) else signals.bottleneck_loss_ratio
+    loss = {
+        "path": lambda: weighted(
+            signals.dtn_retransmission_ratio, signals.campus_retransmission_ratio
+        ),
+        "bottleneck": lambda: signals.bottleneck_loss_ratio,
+        "actuator": lambda: queue_loss,
+    }[loss_signal]()
     return TunerSample(
         utilisation=total / (capacity_bps * PAYLOAD_SHARE) if capacity_bps > 0 else math.nan,
-        loss=weighted(signals.dtn_retransmission_ratio, signals.campus_retransmission_ratio),
+        loss=loss,
         mean_delay_s=weighted(
             signals.dtn_mean_queuing_delay_s, signals.campus_mean_queuing_delay_s
         ),
@@ -405,4 +490,6 @@ def tuner_sample(
         srtt_s=weighted(*paths),
         rtt_min_s=min(finite_paths) if finite_paths else math.nan,
         long_flows=signals.long_flows,
+        border_loss=border,
+        dtn_ratios=ratios,
     )

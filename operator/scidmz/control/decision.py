@@ -28,3 +28,11 @@ class Decision:
     """The first DTN cap's filter terms (None: not stepped)."""
     dtn_caps: tuple[tuple[str, float], ...] = ()
     """Every cap decided, by DTN host."""
+
+    @property
+    def campus_starved_for_dtn(self) -> bool:
+        """The campus loop could do no more for the DTN: its filter held u up (it asked for
+        less, ``FilterOutput.held_up``) and no DTN cap holds the DTNs' rates instead. With
+        caps the campus rate is pinned near B − Σ caps by design and held up every sample,
+        which says nothing of the DTNs."""
+        return bool(self.output and self.output.held_up and not self.dtn_caps)

@@ -56,6 +56,7 @@ from scidmz.control.antiwindup import (
     step,
 )
 from scidmz.control.buffer_loop import BufferLoop
+from scidmz.control.buffer_search import dtn_ratios
 from scidmz.control.decision import Decision
 from scidmz.control.dtn_caps import (
     CapStep,
@@ -318,7 +319,8 @@ class Controller:
         output: FilterOutput | None = None
         first = len(self.history) < 2 or self.applied_bps is None
         idle = s.strategy == "trivial" or self.nothing_admitted
-        caps = self._decide_caps(y, dtns_from_message(sample), target, dt, idle, first)
+        figures = dtns_from_message(sample)
+        caps = self._decide_caps(y, figures, target, dt, idle, first)
         if idle:
             # no admitted policy (R* = 0): nothing to hold, the campus gets the whole link
             u_hat = self.trivial_rate_bps
@@ -368,7 +370,11 @@ class Controller:
         self._publish()
         m.loop.labels(*m.labels).observe(self._clock() - received)
         if self.buffer is not None:  # the slow loop, after u(t) is in force
-            await self.buffer.on_sample(measured, signals_from_message(sample), decision, target)
+            targets = {p.dtn_host: p.target_rate_bps for p in s.policies}
+            await self.buffer.on_sample(
+                measured, signals_from_message(sample), decision, target,
+                dtn_ratios(targets, figures),
+            )  # fmt: skip
         return decision
 
     def _decide_caps(

@@ -1092,6 +1092,15 @@ def failsafe_held(status: Mapping[str, Any]) -> str | None:
     )
 
 
+def buffer_stopped(status: Mapping[str, Any]) -> str | None:
+    """Why the link's buffer search is stopped for want of its loss signal, from the last
+    ``status.buffer`` the operator read (None: it runs, or there is none)."""
+    buffer = status.get("buffer") or {}
+    if not buffer.get("degraded"):
+        return None
+    return str(buffer.get("message") or "the buffer search's loss signal is not measured")
+
+
 # ---- the pass --------------------------------------------------------------------------
 
 
@@ -1178,6 +1187,9 @@ def reconcile_link(
                 "PlaintextSwitch",
                 "spec.switch.plaintext is true: P4Runtime runs without TLS (lab use only)",
             )
+        stopped = buffer_stopped(link.status)
+        if stopped is not None:
+            warning = ("BufferLossSignal", stopped)
         if failsafe is not None:
             warning = ("FailSafe", failsafe)
         try:

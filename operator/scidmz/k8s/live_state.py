@@ -182,5 +182,8 @@ def _buffer(controller: ControllerState) -> dict[str, Any]:
         best_buffer=_duration(report.best_buffer_s),
         best_objective=round(best, 4) if best is not None else None,
         searches=report.searches,
+        loss_signal=report.loss_signal,
+        message=report.message,
+        degraded=report.degraded or None,
     )
     return {"buffer": status.model_dump(by_alias=True, exclude_none=True)}

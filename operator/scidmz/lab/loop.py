@@ -56,7 +56,7 @@ SAMPLE_COLUMNS = (
     "campus_rate_limit_bps", "dtn_rate_limit_bps", "failsafe",
     "dtn_retransmission_ratio", "campus_retransmission_ratio", "bottleneck_loss_ratio",
     "dtn_mean_queuing_delay_s", "campus_mean_queuing_delay_s", "long_flows", "buffer_s",
-    "measured_t_s", "sequence", "interval_s", "covered_until_t_s",
+    "buffer_phase", "measured_t_s", "sequence", "interval_s", "covered_until_t_s",
 )  # fmt: skip
 
 
@@ -308,6 +308,7 @@ def controller_row(fetched: dict[str, Any], t_s: float) -> dict[str, Any] | None
     row["dtn_rate_limit_bps"] = state.dtn_rate_limit_bps
     row["failsafe"] = state.failsafe_active
     row["buffer_s"] = state.buffer.buffer_s if state.buffer is not None else None
+    row["buffer_phase"] = state.buffer.phase if state.buffer is not None else None
     row["sequence"] = state.state.sequence
     row["interval_s"] = state.state.interval_s
     with contextlib.suppress(ValueError):

@@ -34,10 +34,22 @@ def parse_rows(text: str, row_type: type[T]) -> list[T]:
     kinds = {f.name: f.type for f in fields(row_type)}  # type: ignore[arg-type]
     parsed = []
     for line in lines[1:]:
-        values = {
-            name: (int(cell) if kinds[name] == "int" else cell if kinds[name] == "str"
-                   else float(cell))
-            for name, cell in zip(names, line, strict=True)
-        }  # fmt: skip
+        values = {name: _cell(cell, kinds[name]) for name, cell in zip(names, line, strict=True)}
         parsed.append(row_type(**values))
     return parsed
+
+
+_FLAGS = {"True": True, "False": False, "None": None}
+
+
+def _cell(cell: str, kind: Any) -> Any:
+    """One cell by its field's (string) annotation: int, str, bool, bool | None, float."""
+    if kind == "int":
+        return int(cell)
+    if kind == "str":
+        return cell
+    if kind in ("bool", "bool | None"):
+        if cell not in _FLAGS or (kind == "bool" and cell == "None"):
+            raise ValueError(f"not a {kind}: {cell!r}")
+        return _FLAGS[cell]
+    return float(cell)

@@ -44,6 +44,7 @@ BUFFER_PHASE = "scidmz_buffer_search_phase"
 BUFFER_OBJECTIVE = "scidmz_buffer_search_best_objective"
 BUFFER_TRIALS = "scidmz_buffer_trials_total"
 BUFFER_ERRORS = "scidmz_buffer_actuator_errors_total"
+BUFFER_STOPPED = "scidmz_buffer_search_stopped"
 
 # ---- the collector's own health -----------------------------------------------------------
 POLL_DURATION = "scidmz_collector_poll_seconds"

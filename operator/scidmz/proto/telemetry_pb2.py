@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cscidmz/proto/telemetry.proto\x12\tscidmz.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x04\n\x0bStateSample\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12/\n\x0bmeasured_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ninterval_s\x18\x03 \x01(\x01\x12\x14\n\x0c\x64tn_rate_bps\x18\x04 \x01(\x01\x12\x17\n\x0f\x63\x61mpus_rate_bps\x18\x05 \x01(\x01\x12\x11\n\tdtn_rtt_s\x18\x06 \x01(\x01\x12\x14\n\x0c\x63\x61mpus_rtt_s\x18\x07 \x01(\x01\x12\x1b\n\x13\x64tn_queuing_delay_s\x18\x08 \x01(\x01\x12\x1e\n\x16\x63\x61mpus_queuing_delay_s\x18\t \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\n \x01(\x01\x12\r\n\x05valid\x18\x0b \x03(\x08\x12\r\n\x05stale\x18\x0c \x01(\x08\x12\x0c\n\x04link\x18\r \x01(\t\x12 \n\x18\x64tn_retransmission_ratio\x18\x0e \x01(\x01\x12#\n\x1b\x63\x61mpus_retransmission_ratio\x18\x0f \x01(\x01\x12\x1d\n\x15\x62ottleneck_loss_ratio\x18\x10 \x01(\x01\x12 \n\x18\x64tn_mean_queuing_delay_s\x18\x11 \x01(\x01\x12#\n\x1b\x63\x61mpus_mean_queuing_delay_s\x18\x12 \x01(\x01\x12\x12\n\nlong_flows\x18\x13 \x01(\x01\x12\x13\n\x0bhas_signals\x18\x14 \x01(\x08\x12\"\n\x04\x64tns\x18\x15 \x03(\x0b\x32\x14.scidmz.v1.DtnSample\x12\x14\n\x0ctap_clock_ns\x18\x16 \x01(\x04\"\xb7\x01\n\tDtnSample\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x63lass_id\x18\x02 \x01(\r\x12\x10\n\x08rate_bps\x18\x03 \x01(\x01\x12\r\n\x05rtt_s\x18\x04 \x01(\x01\x12\x17\n\x0fqueuing_delay_s\x18\x05 \x01(\x01\x12\x1c\n\x14mean_queuing_delay_s\x18\x06 \x01(\x01\x12\x1c\n\x14retransmission_ratio\x18\x07 \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\x08 \x01(\x01\"\x12\n\x10SubscribeRequest\"\x0f\n\rLatestRequest\"#\n\x0f\x43\x61mpusRateLimit\x12\x10\n\x08rate_bps\x18\x01 \x01(\x01\"\x14\n\x12GroundTruthRequest\"\xbb\x03\n\x0bGroundTruth\x12\x12\n\nsim_time_s\x18\x01 \x01(\x01\x12\x15\n\rdtn_tap_bytes\x18\x02 \x01(\x01\x12\x18\n\x10\x63\x61mpus_tap_bytes\x18\x03 \x01(\x01\x12\x1b\n\x13\x64tn_queuing_delay_s\x18\x04 \x01(\x01\x12\x1e\n\x16\x63\x61mpus_queuing_delay_s\x18\x05 \x01(\x01\x12\x11\n\tdtn_rtt_s\x18\x06 \x01(\x01\x12\x14\n\x0c\x63\x61mpus_rtt_s\x18\x07 \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\x08 \x01(\r\x12\x1d\n\x15\x63\x61mpus_rate_limit_bps\x18\t \x01(\x01\x12\x1a\n\x12\x64tn_rate_limit_bps\x18\n \x01(\x01\x12\x1f\n\x17\x62ottleneck_buffer_bytes\x18\x0b \x01(\x01\x12R\n\x18\x64tn_host_rate_limits_bps\x18\x0c \x03(\x0b\x32\x30.scidmz.v1.GroundTruth.DtnHostRateLimitsBpsEntry\x1a;\n\x19\x44tnHostRateLimitsBpsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x1b\n\nBufferSize\x12\r\n\x05\x62ytes\x18\x01 \x01(\x01\"/\n\tRateLimit\x12\x10\n\x08rate_bps\x18\x01 \x01(\x01\x12\x10\n\x08\x64tn_host\x18\x02 \x01(\t\"B\n\tActuation\x12\x13\n\x0bmonotonic_s\x18\x01 \x01(\x01\x12\x0e\n\x06shaper\x18\x02 \x01(\t\x12\x10\n\x08rate_bps\x18\x03 \x01(\x01\"\"\n\x11\x41\x63tuationsRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\x04\"D\n\nActuations\x12(\n\nactuations\x18\x01 \x03(\x0b\x32\x14.scidmz.v1.Actuation\x12\x0c\n\x04next\x18\x02 \x01(\x04\"\r\n\x0bRateRequest2\x8b\x01\n\tTelemetry\x12\x42\n\tSubscribe\x12\x1b.scidmz.v1.SubscribeRequest\x1a\x16.scidmz.v1.StateSample0\x01\x12:\n\x06Latest\x12\x18.scidmz.v1.LatestRequest\x1a\x16.scidmz.v1.StateSample2\xee\x02\n\x0bSimActuator\x12L\n\x12SetCampusRateLimit\x12\x1a.scidmz.v1.CampusRateLimit\x1a\x1a.scidmz.v1.CampusRateLimit\x12=\n\x0fSetDtnRateLimit\x12\x14.scidmz.v1.RateLimit\x1a\x14.scidmz.v1.RateLimit\x12\x43\n\x13SetBottleneckBuffer\x12\x15.scidmz.v1.BufferSize\x1a\x15.scidmz.v1.BufferSize\x12G\n\x0eGetGroundTruth\x12\x1d.scidmz.v1.GroundTruthRequest\x1a\x16.scidmz.v1.GroundTruth\x12\x44\n\rGetActuations\x12\x1c.scidmz.v1.ActuationsRequest\x1a\x15.scidmz.v1.Actuations2x\n\x06Shaper\x12\x35\n\x07SetRate\x12\x14.scidmz.v1.RateLimit\x1a\x14.scidmz.v1.RateLimit\x12\x37\n\x07GetRate\x12\x16.scidmz.v1.RateRequest\x1a\x14.scidmz.v1.RateLimitb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cscidmz/proto/telemetry.proto\x12\tscidmz.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x04\n\x0bStateSample\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12/\n\x0bmeasured_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ninterval_s\x18\x03 \x01(\x01\x12\x14\n\x0c\x64tn_rate_bps\x18\x04 \x01(\x01\x12\x17\n\x0f\x63\x61mpus_rate_bps\x18\x05 \x01(\x01\x12\x11\n\tdtn_rtt_s\x18\x06 \x01(\x01\x12\x14\n\x0c\x63\x61mpus_rtt_s\x18\x07 \x01(\x01\x12\x1b\n\x13\x64tn_queuing_delay_s\x18\x08 \x01(\x01\x12\x1e\n\x16\x63\x61mpus_queuing_delay_s\x18\t \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\n \x01(\x01\x12\r\n\x05valid\x18\x0b \x03(\x08\x12\r\n\x05stale\x18\x0c \x01(\x08\x12\x0c\n\x04link\x18\r \x01(\t\x12 \n\x18\x64tn_retransmission_ratio\x18\x0e \x01(\x01\x12#\n\x1b\x63\x61mpus_retransmission_ratio\x18\x0f \x01(\x01\x12\x1d\n\x15\x62ottleneck_loss_ratio\x18\x10 \x01(\x01\x12 \n\x18\x64tn_mean_queuing_delay_s\x18\x11 \x01(\x01\x12#\n\x1b\x63\x61mpus_mean_queuing_delay_s\x18\x12 \x01(\x01\x12\x12\n\nlong_flows\x18\x13 \x01(\x01\x12\x13\n\x0bhas_signals\x18\x14 \x01(\x08\x12\"\n\x04\x64tns\x18\x15 \x03(\x0b\x32\x14.scidmz.v1.DtnSample\x12\x14\n\x0ctap_clock_ns\x18\x16 \x01(\x04\"\xb7\x01\n\tDtnSample\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x63lass_id\x18\x02 \x01(\r\x12\x10\n\x08rate_bps\x18\x03 \x01(\x01\x12\r\n\x05rtt_s\x18\x04 \x01(\x01\x12\x17\n\x0fqueuing_delay_s\x18\x05 \x01(\x01\x12\x1c\n\x14mean_queuing_delay_s\x18\x06 \x01(\x01\x12\x1c\n\x14retransmission_ratio\x18\x07 \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\x08 \x01(\x01\"\x12\n\x10SubscribeRequest\"\x0f\n\rLatestRequest\"#\n\x0f\x43\x61mpusRateLimit\x12\x10\n\x08rate_bps\x18\x01 \x01(\x01\"\x14\n\x12GroundTruthRequest\"\x80\x04\n\x0bGroundTruth\x12\x12\n\nsim_time_s\x18\x01 \x01(\x01\x12\x15\n\rdtn_tap_bytes\x18\x02 \x01(\x01\x12\x18\n\x10\x63\x61mpus_tap_bytes\x18\x03 \x01(\x01\x12\x1b\n\x13\x64tn_queuing_delay_s\x18\x04 \x01(\x01\x12\x1e\n\x16\x63\x61mpus_queuing_delay_s\x18\x05 \x01(\x01\x12\x11\n\tdtn_rtt_s\x18\x06 \x01(\x01\x12\x14\n\x0c\x63\x61mpus_rtt_s\x18\x07 \x01(\x01\x12\x14\n\x0c\x61\x63tive_flows\x18\x08 \x01(\r\x12\x1d\n\x15\x63\x61mpus_rate_limit_bps\x18\t \x01(\x01\x12\x1a\n\x12\x64tn_rate_limit_bps\x18\n \x01(\x01\x12\x1f\n\x17\x62ottleneck_buffer_bytes\x18\x0b \x01(\x01\x12R\n\x18\x64tn_host_rate_limits_bps\x18\x0c \x03(\x0b\x32\x30.scidmz.v1.GroundTruth.DtnHostRateLimitsBpsEntry\x12 \n\x18\x62ottleneck_dropped_bytes\x18\r \x01(\x01\x12!\n\x19\x62ottleneck_departed_bytes\x18\x0e \x01(\x01\x1a;\n\x19\x44tnHostRateLimitsBpsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\x1b\n\nBufferSize\x12\r\n\x05\x62ytes\x18\x01 \x01(\x01\"/\n\tRateLimit\x12\x10\n\x08rate_bps\x18\x01 \x01(\x01\x12\x10\n\x08\x64tn_host\x18\x02 \x01(\t\"B\n\tActuation\x12\x13\n\x0bmonotonic_s\x18\x01 \x01(\x01\x12\x0e\n\x06shaper\x18\x02 \x01(\t\x12\x10\n\x08rate_bps\x18\x03 \x01(\x01\"\"\n\x11\x41\x63tuationsRequest\x12\r\n\x05\x61\x66ter\x18\x01 \x01(\x04\"D\n\nActuations\x12(\n\nactuations\x18\x01 \x03(\x0b\x32\x14.scidmz.v1.Actuation\x12\x0c\n\x04next\x18\x02 \x01(\x04\"\r\n\x0bRateRequest2\x8b\x01\n\tTelemetry\x12\x42\n\tSubscribe\x12\x1b.scidmz.v1.SubscribeRequest\x1a\x16.scidmz.v1.StateSample0\x01\x12:\n\x06Latest\x12\x18.scidmz.v1.LatestRequest\x1a\x16.scidmz.v1.StateSample2\xee\x02\n\x0bSimActuator\x12L\n\x12SetCampusRateLimit\x12\x1a.scidmz.v1.CampusRateLimit\x1a\x1a.scidmz.v1.CampusRateLimit\x12=\n\x0fSetDtnRateLimit\x12\x14.scidmz.v1.RateLimit\x1a\x14.scidmz.v1.RateLimit\x12\x43\n\x13SetBottleneckBuffer\x12\x15.scidmz.v1.BufferSize\x1a\x15.scidmz.v1.BufferSize\x12G\n\x0eGetGroundTruth\x12\x1d.scidmz.v1.GroundTruthRequest\x1a\x16.scidmz.v1.GroundTruth\x12\x44\n\rGetActuations\x12\x1c.scidmz.v1.ActuationsRequest\x1a\x15.scidmz.v1.Actuations2x\n\x06Shaper\x12\x35\n\x07SetRate\x12\x14.scidmz.v1.RateLimit\x1a\x14.scidmz.v1.RateLimit\x12\x37\n\x07GetRate\x12\x16.scidmz.v1.RateRequest\x1a\x14.scidmz.v1.RateLimitb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,25 +47,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GROUNDTRUTHREQUEST']._serialized_start=926
   _globals['_GROUNDTRUTHREQUEST']._serialized_end=946
   _globals['_GROUNDTRUTH']._serialized_start=949
-  _globals['_GROUNDTRUTH']._serialized_end=1392
-  _globals['_GROUNDTRUTH_DTNHOSTRATELIMITSBPSENTRY']._serialized_start=1333
-  _globals['_GROUNDTRUTH_DTNHOSTRATELIMITSBPSENTRY']._serialized_end=1392
-  _globals['_BUFFERSIZE']._serialized_start=1394
-  _globals['_BUFFERSIZE']._serialized_end=1421
-  _globals['_RATELIMIT']._serialized_start=1423
-  _globals['_RATELIMIT']._serialized_end=1470
-  _globals['_ACTUATION']._serialized_start=1472
-  _globals['_ACTUATION']._serialized_end=1538
-  _globals['_ACTUATIONSREQUEST']._serialized_start=1540
-  _globals['_ACTUATIONSREQUEST']._serialized_end=1574
-  _globals['_ACTUATIONS']._serialized_start=1576
-  _globals['_ACTUATIONS']._serialized_end=1644
-  _globals['_RATEREQUEST']._serialized_start=1646
-  _globals['_RATEREQUEST']._serialized_end=1659
-  _globals['_TELEMETRY']._serialized_start=1662
-  _globals['_TELEMETRY']._serialized_end=1801
-  _globals['_SIMACTUATOR']._serialized_start=1804
-  _globals['_SIMACTUATOR']._serialized_end=2170
-  _globals['_SHAPER']._serialized_start=2172
-  _globals['_SHAPER']._serialized_end=2292
+  _globals['_GROUNDTRUTH']._serialized_end=1461
+  _globals['_GROUNDTRUTH_DTNHOSTRATELIMITSBPSENTRY']._serialized_start=1402
+  _globals['_GROUNDTRUTH_DTNHOSTRATELIMITSBPSENTRY']._serialized_end=1461
+  _globals['_BUFFERSIZE']._serialized_start=1463
+  _globals['_BUFFERSIZE']._serialized_end=1490
+  _globals['_RATELIMIT']._serialized_start=1492
+  _globals['_RATELIMIT']._serialized_end=1539
+  _globals['_ACTUATION']._serialized_start=1541
+  _globals['_ACTUATION']._serialized_end=1607
+  _globals['_ACTUATIONSREQUEST']._serialized_start=1609
+  _globals['_ACTUATIONSREQUEST']._serialized_end=1643
+  _globals['_ACTUATIONS']._serialized_start=1645
+  _globals['_ACTUATIONS']._serialized_end=1713
+  _globals['_RATEREQUEST']._serialized_start=1715
+  _globals['_RATEREQUEST']._serialized_end=1728
+  _globals['_TELEMETRY']._serialized_start=1731
+  _globals['_TELEMETRY']._serialized_end=1870
+  _globals['_SIMACTUATOR']._serialized_start=1873
+  _globals['_SIMACTUATOR']._serialized_end=2239
+  _globals['_SHAPER']._serialized_start=2241
+  _globals['_SHAPER']._serialized_end=2361
 # @@protoc_insertion_point(module_scope)

@@ -301,6 +301,8 @@ class GroundTruth(_message.Message):
     DTN_RATE_LIMIT_BPS_FIELD_NUMBER: _builtins.int
     BOTTLENECK_BUFFER_BYTES_FIELD_NUMBER: _builtins.int
     DTN_HOST_RATE_LIMITS_BPS_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_DROPPED_BYTES_FIELD_NUMBER: _builtins.int
+    BOTTLENECK_DEPARTED_BYTES_FIELD_NUMBER: _builtins.int
     sim_time_s: _builtins.float
     dtn_tap_bytes: _builtins.float
     campus_tap_bytes: _builtins.float
@@ -314,6 +316,11 @@ class GroundTruth(_message.Message):
     """the DTN cap; 0 when the DTN is uncapped"""
     bottleneck_buffer_bytes: _builtins.float
     """BR1's buffer in force (frame bytes)"""
+    bottleneck_dropped_bytes: _builtins.float
+    """BR1's own counters, cumulative (payload bytes): dropped at its tail, and departed (what
+    a buffer actuator's queue statistics give, spec.buffer.lossSignal: actuator)
+    """
+    bottleneck_departed_bytes: _builtins.float
     @_builtins.property
     def dtn_host_rate_limits_bps(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """each DTN host's cap, by its name (0: uncapped); dtn_rate_limit_bps is the first's"""
@@ -333,10 +340,12 @@ class GroundTruth(_message.Message):
         dtn_rate_limit_bps: _builtins.float = ...,
         bottleneck_buffer_bytes: _builtins.float = ...,
         dtn_host_rate_limits_bps: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+        bottleneck_dropped_bytes: _builtins.float = ...,
+        bottleneck_departed_bytes: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_buffer_bytes", b"bottleneck_buffer_bytes", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_host_rate_limits_bps", b"dtn_host_rate_limits_bps", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_flows", b"active_flows", "bottleneck_buffer_bytes", b"bottleneck_buffer_bytes", "bottleneck_departed_bytes", b"bottleneck_departed_bytes", "bottleneck_dropped_bytes", b"bottleneck_dropped_bytes", "campus_queuing_delay_s", b"campus_queuing_delay_s", "campus_rate_limit_bps", b"campus_rate_limit_bps", "campus_rtt_s", b"campus_rtt_s", "campus_tap_bytes", b"campus_tap_bytes", "dtn_host_rate_limits_bps", b"dtn_host_rate_limits_bps", "dtn_queuing_delay_s", b"dtn_queuing_delay_s", "dtn_rate_limit_bps", b"dtn_rate_limit_bps", "dtn_rtt_s", b"dtn_rtt_s", "dtn_tap_bytes", b"dtn_tap_bytes", "sim_time_s", b"sim_time_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -245,6 +245,13 @@ class NetsimSource:
         return self._departed[0], self._departed[1]
 
     @property
+    def sojourn_byte_seconds(self) -> float:
+        """Ground truth: the BR1 sojourns of every byte that has left, summed (s·bytes):
+        its growth over the departed bytes' is the interval's mean queuing delay."""
+        mss = float(self.sim.params[layout.P_MSS])
+        return (self._waited[0] + self._waited[1]) * mss
+
+    @property
     def ports(self) -> frozenset[int]:
         w = self.wiring
         return frozenset({w.campus_port, w.dtn_port, w.bottleneck_port})

@@ -139,6 +139,8 @@ class SimActuatorService(telemetry_pb2_grpc.SimActuatorServicer):
             campus_rate_limit_bps=self.source.sim.campus_rate_limit_bps,
             dtn_rate_limit_bps=self.source.sim.dtn_rate_limit_bps or 0.0,
             bottleneck_buffer_bytes=self.source.sim.bottleneck_buffer_bytes,
+            bottleneck_dropped_bytes=point.bottleneck_dropped_bytes,
+            bottleneck_departed_bytes=point.dtn_departed_bytes + point.campus_departed_bytes,
             dtn_host_rate_limits_bps={
                 d.name: self.source.sim.group_rate_limit_bps(g) or 0.0
                 for g, d in enumerate(self.source.sim.scenario.dtns)

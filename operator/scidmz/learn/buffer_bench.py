@@ -188,17 +188,18 @@ class _Truth:
     departed: float = 0.0
     waited: float = 0.0
 
-    def counters(self) -> QueueCounters:
-        return QueueCounters(self.dropped, self.departed)
-
     def read(self) -> tuple[float, float]:
-        """(BR1's loss, its mean queuing delay) since the last read."""
+        """(BR1's loss, its mean queuing delay) since the last read. The loss is what the
+        sim buffer actuator's queue counters give (``drop_ratio``), so the judge and a
+        search reading ``lossSignal: actuator`` read the same figure."""
         source = self.loop.collector.source
         dropped = float(self.loop.sim.glob_f[layout.BOTTLENECK_DROPPED])
         departed = sum(source.departed_bytes)
         waited = source.sojourn_byte_seconds
-        d_drop, d_dep = dropped - self.dropped, departed - self.departed
-        loss = d_drop / (d_drop + d_dep) if d_drop + d_dep > 0 else math.nan
+        loss = drop_ratio(
+            QueueCounters(self.dropped, self.departed), QueueCounters(dropped, departed)
+        )
+        d_dep = departed - self.departed
         delay = (waited - self.waited) / d_dep if d_dep > 0 else math.nan
         self.dropped, self.departed, self.waited = dropped, departed, waited
         return loss, delay
@@ -247,7 +248,6 @@ def episode(
                 for at, count in schedule:
                     if k == at:
                         loop.sim.set_campus_long_flows(count)
-            before = truth.counters()
             step = await loop.step()
             done.extend(step.sample.dtn_done_s)
             if not steady and len(done) >= streams:
@@ -258,7 +258,7 @@ def episode(
                 measured, signals, target, capacity_bps,
                 saturated=step.decision is not None and step.decision.campus_starved_for_dtn,
                 loss_signal=signal or "actuator",
-                queue_loss=drop_ratio(before, truth.counters()),
+                queue_loss=loss,
             )  # fmt: skip
             searching = tuner is not None and tuner.phase in SEARCHING
             if tuner is not None and k >= WARMUP:

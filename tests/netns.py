@@ -29,10 +29,13 @@ def veth_netns(interface: str) -> Iterator[str]:
 BURST_PEER = "10.99.0.2"
 
 
-def shaped_port(netns: str, interface: str, limit_bytes: int = 200_000) -> None:
+def shaped_port(
+    netns: str, interface: str, limit_bytes: int = 200_000, burst_bytes: int = 1600
+) -> None:
     """``interface`` as the lab's border port: a 1 Mbit/s tbf with a bfifo child (handle
     10:) of ``limit_bytes``, addressed, its peer up and a permanent neighbour (so nothing
-    waits on ARP). Replaces what a previous call left."""
+    waits on ARP). Replaces what a previous call left. A ``burst_bytes`` above a GSO skb
+    lets GSO skbs reach the bfifo whole (a smaller bucket makes the tbf segment them)."""
     for command in (
         ["addr", "replace", "10.99.0.1/24", "dev", interface],
         ["link", "set", f"{interface}p", "up"],
@@ -45,7 +48,18 @@ def shaped_port(netns: str, interface: str, limit_bytes: int = 200_000) -> None:
         check=False, capture_output=True,
     )  # fmt: skip
     for args in (
-        ["root", "handle", "1:", "tbf", "rate", "1mbit", "burst", "1600", "limit", "200000"],
+        [
+            "root",
+            "handle",
+            "1:",
+            "tbf",
+            "rate",
+            "1mbit",
+            "burst",
+            str(burst_bytes),
+            "limit",
+            "200000",
+        ],
         ["parent", "1:1", "handle", "10:", "bfifo", "limit", str(limit_bytes)],
     ):
         subprocess.run(
@@ -54,12 +68,15 @@ def shaped_port(netns: str, interface: str, limit_bytes: int = 200_000) -> None:
         )  # fmt: skip
 
 
-def udp_burst(netns: str, packets: int = 150) -> None:
-    """``packets`` datagrams of 1,400 bytes at once towards the shaped port's peer."""
+def udp_burst(netns: str, packets: int = 150, segments: int = 1) -> None:
+    """``packets`` datagrams of 1,400 bytes at once towards the shaped port's peer; with
+    ``segments`` > 1, each a GSO skb of that many datagrams (UDP_SEGMENT)."""
+    gso = "s.setsockopt(socket.SOL_UDP, 103, 1400)\n" if segments > 1 else ""
     script = (
         "import socket\n"
         "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)\n"
-        f"for _ in range({packets}): s.sendto(b'x' * 1400, ('{BURST_PEER}', 9))\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)\n"
+        f"{gso}"
+        f"for _ in range({packets}): s.sendto(b'x' * {1400 * segments}, ('{BURST_PEER}', 9))\n"
     )
     subprocess.run(["ip", "netns", "exec", netns, "python3", "-c", script], check=True)

@@ -4,6 +4,7 @@ pyroute2), the queue found under a root tbf or at the root, refusals, the dry ru
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 import subprocess
@@ -12,6 +13,7 @@ import pytest
 
 from scidmz.control.actuators import TC_H_ROOT, ActuatorError
 from scidmz.control.buffer_actuators import (
+    DropLedger,
     DryRunBufferActuator,
     FifoQdisc,
     QueueCounters,
@@ -112,16 +114,94 @@ def test_the_queues_own_counters_count_its_tail_drops_as_tc_does(shaped_port):
 
     before, after = asyncio.run(main())
     assert before is not None and after is not None
-    dropped = after.dropped - before.dropped
-    # 150 sent at once into 20 KB at 1 Mbit/s: most are dropped at the tail ...
-    assert 100 <= dropped <= 150, (before, after)
     shown = subprocess.run(
         ["tc", "-n", shaped_port, "-s", "qdisc", "show", "dev", "bn0"],
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
-    # ... and the count is the bfifo's own, as tc shows it
-    assert f"dropped {int(after.dropped)}," in shown.split("bfifo")[1], shown
+    drops = int(shown.split("bfifo")[1].split("dropped ")[1].split(",")[0])
+    # 150 sent at once into 20 KB at 1 Mbit/s: most are dropped at the tail, each a
+    # 1,442-byte frame (1,400 bytes of payload), as tc counts them
+    assert 100 <= drops <= 150, shown
+    assert after.dropped - before.dropped == pytest.approx(drops * 1442, abs=1442), shown
     assert 0.6 < drop_ratio(before, after) < 1.0
+
+
+@pytest.fixture
+def gso_port():
+    """``bn0`` as a border port whose bfifo receives GSO skbs whole (a 64 KB bucket)."""
+    with veth_netns("bn0") as netns:
+        netns_port(netns, "bn0", burst_bytes=65536)
+        yield netns
+
+
+@root_only
+def test_a_gso_burst_dropped_whole_counts_its_bytes_not_one_packet(gso_port):
+    """The kernel counts a dropped GSO skb as one drop and a sent one as its segments;
+    the actuator's loss is in bytes all the same."""
+
+    async def main():
+        actuator = await TcBufferActuator.open("bn0", gso_port)
+        try:
+            before = await actuator.queue_counters()
+            udp_burst(gso_port, 60, segments=16)  # 60 skbs of 16 × 1,400 bytes
+            queued = await actuator.queue_counters()  # finds the queue: skbs of ~23 KB
+            await asyncio.sleep(2.0)  # 200 KB drain at 1 Mbit/s
+            after = await actuator.queue_counters()
+        finally:
+            await actuator.close()
+        return before, queued, after
+
+    before, queued, after = asyncio.run(main())
+    assert before is not None and queued is not None and after is not None
+    stats = json.loads(
+        subprocess.run(
+            ["tc", "-n", gso_port, "-s", "-j", "qdisc", "show", "dev", "bn0"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+    )  # fmt: skip
+    fifo = next(q for q in stats if q["kind"] == "bfifo")
+    skb = 16 * 1400 + 15 * 42 + 42 + 14  # payload, each segment's headers (qdisc_pkt_len)
+    assert fifo["drops"] >= 40, fifo  # most of the 60 skbs did not fit in 200 KB
+    assert fifo["packets"] > fifo["drops"], fifo  # ... yet drops < sent "packets"
+    assert after.dropped - before.dropped == pytest.approx(fifo["drops"] * skb, rel=0.02)
+    truth = fifo["drops"] * skb / (fifo["drops"] * skb + fifo["bytes"])
+    assert drop_ratio(before, after) == pytest.approx(truth, rel=0.02)
+    assert drop_ratio(before, after) > 0.7  # drops over sent packets would say < 0.5
+
+
+def _fifo(drops, sent_bytes, backlog=0, queued=0, sent_packets=None):
+    return FifoQdisc(
+        0x100000, 0x10001, 200_000, backlog, drops,
+        sent_bytes // 1448 if sent_packets is None else sent_packets, sent_bytes, queued,
+    )  # fmt: skip
+
+
+def test_drops_are_weighed_by_the_running_mean_queued_skb():
+    ledger, first = DropLedger().read(_fifo(0, 1_000_000, backlog=60_000, queued=3))
+    assert ledger.skb_bytes == 20_000 and first.dropped == 0
+    ledger, second = ledger.read(_fifo(10, 2_000_000, backlog=30_000, queued=1))
+    assert ledger.skb_bytes == pytest.approx(20_000 + 0.2 * (30_000 - 20_000))
+    assert second.dropped == pytest.approx(10 * 22_000)
+    assert drop_ratio(first, second) == pytest.approx(220_000 / (220_000 + 1_000_000))
+    # an empty queue keeps the size it knew; the drops in between are weighed by it
+    ledger, third = ledger.read(_fifo(15, 3_000_000))
+    assert third.dropped == pytest.approx(15 * 22_000)
+
+
+def test_before_any_queue_is_seen_a_drop_weighs_one_sent_packet():
+    _, counters = DropLedger().read(_fifo(4, 1_448_000, sent_packets=1000))
+    assert counters.dropped == pytest.approx(4 * 1448)
+    _, idle = DropLedger().read(_fifo(0, 0, sent_packets=0))
+    assert idle == QueueCounters(0.0, 0.0)
+
+
+def test_a_replaced_qdisc_restarts_the_account_and_the_ratio_refuses_it_once():
+    ledger, first = DropLedger().read(_fifo(100, 5_000_000, backlog=20_000, queued=1))
+    ledger, replaced = ledger.read(_fifo(2, 10_000, backlog=20_000, queued=1))
+    assert replaced.dropped == pytest.approx(2 * 20_000)
+    assert math.isnan(drop_ratio(first, replaced))
+    _, later = ledger.read(_fifo(3, 110_000, backlog=20_000, queued=1))
+    assert drop_ratio(replaced, later) == pytest.approx(20_000 / (20_000 + 100_000))
 
 
 def test_a_drop_ratio_needs_two_reads_and_counters_that_only_grow():

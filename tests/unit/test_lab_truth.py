@@ -445,3 +445,15 @@ def test_with_a_tap_clock_each_sample_is_judged_on_the_interval_it_covers() -> N
     low = round(epoch_s * 1e9) % 2**48
     assert tap_epoch_s(low, epoch_s + 0.4) == pytest.approx(epoch_s, abs=1e-6)
     assert tap_epoch_s(low, epoch_s - 0.01) == pytest.approx(epoch_s, abs=1e-6)
+
+
+def test_brs_own_loss_is_signed_so_its_mean_over_seconds_is_unbiased() -> None:
+    from scidmz.lab.truth import byte_balance_loss
+
+    assert byte_balance_loss(1000.0, 990.0, 5.0) == pytest.approx(0.005)
+    # the backlog read a moment after the link counters: one second errs low, the next high
+    seconds = [byte_balance_loss(1000.0, 1000.0, 2.0), byte_balance_loss(1000.0, 996.0, -2.0)]
+    assert seconds[0] == pytest.approx(-0.002)
+    assert sum(seconds) / 2 == pytest.approx(0.002)  # 4 bytes of 2,000 lost over both
+    assert math.isnan(byte_balance_loss(0.0, 0.0, 0.0))
+    assert byte_balance_loss(10.0, 100.0, 0.0) == -1.0  # bounded

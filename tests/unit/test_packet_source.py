@@ -20,6 +20,7 @@ from scidmz.switch.packet_source import (
     TCP_FIN,
     TapState,
     TapWiring,
+    release,
 )
 
 MS = 1_000_000
@@ -75,6 +76,79 @@ def test_bytes_packets_and_sojourn_per_side_and_destination(tap: TapState) -> No
     # The campus frame leaves in the next tick: its sojourn is matched across ticks.
     later = tap.reduce(records(frame(60, ROLE_BOTTLENECK_OUT, seq=5000, dtn=False)), 70 * MS)
     assert [(t.port, t.bytes, t.queuing_delay_ns) for t in later.traffic] == [(1, 0, 58 * MS)]
+
+
+def test_a_frame_read_leaving_before_its_entering_copy_is_matched_when_that_arrives(
+    tap: TapState,
+) -> None:
+    """The reader drains one socket after another: with an empty queue a frame's leaving
+    copy can come a tick before its entering copy. It waits for it, so it counts as what
+    left BR1 rather than as BR1's loss."""
+    early = tap.reduce(records(frame(5.1, ROLE_BOTTLENECK_OUT, seq=1000)), now_ns=6 * MS)
+    assert sum(t.egress_bytes for t in early.traffic) == 0  # its side is not known yet
+    late = tap.reduce(records(frame(5.0, ROLE_DTN_IN, seq=1000)), now_ns=7 * MS)
+    (dtn,) = late.traffic
+    assert (dtn.bytes, dtn.egress_bytes, dtn.egress_packets) == (1500, 1500, 1)
+    assert dtn.queuing_delay_ns == 100_000  # 5.1 − 5.0 ms
+
+
+def test_a_frame_never_matched_stops_waiting_after_the_reorder_window(tap: TapState) -> None:
+    tap.reduce(records(frame(1, ROLE_BOTTLENECK_OUT, seq=77)), now_ns=2 * MS)
+    tap.reduce(records(frame(900, ROLE_CAMPUS_IN, seq=5, dtn=False)), now_ns=901 * MS)
+    late = tap.reduce(records(frame(1000, ROLE_DTN_IN, seq=77)), now_ns=1001 * MS)
+    assert sum(t.egress_bytes for t in late.traffic) == 0  # 999 ms on: given up
+
+
+def test_a_leaving_frame_is_matched_to_the_copy_that_entered_before_it(tap: TapState) -> None:
+    """A retransmission read in the same tick as the original's departure: the original's
+    departure takes the original entering copy (sojourn ≥ 0), the retransmission its own."""
+    obs = tap.reduce(
+        records(
+            frame(0, ROLE_DTN_IN, seq=1000),
+            frame(20, ROLE_BOTTLENECK_OUT, seq=1000),
+            frame(30, ROLE_DTN_IN, seq=1000),  # resent (spuriously)
+            frame(35, ROLE_BOTTLENECK_OUT, seq=1000),
+        ),
+        now_ns=40 * MS,
+    )
+    (dtn,) = obs.traffic
+    assert (dtn.bytes, dtn.egress_bytes) == (3000, 3000)
+    assert dtn.queuing_delay_sum_ns == 20 * MS + 5 * MS
+    assert dtn.queuing_delay_ns == 5 * MS
+
+
+def test_frames_go_forward_once_every_socket_was_read_past_them() -> None:
+    held = records(
+        frame(10, ROLE_CAMPUS_IN, seq=1, dtn=False),
+        frame(12, ROLE_BOTTLENECK_OUT, seq=2),
+        frame(11, ROLE_DTN_IN, seq=3),
+        frame(30, ROLE_BOTTLENECK_OUT, seq=4),
+    )
+    latest = {ROLE_CAMPUS_IN: 10 * MS, ROLE_DTN_IN: 11 * MS, ROLE_BOTTLENECK_OUT: 30 * MS}
+    ready, rest, watermark = release(held, latest, now_ns=40 * MS, max_hold_ns=100 * MS)
+    assert watermark == 10 * MS  # the campus socket is read only up to 10 ms
+    assert ready["seq"].tolist() == [1]
+    assert sorted(rest["seq"].tolist()) == [2, 3, 4]
+    latest[ROLE_CAMPUS_IN] = 25 * MS
+    ready, rest, watermark = release(rest, latest, now_ns=41 * MS, max_hold_ns=100 * MS)
+    assert watermark == 11 * MS and ready["seq"].tolist() == [3]
+    latest[ROLE_DTN_IN] = 26 * MS
+    ready, rest, _ = release(rest, latest, now_ns=42 * MS, max_hold_ns=100 * MS)
+    assert ready["seq"].tolist() == [2] and rest["seq"].tolist() == [4]  # in time order
+
+
+def test_a_socket_idle_or_lagging_past_the_hold_holds_nothing_back() -> None:
+    held = records(frame(500, ROLE_DTN_IN, seq=1), frame(520, ROLE_BOTTLENECK_OUT, seq=2))
+    # the ACK socket last heard 400 ms ago: idle, not lagging
+    latest = {ROLE_DTN_IN: 500 * MS, ROLE_BOTTLENECK_OUT: 520 * MS, ROLE_ACKS_IN: 100 * MS}
+    ready, rest, watermark = release(held, latest, now_ns=530 * MS, max_hold_ns=300 * MS)
+    assert watermark == 500 * MS and ready["seq"].tolist() == [1]
+    # a socket more than 300 ms behind no longer holds the others back
+    latest = {ROLE_DTN_IN: 240 * MS, ROLE_BOTTLENECK_OUT: 510 * MS}
+    ready, rest, watermark = release(held, latest, now_ns=560 * MS, max_hold_ns=300 * MS)
+    assert watermark == 510 * MS and ready["seq"].tolist() == [1]
+    ready, rest, watermark = release(rest, {}, now_ns=600 * MS, max_hold_ns=300 * MS)
+    assert watermark == 600 * MS and rest.shape[0] == 0  # nothing heard: all goes
 
 
 def test_an_ack_covering_the_segment_gives_its_rtt(tap: TapState) -> None:

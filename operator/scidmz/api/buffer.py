@@ -120,9 +120,9 @@ def loss_signal_of(spec: BufferSpec) -> LossSignal:
     where the buffer actuator reads it (tc, sim) and the path's retransmissions with a dry
     run (ours, measured: on the twin the queue's counter and method 2 kept f̄ within 0.003
     of each other and the path's loss cost 0.024 of it at N = 250; on real TCP at 1 Gb/s the
-    kernel counted 0.12–0.23 % of BR1's own loss, method 2 from the tap 0.6–3.6 % and the
-    path 0.55–2.0 %: only the queue's counter reads BR1's loss there; see
-    ``docs/components/buffer.md``)."""
+    kernel counted 0.02–0.05 % of BR1's own loss, method 2 from the tap 0.06–0.17 % and the
+    path 0.65–1.9 %, and the search held the same buffers on the counter and on method 2;
+    the counter needs nothing of the tap; see ``docs/components/buffer.md``)."""
     if spec.loss_signal is not None:
         return spec.loss_signal
     return "path" if spec.actuator.type == "dryRun" else "actuator"
@@ -204,8 +204,9 @@ class BufferSpec(ApiModel):
         description="The loss p of the objective: path (the classes' retransmissions at the "
         "tap, P4BS method 1: the campus shaper's drops count too), bottleneck (the border "
         "router's own drops from the tap's counters before and after it, method 2: needs the "
-        "egress counters), or actuator (the drop counter of the queue the buffer actuator "
-        "sizes: exact; tc or sim). Default: actuator where the buffer actuator reads it, "
+        "egress counters), or actuator (the drops of the queue the buffer actuator sizes, in "
+        "bytes: a bfifo's drops weighed by the size of the skbs it queues, the simulator's "
+        "exact counts; tc or sim). Default: actuator where the buffer actuator reads it, "
         "path with dryRun.",
     )
     settle: TrialDuration = Field(

@@ -5,8 +5,14 @@ The contract is the rate actuators' (``control.actuators``), in bytes: ``apply``
 buffer now in force and raises ``ActuatorError`` on a failure the caller retries on its next
 trial; ``current`` reads the buffer in force (None if it cannot tell). Sizes are frame bytes,
 what a bfifo's ``limit`` counts. ``queue_counters`` reads the queue's own drop and pass
-counters where the actuator can (``spec.buffer.lossSignal: actuator``): a bfifo's statistics
-count every tail drop exactly, which no tap outside the router can.
+counters where the actuator can (``spec.buffer.lossSignal: actuator``), in bytes: the share
+of bytes a queue drops is the loss of eq. (2), whatever the packets' sizes. A bfifo counts
+every tail drop, which no tap outside the router can, but counts it per skb while it counts
+what it sent in bytes and GSO segments: on a router that forwards GSO or GRO bursts (Linux
+with offloads on, the lab) one dropped skb is 2–64 KB, so drops over sent packets reads the
+loss 10–40× too low. The tc actuator therefore weighs each drop by the mean size of the skbs
+the queue holds (:class:`DropLedger`): a full drop-tail queue refuses arrivals from the same
+stream it holds.
 
 The plug-in point for a router that is not Linux (P4BS sets ``buffer-size`` under a Junos
 class-of-service scheduler): any object with these three methods, see
@@ -37,8 +43,8 @@ MIN_BUFFER_BYTES = 1514
 
 @dataclass(frozen=True)
 class QueueCounters:
-    """The queue's cumulative counters, in one unit (packets for a bfifo, bytes for the
-    simulator): what it dropped at its tail and what it passed on."""
+    """The queue's cumulative counters in bytes: what it dropped at its tail and what it
+    passed on."""
 
     dropped: float
     passed: float
@@ -138,7 +144,53 @@ class FifoQdisc:
     limit_bytes: int
     backlog_bytes: int
     dropped_packets: int = 0
+    """Tail drops, one per skb (a GSO burst is one)."""
     sent_packets: int = 0
+    """Packets sent, a GSO skb counted as its segments."""
+    sent_bytes: int = 0
+    queued_packets: int = 0
+    """skbs in the queue now (``backlog_bytes`` is their bytes)."""
+
+
+SKB_SIZE_WEIGHT = 0.2
+"""Weight of each read's mean queued skb size in the running mean (ours: reads come every
+sample time T; 0.2 forgets a change of offloads or traffic mix within ~10 reads)."""
+
+
+@dataclass(frozen=True)
+class DropLedger:
+    """The bytes a bfifo dropped, from its skb drop count (a pure running account).
+
+    Each new drop is taken as the running mean size of the skbs seen queued (backlog /
+    queue length, at reads that find a queue); before any read found one, as the mean
+    sent packet. Measured on the lab at 1 Gb/s (100 Cubic campus flows and a Cubic DTN, GSO
+    on, a 2 MB buffer, reads every second, skbs of 14 KB on average): 1.36 % of the bytes
+    against 1.51 % by the kernel's byte balance (bytes into BR1 less bytes out and queued),
+    where drops over sent packets read 0.15 %. The shortfall is drop-tail's: a large skb is
+    the likelier not to fit."""
+
+    drops: int = 0
+    """The skb drop count at the last read."""
+    dropped_bytes: float = 0.0
+    skb_bytes: float = math.nan
+    """The running mean size of a queued skb (NaN until a read finds a queue)."""
+
+    def read(self, fifo: FifoQdisc) -> tuple[DropLedger, QueueCounters]:
+        """The ledger after one read of ``fifo``, and the queue's counters in bytes. A
+        drop count that went back (a qdisc replaced) restarts the account, which
+        ``drop_ratio`` then refuses once as it refuses the sent bytes that went back."""
+        size = self.skb_bytes
+        if fifo.queued_packets > 0:
+            seen = fifo.backlog_bytes / fifo.queued_packets
+            size = seen if math.isnan(size) else size + SKB_SIZE_WEIGHT * (seen - size)
+        weight = size
+        if math.isnan(weight):
+            weight = fifo.sent_bytes / fifo.sent_packets if fifo.sent_packets > 0 else 0.0
+        restarted = fifo.dropped_packets < self.drops
+        new = fifo.dropped_packets if restarted else fifo.dropped_packets - self.drops
+        dropped = (0.0 if restarted else self.dropped_bytes) + new * weight
+        ledger = DropLedger(fifo.dropped_packets, dropped, size)
+        return ledger, QueueCounters(dropped, float(fifo.sent_bytes))
 
 
 def find_buffer_fifo(qdiscs: list[dict[str, Any]]) -> FifoQdisc | str:
@@ -163,7 +215,8 @@ def find_buffer_fifo(qdiscs: list[dict[str, Any]]) -> FifoQdisc | str:
         return f"its root qdisc is {root['kind']}, not bfifo or tbf"
     return FifoQdisc(
         fifo["handle"], fifo["parent"], int(fifo["limit"]), int(fifo["backlog"]),
-        int(fifo.get("drops", 0)), int(fifo.get("packets", 0)),
+        int(fifo.get("drops", 0)), int(fifo.get("packets", 0)), int(fifo.get("bytes", 0)),
+        int(fifo.get("qlen", 0)),
     )  # fmt: skip
 
 
@@ -180,6 +233,8 @@ def _plain(qdisc: Any) -> dict[str, Any]:
         "backlog": queue.get("backlog", 0),
         "drops": queue.get("drops", 0),
         "packets": basic.get("packets", 0),
+        "bytes": basic.get("bytes", 0),
+        "qlen": queue.get("qlen", 0),
     }
 
 
@@ -197,6 +252,7 @@ class TcBufferActuator:
         self.interface = interface
         self._ipr = ipr
         self._index = index
+        self._drops = DropLedger()
 
     @classmethod
     async def open(cls, interface: str, netns: str | None = None) -> TcBufferActuator:
@@ -240,12 +296,14 @@ class TcBufferActuator:
         return float(fifo.limit_bytes)
 
     async def queue_counters(self) -> QueueCounters | None:
-        """The bfifo's tail drops and the packets it passed (its qdisc statistics)."""
+        """The bfifo's tail drops and what it sent, in bytes (its qdisc statistics, each
+        drop weighed by :class:`DropLedger`)."""
         fifo = await self._fifo()
         if isinstance(fifo, str):
             log.info("tc buffer on %s: cannot read the queue's counters (%s)", self.interface, fifo)
             return None
-        return QueueCounters(fifo.dropped_packets, fifo.sent_packets)
+        self._drops, counters = self._drops.read(fifo)
+        return counters
 
     async def backlog_bytes(self) -> int | None:
         """The bytes queued in the fifo now (what a limit change must keep)."""

@@ -129,6 +129,9 @@ class BufferEpisode:
     searches: int = 0
     feasible: bool | None = None
     """Ours (module docstring); None until judged (:func:`judge_feasible`)."""
+    tap_border_loss: float = math.nan
+    """Method 2 (the tap's bytes into BR1 less out and queued, ``lossSignal: bottleneck``),
+    the mean of the collector's samples: set beside ``loss`` to judge the estimator."""
 
 
 def fixed_buffer_s(arm: str, load: int, capacity_bps: float) -> float:
@@ -235,6 +238,7 @@ def episode(
     searched: list[float] = []
     losses: list[float] = []
     path_losses: list[float] = []
+    tap_losses: list[float] = []
     delays: list[float] = []
     campus_qd: list[float] = []
     buffers: list[float] = []
@@ -271,6 +275,7 @@ def episode(
             searched.append(settings.objective(sample.loss, sample.mean_delay_s))
             losses.append(loss)
             path_losses.append(tuner_sample(measured, signals, target, capacity_bps, False).loss)
+            tap_losses.append(signals.bottleneck_loss_ratio)
             delays.append(delay)
             campus_qd.append(signals.campus_mean_queuing_delay_s)
             buffers.append(loop.sim.bottleneck_buffer_bytes * 8 / capacity_bps)
@@ -294,6 +299,7 @@ def episode(
         trial_objective=finite_mean(in_trials), held_objective=finite_mean(held),
         min_window_ratio=min_window_ratio(rates, target),
         searches=tuner.searches if tuner is not None else 0,
+        tap_border_loss=finite_mean(tap_losses),
     )  # fmt: skip
 
 

@@ -97,4 +97,5 @@ def lab_episode(
         mean_qd_ms=finite_mean(delays) * 1e3,
         trial_share=sum(in_trials) / len(in_trials) if in_trials else 0.0,
         min_window_ratio=min_window_ratio(rates, target) if rates else math.nan,
+        tap_border_loss=finite_mean([number(row, "bottleneck_loss_ratio") for row in window]),
     )  # fmt: skip

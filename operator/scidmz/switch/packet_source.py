@@ -498,7 +498,8 @@ on the lab at 1 Gb/s with the whole loop on 2 cores: the reader drained one sock
 def release(
     held: np.ndarray, latest: dict[int, int], now_ns: int, max_hold_ns: int = MAX_HOLD_NS
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """The frames every socket has been read past, in time order, and the rest, held.
+    """The frames every socket has been read past, and the rest, held (``reduce`` puts a
+    batch in time order).
 
     The reader drains its sockets one after another, and each socket's frames come in
     time order, so a frame may go forward once every socket heard from in the last
@@ -512,8 +513,7 @@ def release(
     heard = [at for at in latest.values() if at >= floor]
     watermark = max(min(heard), floor) if heard else now_ns
     times = held["timestamp_ns"].astype(np.int64)
-    ready = held[times <= watermark]
-    return np.sort(ready, order="timestamp_ns", kind="stable"), held[times > watermark], watermark
+    return held[times <= watermark], held[times > watermark], watermark
 
 
 class PacketTapSource(TapState):
